@@ -1,0 +1,24 @@
+"""Packaging for gau_keras (``pip install -e .``)."""
+from setuptools import find_packages, setup
+
+with open("requirements.txt", encoding="utf-8") as f:
+    requirements = [line.strip() for line in f
+                    if line.strip() and not line.startswith("#") and not line.startswith("pytest")]
+
+setup(
+    name="gau_keras",
+    version="0.1.0",
+    description="GAU-alpha, RoFormerV2 and SRU++ for Keras 3 / TensorFlow 2, bert4keras-compatible.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["gau_keras", "gau_keras.*"]),
+    package_data={"gau_keras": ["pretrained/*/*"]},
+    include_package_data=True,
+    python_requires=">=3.9",
+    install_requires=requirements,
+    extras_require={
+        "lac": ["lac", "paddlepaddle>=2.6"],
+        "test": ["pytest>=7.4"],
+    },
+    entry_points={"console_scripts": ["gau-keras=gau_keras.__main__:main"]},
+)
