@@ -1,0 +1,1 @@
+"""Data pipelines: whole-word MLM, TFRecords, CLUE loaders."""

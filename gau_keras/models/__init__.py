@@ -1,0 +1,1 @@
+"""Model classes (bert4keras-style) and ``build_transformer_model``."""
