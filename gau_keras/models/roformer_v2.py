@@ -1,7 +1,7 @@
 """RoFormerV2: post-norm, bias-free, parameter-free RMS norm, rotary MHA."""
 import keras
 
-from gau_keras.layers import (Embedding, FeedForward, LayerNormalization,
+from gau_keras.layers import (Add, Embedding, FeedForward, LayerNormalization,
                               MultiHeadAttention)
 from gau_keras.models.base import Transformer
 
@@ -33,7 +33,7 @@ class RoFormerV2(Transformer):
             s = self.apply(inputs[1], Embedding, input_dim=self.segment_vocab_size,
                            output_dim=self.embedding_size, embeddings_initializer=self.initializer,
                            name="Embedding-Segment")
-            x = self.apply([x, s], keras.layers.Add, name="Embedding-Token-Segment")
+            x = self.apply([x, s], Add, name="Embedding-Token-Segment")
         x = self.apply(x, keras.layers.Dropout, rate=self.dropout_rate, name="Embedding-Dropout")
         x = self.rms_norm(x, "Embedding-Norm")
         if self.embedding_size != self.hidden_size:
@@ -44,7 +44,7 @@ class RoFormerV2(Transformer):
     def residual(self, x, y, name):
         """Dropout -> Add -> RMS norm (post-norm) around a sub-layer output."""
         y = self.apply(y, keras.layers.Dropout, rate=self.dropout_rate, name=f"{name}-Dropout")
-        x = self.apply([x, y], keras.layers.Add, name=f"{name}-Add")
+        x = self.apply([x, y], Add, name=f"{name}-Add")
         return self.rms_norm(x, f"{name}-Norm")
 
     def attention_inputs(self, x, n_main):
