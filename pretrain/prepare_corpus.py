@@ -264,8 +264,8 @@ def make_summary(args, stats, skipped, shard_paths, seconds):
 def print_summary(summary, output_dir):
     lines = [
         f"documents read {summary['documents_read']}, used {summary['documents_used']}, "
-        f"skipped {summary['documents_skipped']} "
-        + ", ".join(f"{reason} {count}" for reason, count in summary["skipped_by_reason"].items()),
+        f"skipped {summary['documents_skipped']} ("
+        + ", ".join(f"{reason} {count}" for reason, count in summary["skipped_by_reason"].items()) + ")",
         f"examples {summary['examples']} in {len(summary['shards'])} shards, tokens {summary['tokens']} "
         f"({summary['content_tokens']} without [CLS]/[SEP]), words {summary['words']}",
     ]
