@@ -68,7 +68,13 @@ class LAMB(keras.optimizers.Optimizer):
             matches get trust = 1.
         **kwargs: the base optimizer arguments (`clipnorm`, `global_clipnorm`,
             `gradient_accumulation_steps`, `loss_scale_factor`, `use_ema`, ...),
-            except `weight_decay` (use `weight_decay_rate`).
+            except `weight_decay` (use `weight_decay_rate`). Keras 3.15's
+            `gradient_accumulation_steps` cannot run inside a
+            `tf.distribute` strategy with several replicas (the gradient
+            all-reduce sits inside a `cond`; Keras's own Adam fails the same
+            way): there, accumulate in the training step instead.
+
+    Sparse (IndexedSlices) gradients are densified, repeated rows summed.
 
     Example:
         >>> schedule = PiecewiseLinearDecay(1.76e-3, {0: 1, 160000: 0.5, 640000: 0.1})
@@ -149,7 +155,9 @@ class LAMB(keras.optimizers.Optimizer):
         dtype = variable.dtype
         index = self._get_variable_index(variable)
         lr = ops.cast(learning_rate, dtype)
-        gradient = ops.cast(gradient, dtype)
+        # Densify sparse (IndexedSlices) gradients, summing repeated rows: the
+        # moments and the trust ratio are dense anyway, and g² must square sums.
+        gradient = ops.add(ops.zeros(variable.shape, dtype), ops.cast(gradient, dtype))
         m = self._momentums[index]
         v = self._velocities[index]
 

@@ -211,3 +211,19 @@ def test_keras_model_round_trip_keeps_optimizer_state(tmp_path, rng):
     loaded.fit(x, y, batch_size=8, epochs=1, verbose=0)
     for a, b in zip(model.weights, loaded.weights):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7, err_msg=a.path)
+
+
+def test_sparse_gradients_with_repeated_rows(rng):
+    """Embedding gradients arrive as IndexedSlices (TF), possibly repeating rows."""
+    import tensorflow as tf
+
+    table = keras.Variable(rng.normal(size=(5, 3)).astype("float32"), name="table")
+    start = table.numpy()
+    rows = rng.normal(size=(3, 3)).astype("float32")
+    indices = np.array([1, 3, 1])
+    dense = np.zeros((5, 3), "float32")
+    np.add.at(dense, indices, rows)
+    opt = LAMB(0.01, weight_decay_rate=0.1)
+    opt.apply([tf.IndexedSlices(rows, indices, dense_shape=(5, 3))], [table])
+    want = reference_lamb({"t": start}, [{"t": dense}], [0.01], wd=0.1)["t"]
+    np.testing.assert_allclose(table.numpy(), want, rtol=1e-5, atol=1e-6)
