@@ -18,9 +18,11 @@ CMRC2018 follows the rules of the official evaluation script:
   questions (a question without a prediction scores 0) and reported in percent.
 
 The official script splits the non-Chinese runs with NLTK's Treebank
-tokenizer; here a regular expression does it (numbers with inner "." or ","
-stay whole, other punctuation is split off, whitespace separates words), which
-agrees with NLTK on the answers CMRC2018 contains (names, numbers, dates).
+tokenizer (which needs NLTK's downloaded data); here a regular expression does
+it: whitespace separates words, numbers with inner "." or "," stay whole, other
+punctuation is split off. The two differ only on English corner cases (NLTK
+splits "don't" into "do" + "n't" and keeps "U.S." whole); CMRC2018 answers are
+Chinese text, names and numbers.
 """
 import re
 from collections import Counter

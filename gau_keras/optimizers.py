@@ -43,6 +43,15 @@ def _compile_patterns(patterns, argument):
     return compiled
 
 
+def _inside_strategy():
+    """True inside a tf.distribute strategy (scope or replica function)."""
+    if keras.backend.backend() != "tensorflow":
+        return False
+    import tensorflow as tf  # only the TF backend has strategies
+
+    return tf.distribute.has_strategy()
+
+
 def _variable_path(variable):
     """The name the exclusion patterns are matched against (Keras 3 `path`)."""
     return getattr(variable, "path", None) or variable.name
@@ -68,11 +77,11 @@ class LAMB(keras.optimizers.Optimizer):
             matches get trust = 1.
         **kwargs: the base optimizer arguments (`clipnorm`, `global_clipnorm`,
             `gradient_accumulation_steps`, `loss_scale_factor`, `use_ema`, ...),
-            except `weight_decay` (use `weight_decay_rate`). Keras 3.15's
-            `gradient_accumulation_steps` cannot run inside a
-            `tf.distribute` strategy with several replicas (the gradient
-            all-reduce sits inside a `cond`; Keras's own Adam fails the same
-            way): there, accumulate in the training step instead.
+            except `weight_decay` (use `weight_decay_rate`). Unlike Keras's
+            own optimizers (3.15), accumulation also works inside a
+            `tf.distribute` strategy (MirroredStrategy, TPUStrategy); there
+            the gradients are all-reduced at every micro-step, and clipping
+            and EMA are not available with accumulation.
 
     Sparse (IndexedSlices) gradients are densified, repeated rows summed.
 
@@ -150,14 +159,46 @@ class LAMB(keras.optimizers.Optimizer):
             return self._learning_rate(self.iterations)
         return super()._get_current_learning_rate()
 
+    def _backend_apply_gradients(self, grads, trainable_variables):
+        """Keras's flow, except accumulation inside a tf.distribute strategy.
+
+        Keras wraps the whole update, gradient all-reduce included, in a
+        `cond` on "is this an update step", which a strategy's cross-replica
+        merge cannot run in. Here the all-reduce runs at every micro-step and
+        the `cond` moves into each variable's own update (`update_step`).
+        """
+        if not (self.gradient_accumulation_steps and _inside_strategy()):
+            return super()._backend_apply_gradients(grads, trainable_variables)
+        if self.clipnorm or self.clipvalue or self.global_clipnorm or self.use_ema:
+            raise ValueError("LAMB: gradient clipping and EMA are not supported together with "
+                             "gradient_accumulation_steps inside a tf.distribute strategy")
+        self._accumulate_in_update_step = True
+        try:
+            self._backend_update_step(grads, trainable_variables, self.learning_rate)
+        finally:
+            self._accumulate_in_update_step = False
+
     def update_step(self, gradient, variable, learning_rate):
-        """One LAMB step for one variable (any shape)."""
+        """One LAMB step for one variable (any shape), or one accumulation micro-step."""
+        # Densify sparse (IndexedSlices) gradients, summing repeated rows: the
+        # moments and the trust ratio are dense anyway, and g² must square sums.
+        gradient = ops.add(ops.zeros(variable.shape, variable.dtype), ops.cast(gradient, variable.dtype))
+        if not getattr(self, "_accumulate_in_update_step", False):
+            return self._lamb_step(gradient, variable, learning_rate)
+        steps = self.gradient_accumulation_steps
+        accumulator = self._accumulated_gradients[self._get_variable_index(variable)]
+        total = accumulator + gradient
+
+        def step():
+            self._lamb_step(total / steps, variable, learning_rate)
+            self.assign(accumulator, ops.zeros_like(total))
+
+        ops.cond(ops.equal((self._iterations + 1) % steps, 0), step, lambda: self.assign(accumulator, total))
+
+    def _lamb_step(self, gradient, variable, learning_rate):
         dtype = variable.dtype
         index = self._get_variable_index(variable)
         lr = ops.cast(learning_rate, dtype)
-        # Densify sparse (IndexedSlices) gradients, summing repeated rows: the
-        # moments and the trust ratio are dense anyway, and g² must square sums.
-        gradient = ops.add(ops.zeros(variable.shape, dtype), ops.cast(gradient, dtype))
         m = self._momentums[index]
         v = self._velocities[index]
 

@@ -227,3 +227,57 @@ def test_sparse_gradients_with_repeated_rows(rng):
     opt.apply([tf.IndexedSlices(rows, indices, dense_shape=(5, 3))], [table])
     want = reference_lamb({"t": start}, [{"t": dense}], [0.01], wd=0.1)["t"]
     np.testing.assert_allclose(table.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+DISTRIBUTED_SCRIPT = """'''LAMB with accumulation: MirroredStrategy over 2 logical CPUs vs no strategy.'''
+import sys
+import numpy as np, tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+from gau_keras.optimizers import LAMB, PiecewiseLinearDecay
+
+def run(strategy):
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        inp = keras.Input((3,)); h = keras.layers.Dense(4, name="Encoder-Dense")(inp)
+        h = keras.layers.LayerNormalization(name="Encoder-Norm")(h)
+        m = keras.Model(inp, keras.layers.Dense(2, name="Out")(h))
+        m.compile(optimizer=LAMB(PiecewiseLinearDecay(0.05, {1: 1.0, 3: 0.5}), weight_decay_rate=0.01,
+                                 exclude_from_weight_decay=["Norm", "bias"], gradient_accumulation_steps=2),
+                  loss="mse", jit_compile=False)
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(32, 3)).astype("float32"); y = rng.normal(size=(32, 2)).astype("float32")
+    start = [w.numpy() for w in m.weights]
+    m.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    moved = max(float(np.abs(a - w.numpy()).max()) for a, w in zip(start, m.weights))
+    assert moved > 1e-3, moved
+    return [w.numpy() for w in m.weights], int(m.optimizer.iterations.numpy())
+
+plain, it1 = run(tf.distribute.get_strategy())
+mirrored, it2 = run(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
+diff = max(float(np.abs(a - b).max()) for a, b in zip(plain, mirrored))
+print("iterations", it1, it2, "max|diff|", diff)
+sys.exit(0 if it1 == it2 == 2 and diff < 1e-5 else 1)
+"""
+
+
+def test_accumulation_inside_a_distribution_strategy(tmp_path):
+    """Two logical CPUs under MirroredStrategy give the single-device result.
+
+    Runs in a fresh interpreter: logical devices must be set before TF starts.
+    XLA is off: it cannot address a second logical CPU's variables (Keras's
+    Adam fails the same way there), which says nothing about GPUs/TPUs.
+    """
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    script = tmp_path / "distributed.py"
+    script.write_text(DISTRIBUTED_SCRIPT)
+    repo = pathlib.Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(repo), TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "iterations 2 2" in result.stdout
