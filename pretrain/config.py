@@ -12,7 +12,7 @@ DEFAULTS = {
     "model_config_path": None,       # or a bert_config.json file
     "vocab": None,
     "data": {"train": None, "eval": None, "maxlen": 512, "batch_size": 128, "dynamic_mask": False,
-             "shuffle_buffer": 10000, "seed": 0},
+             "shuffle_buffer": 10000, "seed": 0, "max_predictions": None},
     "optimizer": {"learning_rate": 1.76e-3, "weight_decay_rate": 0.01, "epsilon": 1e-6,
                   "beta_1": 0.9, "beta_2": 0.999, "bias_correction": False,
                   "exclude_from_weight_decay": ["Norm", "bias"],

@@ -53,6 +53,18 @@ def masked_lm_sums(labels, logits):
     return tf.reduce_sum(losses * weights), tf.reduce_sum(correct * weights), tf.reduce_sum(weights)
 
 
+def masked_positions(labels, k):
+    """The first ``k`` masked positions of each row (static shape for XLA).
+
+    labels [B, L] -> (positions [B, k], their labels [B, k]); rows with fewer
+    than k masked tokens are filled with unmasked positions (label 0), rows
+    with more lose the excess (counted by the caller).
+    """
+    masked = tf.cast(labels > 0, tf.float32)
+    _, positions = tf.math.top_k(masked, k=k, sorted=True)   # ties keep index order
+    return positions, tf.gather(labels, positions, batch_dims=1)
+
+
 class Trainer:
     def __init__(self, config, tpu=None, xla=True):
         self.config = config
@@ -73,6 +85,12 @@ class Trainer:
             self.optimizer = self._optimizer()
             self.optimizer.build(self.model.trainable_variables)
             self.micro_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="micro_step")
+            # The MLM head runs on at most max_predictions masked positions per
+            # sequence instead of all of them (the vocab projection dominates).
+            self.encoder = (keras.Model(self.model.inputs, self.transformer.encoder_output)
+                            if hasattr(self.transformer, "mlm_logits") else None)
+        data = config["data"]
+        self.max_predictions = min(data["max_predictions"] or -(-data["maxlen"] // 4), data["maxlen"])
         self.dataset = self._dataset(config["data"]["train"], repeat=True)
         self.iterator = iter(self.strategy.experimental_distribute_dataset(self.dataset))
         self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
@@ -94,6 +112,8 @@ class Trainer:
     def _optimizer(self):
         opt = dict(self.config["optimizer"])
         schedule = PiecewiseLinearDecay(opt.pop("learning_rate"), opt.pop("schedule"))
+        if (opt.get("gradient_accumulation_steps") or 1) < 2:   # Keras wants None for "no accumulation"
+            opt["gradient_accumulation_steps"] = None
         optimizer = LAMB(learning_rate=schedule, **opt)
         if self.loss_scaling:
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
@@ -126,18 +146,27 @@ class Trainer:
         return int(self.micro_step.numpy()) // self.accumulation()
 
     # ----------------------------------------------------------- stepping
+    def _forward(self, inputs, labels, training):
+        """Summed MLM loss, correct, counted and all masked tokens of a batch."""
+        all_masked = tf.reduce_sum(tf.cast(labels > 0, tf.float32))
+        if self.encoder is None:
+            return (*masked_lm_sums(labels, self.model(inputs, training=training)), all_masked)
+        positions, kept = masked_positions(labels, self.max_predictions)
+        hidden = tf.gather(self.encoder(inputs, training=training), positions, batch_dims=1)
+        return (*masked_lm_sums(kept, self.transformer.mlm_logits(hidden, training=training)), all_masked)
+
     def _replica_step(self, inputs, labels):
         ctx = tf.distribute.get_replica_context()
-        count = ctx.all_reduce("sum", tf.reduce_sum(tf.cast(labels > 0, tf.float32)))
+        _, kept = masked_positions(labels, self.max_predictions)
+        count = ctx.all_reduce("sum", tf.reduce_sum(tf.cast(kept > 0, tf.float32)))
         with tf.GradientTape() as tape:
-            logits = self.model(inputs, training=True)
-            loss_sum, correct, n = masked_lm_sums(labels, logits)
+            loss_sum, correct, n, all_masked = self._forward(inputs, labels, True)
             loss = loss_sum / tf.maximum(count, 1.0)
             scaled = self.optimizer.scale_loss(loss) if self.loss_scaling else loss
         grads = tape.gradient(scaled, self.model.trainable_variables)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
         self.micro_step.assign_add(1)
-        return loss_sum, correct, n
+        return loss_sum, correct, n, all_masked
 
     def _make_step(self, jit):
         replica_step = tf.function(self._replica_step, jit_compile=jit) if jit else self._replica_step
@@ -170,7 +199,7 @@ class Trainer:
         writer = tf.summary.create_file_writer(os.path.join(self.output_dir, "logs"))
         log_path = os.path.join(self.output_dir, "log.jsonl")
         tf.io.gfile.makedirs(self.output_dir)
-        start, window = time.time(), np.zeros(3)
+        start, window = time.time(), np.zeros(4)
         progress = tqdm(total=total, initial=self.updates(), desc="pretrain", unit="update",
                         dynamic_ncols=True, mininterval=2.0)
         while self.updates() < total:
@@ -182,7 +211,7 @@ class Trainer:
             if update % train["log_every"] == 0 or update == total:
                 record = self._log(update, window, writer, log_path, start)
                 progress.set_postfix(loss=f"{record['loss']:.3f}", acc=f"{record['masked_accuracy']:.3f}")
-                window = np.zeros(3)
+                window = np.zeros(4)
             if train["eval_every"] and update % train["eval_every"] == 0 and self.config["data"]["eval"]:
                 self._log_eval(update, writer, log_path)
             if update % train["save_every"] == 0:
@@ -196,10 +225,12 @@ class Trainer:
             print(f"exported to {self.export()}")
 
     def _log(self, update, window, writer, log_path, start):
-        loss_sum, correct, n = window
+        loss_sum, correct, n, all_masked = window
         lr = float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))
         record = {"update": update, "loss": loss_sum / max(n, 1), "masked_accuracy": correct / max(n, 1),
-                  "learning_rate": lr, "masked_tokens": int(n), "elapsed_s": round(time.time() - start, 1)}
+                  "learning_rate": lr, "masked_tokens": int(n),
+                  "beyond_max_predictions": round(1 - n / max(all_masked, 1), 4),
+                  "elapsed_s": round(time.time() - start, 1)}
         with writer.as_default(step=update):
             for key in ("loss", "masked_accuracy", "learning_rate"):
                 tf.summary.scalar(key, record[key])
@@ -212,7 +243,7 @@ class Trainer:
         dataset = self._dataset(self.config["data"]["eval"], repeat=False)
         sums, counts = np.zeros(3), {}
         for inputs, labels in dataset.take(batches or self.config["train"]["eval_batches"]):
-            logits = self.model(inputs, training=False)
+            logits = self.model(inputs, training=False)     # every masked position counts here
             sums += [float(x) for x in masked_lm_sums(labels, logits)]
             ids, freq = np.unique(labels.numpy()[labels.numpy() > 0], return_counts=True)
             for i, c in zip(ids, freq):

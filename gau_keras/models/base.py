@@ -70,6 +70,7 @@ class Transformer:
         self.position_bias = None
         self.inputs = None
         self.model = None
+        self.encoder_output = None
         self.built = False
 
     # ------------------------------------------------------------------ build
@@ -87,6 +88,7 @@ class Transformer:
         x = self.apply_embeddings(inputs)
         for index in range(self.num_hidden_layers):
             x = self.apply_main_layers(x, index)
+        self.encoder_output = x     # the hidden states before any head
         return self.apply_final_layers(x)
 
     def prefixed(self, name):

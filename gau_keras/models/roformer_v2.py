@@ -80,6 +80,16 @@ class RoFormerV2(Transformer):
         activation = "softmax" if self.with_mlm is True else self.with_mlm
         return self.apply(x, keras.layers.Activation, activation=activation, name="Output-MLM-Activation")
 
+    def mlm_logits(self, hidden, training=False):
+        """The tied MLM head on any hidden states [..., H] -> logits [..., V]
+        (used by pretraining on the masked positions only)."""
+        x = hidden
+        if "Output-Mapping" in self.layers:
+            x = self.layers["Output-Mapping"](x)
+        if "Output-MLM-Dropout" in self.layers:
+            x = self.layers["Output-MLM-Dropout"](x, training=training)
+        return self.layers["Embedding-Token"](x, mode="dense")
+
     def variable_mapping(self):
         mapping = {
             "Embedding-Token": {"embeddings": "bert/embeddings/word_embeddings"},
