@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from reference.harness import run_bert4keras
+from tests.reference.harness import run_bert4keras
 
 V, H, LAYERS, E_GAU, S_GAU, FFN, HEADS = 100, 32, 2, 64, 16, 64, 2
 

@@ -8,7 +8,7 @@ Forward mode (hidden states of the last layer, optionally the MLM head)::
 
     python bert4keras_forward.py --config bert_config.json --checkpoint model.ckpt \
         --model gau_alpha --inputs in.npz --output out.npz [--with-mlm [ACT]] \
-        [--application encoder|lm|unilm] [--softmax-plus-min-len N]
+        [--application encoder|lm|unilm[,...]] [--softmax-plus-min-len N]
 
 Random-checkpoint mode (writes a checkpoint with bert4keras's own
 ``save_weights_as_checkpoint`` and prints ``variable<TAB>name<TAB>shape`` lines)::
@@ -25,6 +25,8 @@ not installed)::
 gets ``hidden`` [B, L, H] and, with ``--with-mlm`` (always for lm/unilm, as in
 bert4keras), ``mlm_logits`` [B, L, V] (input of ``Output-MLM-Activation``) and
 ``mlm_output`` [B, L, V] (its output: probabilities for the default softmax).
+With several applications the keys read ``encoder:hidden``, ``lm:mlm_logits``, ...
+(the first build's weights are saved/loaded so all share them).
 
 Compatibility shim (the only things changed, all inside this process, never in
 the installed library):
@@ -35,8 +37,8 @@ the installed library):
   * ``tf.Session`` and ``tf.train.Saver`` are aliased to their ``tf.compat.v1``
     versions (the only TF1-only names in the code paths used here);
   * ``--softmax-plus-min-len N`` (N != 16) replaces ``attention_normalize`` as
-    seen by ``bert4keras.layers`` with a copy of 0.11.5's logic whose floor on n
-    is N instead of 16. N = 1 gives bert4keras 0.11.3's (April 2022) results except
+    seen by ``bert4keras.layers`` with 0.11.5's computation, floor on n = N instead
+    of 16. N = 1 gives bert4keras 0.11.3's (April 2022) results except
     on rows where exactly one key is visible: there ln 1 = 0 turns 0.11.5's -inf
     masking into NaN, while 0.11.3 (finite -1e12 masking) spreads the attention
     uniformly over all keys, padding included. Compare such rows with neither.
@@ -52,9 +54,12 @@ import json
 import os
 import sys
 
+import numpy as np
+
 REFERENCE_VERSION = "0.11.5"
 BERT4KERAS_SOFTMAX_PLUS_MIN_LEN = 16
 EXIT_MISSING_PACKAGE = 3
+APPLICATIONS = ("encoder", "lm", "unilm")
 
 
 def _configure_environment():
@@ -87,7 +92,6 @@ def _set_softmax_plus_floor(min_len):
     n = number of keys left visible by the key mask AND any boolean bias (per
     query row), floored, then softmax(a * ln n / ln 512).
     """
-    import numpy as np
     from bert4keras import layers
     from bert4keras.backend import K, sequence_masking
 
@@ -181,17 +185,21 @@ def _last_hidden_layer(transformer, model):
     return "Transformer-%d-FeedForward-Norm" % (transformer.num_hidden_layers - 1)
 
 
-def _build(args, tf):
+def _build(args, tf, application, checkpoint):
+    """Build in a fresh graph; random weights (graph seed ``args.seed``) when no checkpoint."""
     from bert4keras.models import build_transformer_model
 
-    model_class = _gau_alpha_class() if args.model == "gau_alpha" else "roformer_v2"
-    if args.init_random:
+    tf.compat.v1.keras.backend.clear_session()
+    if checkpoint is None:
+        # tf_keras draws the op seed of K.truncated_normal(seed=None) from numpy.
+        np.random.seed(args.seed)
         tf.compat.v1.set_random_seed(args.seed)
+    model_class = _gau_alpha_class() if args.model == "gau_alpha" else "roformer_v2"
     transformer = build_transformer_model(
         config_path=args.config,
-        checkpoint_path=args.checkpoint,
+        checkpoint_path=checkpoint,
         model=model_class,
-        application=args.application,
+        application=application,
         with_mlm=args.with_mlm,
         return_keras_model=False,
     )
@@ -200,22 +208,24 @@ def _build(args, tf):
     return transformer
 
 
-def _forward(transformer, args, tf):
-    import numpy as np
+def _load_inputs(path):
+    with np.load(path) as data:
+        missing = [k for k in ("token_ids", "segment_ids") if k not in data.files]
+        if missing:
+            raise SystemExit("%s: missing array(s) %s (has %s)" % (path, missing, sorted(data.files)))
+        return data["token_ids"], data["segment_ids"]
 
-    data = np.load(args.inputs)
-    for key in ("token_ids", "segment_ids"):
-        if key not in data:
-            raise SystemExit("%s: missing array %r (has %s)" % (args.inputs, key, sorted(data.files)))
-    token_ids, segment_ids = data["token_ids"], data["segment_ids"]
+
+def _forward(transformer, model_name, token_ids, segment_ids, tf):
+    """{'hidden': [B, L, H], with the MLM head 'mlm_logits', 'mlm_output': [B, L, V]}."""
     model = transformer.model
-    outputs = {"hidden": model.get_layer(_last_hidden_layer(transformer, args.model)).output}
+    outputs = {"hidden": model.get_layer(_last_hidden_layer(transformer, model_name)).output}
     if transformer.with_mlm:
         head = model.get_layer("Output-MLM-Activation")
         outputs["mlm_logits"], outputs["mlm_output"] = head.input, head.output
     run = tf.compat.v1.keras.backend.function(model.inputs, list(outputs.values()))
     values = run([token_ids.astype("float32"), segment_ids.astype("float32")])
-    np.savez(args.output, **dict(zip(outputs, values)))
+    return dict(zip(outputs, values))
 
 
 def _save_checkpoint(transformer, path, tf):
@@ -224,6 +234,14 @@ def _save_checkpoint(transformer, path, tf):
     transformer.save_weights_as_checkpoint(path)
     for name, shape in tf.train.list_variables(path):
         print("variable\t%s\t%s" % (name, json.dumps(shape)))
+
+
+def _applications(value):
+    names = value.split(",")
+    for name in names:
+        if name not in APPLICATIONS:
+            raise argparse.ArgumentTypeError("unknown application %r (choose from %s)" % (name, APPLICATIONS))
+    return names
 
 
 def _with_mlm(value):
@@ -260,12 +278,14 @@ def _parse_args(argv):
     p.add_argument("--output", help="npz to write hidden (and mlm_logits, mlm_output)")
     p.add_argument("--with-mlm", nargs="?", const=True, default=False, type=_with_mlm,
                    help="add the MLM head; optional activation name (default softmax)")
-    p.add_argument("--application", default="encoder", choices=["encoder", "lm", "unilm"])
+    p.add_argument("--application", default="encoder", type=_applications,
+                   help="encoder, lm or unilm; a comma-separated list runs each in turn "
+                        "(output keys then read 'APPLICATION:hidden', ...)")
     p.add_argument("--softmax-plus-min-len", type=int, default=BERT4KERAS_SOFTMAX_PLUS_MIN_LEN,
                    help="floor on softmax_plus's n (bert4keras 0.11.5: 16; 0.11.3: 1)")
     p.add_argument("--init-random", action="store_true", help="random init instead of --checkpoint")
     p.add_argument("--save-checkpoint", help="write the weights with save_weights_as_checkpoint")
-    p.add_argument("--seed", type=int, default=0, help="TF graph seed for --init-random")
+    p.add_argument("--seed", type=int, default=0, help="numpy and TF graph seed for --init-random")
     args = p.parse_args(argv)
     if args.init_random == bool(args.checkpoint):
         p.error("give exactly one of --checkpoint and --init-random")
@@ -273,6 +293,8 @@ def _parse_args(argv):
         p.error("--inputs and --output go together")
     if not (args.inputs or args.save_checkpoint):
         p.error("nothing to do: give --inputs/--output and/or --save-checkpoint")
+    if args.init_random and len(args.application) > 1 and not args.save_checkpoint:
+        p.error("--init-random with several applications needs --save-checkpoint (they share its weights)")
     if args.softmax_plus_min_len < 1:
         p.error("--softmax-plus-min-len must be >= 1, got %d" % args.softmax_plus_min_len)
     return args
@@ -289,11 +311,19 @@ def main(argv=None):
               file=sys.stderr)
     if args.softmax_plus_min_len != BERT4KERAS_SOFTMAX_PLUS_MIN_LEN:
         _set_softmax_plus_floor(args.softmax_plus_min_len)
-    transformer = _build(args, tf)
-    if args.save_checkpoint:
-        _save_checkpoint(transformer, args.save_checkpoint, tf)
-    if args.inputs:
-        _forward(transformer, args, tf)
+    inputs = _load_inputs(args.inputs) if args.inputs else None
+    checkpoint, results = args.checkpoint, {}
+    for application in args.application:
+        transformer = _build(args, tf, application, checkpoint)
+        if checkpoint is None and args.save_checkpoint:
+            _save_checkpoint(transformer, args.save_checkpoint, tf)
+            checkpoint = args.save_checkpoint
+        if inputs is not None:
+            outputs = _forward(transformer, args.model, inputs[0], inputs[1], tf)
+            prefix = "" if len(args.application) == 1 else application + ":"
+            results.update({prefix + key: value for key, value in outputs.items()})
+    if inputs is not None:
+        np.savez(args.output, **results)
 
 
 if __name__ == "__main__":

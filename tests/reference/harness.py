@@ -7,7 +7,7 @@ do not depend on the accelerator (no TF32 matmuls).
 
 Typical use::
 
-    from reference.harness import run_bert4keras
+    from tests.reference.harness import run_bert4keras
 
     ref = run_bert4keras(config_dict, "gau_alpha", init_random=True,
                          save_checkpoint=tmp_path / "b4k" / "model.ckpt",
@@ -83,17 +83,19 @@ def run_bert4keras(config, model, *, checkpoint=None, init_random=False, save_ch
         config: bert_config.json path, or a dict written to a temporary one.
         model: 'gau_alpha' or 'roformer_v2'.
         checkpoint: TF1 checkpoint prefix to load (exclusive with ``init_random``).
-        init_random: build with random weights (TF graph seed ``seed``).
+        init_random: build with random weights (numpy and TF graph seed ``seed``).
         save_checkpoint: write the weights there with bert4keras's ``save_weights_as_checkpoint``.
         token_ids, segment_ids: int arrays [B, L]; when given, the forward pass runs.
         with_mlm: False, True (softmax) or an activation name, as in bert4keras.
-        application: 'encoder', 'lm' or 'unilm'.
+        application: 'encoder', 'lm' or 'unilm', or a list of them (one process
+            runs them in turn on the same weights).
         softmax_plus_min_len: floor on softmax_plus's n (None: bert4keras 0.11.5's 16).
         pythonpath: directory put first on PYTHONPATH (e.g. another bert4keras version).
 
     Returns:
         dict with 'hidden' [B, L, H], with the MLM head also 'mlm_logits' and
-        'mlm_output' [B, L, V]; with ``save_checkpoint`` also 'variables', a dict
+        'mlm_output' [B, L, V] (for a list of applications: {application: that
+        dict}); with ``save_checkpoint`` also 'variables', a dict
         {checkpoint variable name: shape list} as printed by the script.
     """
     if (token_ids is None) != (segment_ids is None):
@@ -106,7 +108,8 @@ def run_bert4keras(config, model, *, checkpoint=None, init_random=False, save_ch
         else:
             config_path = pathlib.Path(config)
         cmd = [sys.executable, str(SCRIPT), "--config", str(config_path), "--model", model,
-               "--application", application, "--seed", str(seed)]
+               "--application", application if isinstance(application, str) else ",".join(application),
+               "--seed", str(seed)]
         if init_random:
             cmd.append("--init-random")
         if checkpoint is not None:
@@ -131,6 +134,11 @@ def run_bert4keras(config, model, *, checkpoint=None, init_random=False, save_ch
         if token_ids is not None:
             with np.load(work / "out.npz") as data:
                 outputs = {key: data[key] for key in data.files}
+            if not isinstance(application, str) and len(application) == 1:
+                outputs = {application[0]: outputs}
+            elif not isinstance(application, str):
+                outputs = {app: {key.split(":", 1)[1]: value for key, value in outputs.items()
+                                 if key.startswith(app + ":")} for app in application}
     if save_checkpoint is not None:
         outputs["variables"] = _parse_variables(result.stdout)
     return outputs
