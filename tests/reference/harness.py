@@ -31,7 +31,7 @@ import numpy as np
 
 SCRIPT = pathlib.Path(__file__).resolve().with_name("bert4keras_forward.py")
 EXIT_MISSING_PACKAGE = 3
-INSTALL_HINT = "pip install tf_keras==2.21.0 && pip install --no-deps bert4keras==0.11.5"
+INSTALL_HINT = "pip install -r requirements.txt && pip install --no-deps -r tests/reference/requirements.txt"
 _STDERR_TAIL = 4000
 
 
