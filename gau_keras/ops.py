@@ -7,9 +7,6 @@ import math
 
 from keras import ops
 
-#: The additive bias bert4keras uses for "minus infinity" in attention masks.
-NEG_INF = -1e12
-
 ATTENTION_NORMALIZATIONS = ("softmax", "softmax_plus", "squared_relu")
 
 
@@ -39,13 +36,13 @@ def align(tensor, axes, ndim):
     return ops.reshape(tensor, target)
 
 
-def sequence_masking(x, mask=None, value=NEG_INF, axis=1):
+def sequence_masking(x, mask=None, value=float("-inf"), axis=1):
     """Replaces the entries of ``x`` at masked positions with ``value``.
 
     Args:
         x: tensor [B, ..., L, ...].
         mask: bool tensor [B, L] (True = keep) or None.
-        value: the fill value (``-inf``, ``NEG_INF``, 0, ...).
+        value: the fill value (``-inf``, 0, ...).
         axis: the axis of ``x`` that ``mask``'s second axis refers to.
     """
     if mask is None:
@@ -60,11 +57,13 @@ def attention_normalize(a, mask=None, method="softmax", bias=None, min_len=16):
     Args:
         a: logits [B, Lq, Lk] (or [B, H, Lq, Lk]).
         mask: bool key mask [B, Lk] (True = real token) or None.
-        method: 'softmax'; 'softmax_plus' = softmax(a * ln(n) / ln(512)) with
-            n = number of unmasked keys floored at ``min_len``; or
-            'squared_relu' = relu(a)**2 / n.
-        bias: additive bias broadcastable to ``a`` (LM/UniLM masks), added
-            before masking; or None.
+        method: 'softmax'; 'softmax_plus' = softmax(a * ln(n) / ln(512)); or
+            'squared_relu' = relu(a)**2 / n; n = the number of keys a query
+            may attend to (unmasked, and visible under a bool ``bias``),
+            floored at ``min_len`` for 'softmax_plus'.
+        bias: broadcastable to ``a``: bool = a visibility mask (LM/UniLM;
+            combined with ``mask`` and counted in n, as bert4keras >= 0.11.5
+            does), float = an additive bias; or None.
         min_len: the floor of n for 'softmax_plus' (16 in bert4keras >= 0.11.5,
             1 in the version the released GAU-alpha was trained with).
     Returns:
@@ -73,48 +72,48 @@ def attention_normalize(a, mask=None, method="softmax", bias=None, min_len=16):
     if method not in ATTENTION_NORMALIZATIONS:
         raise ValueError(f"attention_normalize: unknown method {method!r}; "
                          f"expected one of {ATTENTION_NORMALIZATIONS}")
-    if bias is not None:
-        a = a + ops.cast(bias, a.dtype)
-    ndim = len(a.shape)
+    allowed = None
     if mask is not None:
-        a = sequence_masking(a, mask, float("-inf"), axis=ndim - 1)
+        allowed = align(ops.cast(mask, "bool"), [0, len(a.shape) - 1], len(a.shape))
+    if bias is not None and bias.dtype == "bool":
+        allowed = bias if allowed is None else ops.logical_and(allowed, bias)
+    elif bias is not None:
+        a = a + ops.cast(bias, a.dtype)
     if method == "softmax":
-        return ops.softmax(a, axis=-1)
-    n = _key_count(a, mask)
+        return ops.softmax(_masked(a, allowed), axis=-1)
+    n = _key_count(a, allowed)
     if method == "squared_relu":
-        return ops.square(ops.relu(a)) / n
+        return ops.square(ops.relu(_masked(a, allowed))) / n
     n = ops.maximum(n, ops.cast(min_len, n.dtype))
-    return ops.softmax(a * ops.log(n) / math.log(512.0), axis=-1)
+    # scaled before masking: with n = 1 the scale is 0 and -inf * 0 would be nan
+    return ops.softmax(_masked(a * ops.log(n) / math.log(512.0), allowed), axis=-1)
 
 
-def _key_count(a, mask):
-    """Number of unmasked keys, broadcastable to ``a`` ([B, 1, .., 1])."""
-    if mask is None:
+def _masked(a, allowed):
+    if allowed is None:
+        return a
+    return ops.where(allowed, a, ops.cast(float("-inf"), a.dtype))
+
+
+def _key_count(a, allowed):
+    """Keys each query may attend to, broadcastable to ``a`` ([.., Lq, 1])."""
+    if allowed is None:
         return ops.cast(ops.shape(a)[-1], a.dtype)
-    n = ops.sum(ops.cast(mask, a.dtype), axis=-1)
-    return ops.reshape(n, [-1] + [1] * (len(a.shape) - 1))
+    allowed = ops.broadcast_to(allowed, ops.shape(a))
+    return ops.sum(ops.cast(allowed, a.dtype), axis=-1, keepdims=True)
 
 
-def causal_attention_bias(length, dtype="float32"):
-    """LM mask as an additive bias [1, L, L]: key j visible to query i iff j <= i."""
+def causal_attention_bias(length):
+    """LM visibility mask, bool [1, L, L]: key j visible to query i iff j <= i."""
     idx = ops.arange(length)
-    visible = ops.less_equal(idx[None, :], idx[:, None])
-    return ops.expand_dims(_bias_from_visibility(visible, dtype), 0)
+    return ops.expand_dims(ops.less_equal(idx[None, :], idx[:, None]), 0)
 
 
-def unilm_attention_bias(segment_ids, dtype="float32"):
-    """UniLM mask as an additive bias [B, L, L]: with c = cumsum(segment_ids),
-    key j is visible to query i iff c[j] <= c[i]."""
+def unilm_attention_bias(segment_ids):
+    """UniLM visibility mask, bool [B, L, L]: with c = cumsum(segment_ids), key
+    j is visible to query i iff c[j] <= c[i]."""
     c = ops.cumsum(ops.cast(segment_ids, "int32"), axis=1)
-    visible = ops.less_equal(c[:, None, :], c[:, :, None])
-    return _bias_from_visibility(visible, dtype)
-
-
-def _bias_from_visibility(visible, dtype):
-    # Computed in float32 then cast, so that float16 turns NEG_INF into -inf
-    # without producing 0 * inf = nan.
-    bias = (1.0 - ops.cast(visible, "float32")) * NEG_INF
-    return ops.cast(bias, dtype)
+    return ops.less_equal(c[:, None, :], c[:, :, None])
 
 
 def sinusoidal_embeddings(positions, dim, base=10000.0):

@@ -68,22 +68,21 @@ def visibility(token_ids, segment_ids, application):
 
 
 def normalize(a, keys, visible, method, min_len):
-    """a [B, (H,) L, L]; keys bool [B, L]; visible bool [B, L, L]."""
-    n = keys.sum(-1).astype(float)
-    expand = (slice(None),) + (None,) * (a.ndim - 1)
+    """a [B, (H,) L, L]; keys bool [B, L]; visible bool [B, L, L].
+
+    n = the number of keys each query may attend to (bert4keras >= 0.11.5).
+    """
+    allowed = visible & keys[:, None, :]
     if a.ndim == 4:
-        visible = visible[:, None]
-        kmask = keys[:, None, None, :]
-    else:
-        kmask = keys[:, None, :]
-    allowed = visible & kmask
+        allowed = allowed[:, None]
+    n = allowed.sum(-1, keepdims=True).astype(float)
     if method == "softmax":
         return softmax(np.where(allowed, a, -np.inf))
     if method == "softmax_plus":
         scale = np.log(np.maximum(n, min_len)) / np.log(512.0)
-        return softmax(np.where(allowed, a * scale[expand], -np.inf))
+        return softmax(np.where(allowed, a * scale, -np.inf))
     if method == "squared_relu":
-        return np.where(allowed, relu(a) ** 2, 0.0) / n[expand]
+        return np.where(allowed, relu(a) ** 2, 0.0) / n
     raise ValueError(method)
 
 

@@ -104,10 +104,10 @@ def test_mha_rotary_matches_reference(rng):
 def test_attention_bias_layer():
     segments = np.array([[0, 0, 1, 1]])
     unilm = keras.ops.convert_to_numpy(AttentionBias("unilm")(segments))
-    np.testing.assert_array_equal(unilm == 0, ref.visibility(segments, segments, "unilm"))
+    np.testing.assert_array_equal(unilm, ref.visibility(segments, segments, "unilm"))
     lm = keras.ops.convert_to_numpy(AttentionBias("lm")(segments))
     assert lm.shape == (1, 4, 4)
-    np.testing.assert_array_equal(lm[0] == 0, np.tril(np.ones((4, 4), bool)))
+    np.testing.assert_array_equal(lm[0], np.tril(np.ones((4, 4), bool)))
     with pytest.raises(ValueError, match="mode"):
         AttentionBias("causal")
 

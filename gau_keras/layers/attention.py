@@ -216,11 +216,11 @@ class MultiHeadAttention(_AttentionBase):
 
 @keras.saving.register_keras_serializable(package="gau_keras")
 class AttentionBias(keras.layers.Layer):
-    """Builds the additive attention bias of an application.
+    """Builds the attention visibility mask of an application (bool, True =
+    may attend), passed to the attention layers as their ``a_bias`` input.
 
-    ``mode='lm'``: input token ids [B, L] -> causal bias [1, L, L].
-    ``mode='unilm'``: input segment ids [B, L] -> UniLM bias [B, L, L].
-    Masked entries are -1e12 (bert4keras's "infinity"), visible ones 0.
+    ``mode='lm'``: input token ids [B, L] -> causal mask [1, L, L].
+    ``mode='unilm'``: input segment ids [B, L] -> UniLM mask [B, L, L].
     """
 
     def __init__(self, mode="lm", **kwargs):
@@ -234,15 +234,15 @@ class AttentionBias(keras.layers.Layer):
 
     def call(self, inputs):
         if self.mode == "lm":
-            return gops.causal_attention_bias(ops.shape(inputs)[1], self.compute_dtype)
-        return gops.unilm_attention_bias(inputs, self.compute_dtype)
+            return gops.causal_attention_bias(ops.shape(inputs)[1])
+        return gops.unilm_attention_bias(inputs)
+
+    def compute_output_spec(self, inputs):
+        batch = 1 if self.mode == "lm" else inputs.shape[0]
+        return keras.KerasTensor((batch, inputs.shape[1], inputs.shape[1]), dtype="bool")
 
     def compute_mask(self, inputs, mask=None):
         return None
-
-    def compute_output_shape(self, input_shape):
-        batch = 1 if self.mode == "lm" else input_shape[0]
-        return (batch, input_shape[1], input_shape[1])
 
     def get_config(self):
         config = super().get_config()

@@ -61,7 +61,8 @@ class Transformer:
         self.layer_norm_epsilon = layer_norm_epsilon
         self.softmax_plus_min_len = softmax_plus_min_len
         self.application = application
-        self.with_mlm = with_mlm or (True if application == "lm" else False)
+        # bert4keras: LM and UniLM models always have the MLM head
+        self.with_mlm = with_mlm or application in ("lm", "unilm")
         self.ignore_invalid_weights = ignore_invalid_weights
         self.layers = {} if layers is None else layers
         self.prefix = prefix or ""
