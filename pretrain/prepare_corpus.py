@@ -197,7 +197,7 @@ def process_corpus(args, writer, stats, skipped, progress):
         stats.add(MaskStats(**batch_stats))
         skipped.extend(batch_skipped)
         progress.update(n_bytes)
-        progress.set_postfix(docs=stats.documents, examples=writer.count, refresh=False)
+        progress.set_postfix(docs=str(stats.documents), examples=str(writer.count), refresh=False)
 
     try:
         for batch, n_bytes in batches_of_documents(args, skipped):
