@@ -18,6 +18,7 @@ import abc
 import importlib.util
 import logging
 import os
+import signal
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -165,9 +166,16 @@ class LACModel:
 _WORKER_MODEL = None
 
 
+def restore_default_sigterm():
+    """For worker processes: paddle installs a SIGTERM handler that prints a
+    C++ "FatalError" report and can leave a terminated pool worker running."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _lac_worker_init(model_dir, threads):
     global _WORKER_MODEL
     _WORKER_MODEL = LACModel(model_dir, threads)
+    restore_default_sigterm()
 
 
 def _lac_worker_segment(texts):

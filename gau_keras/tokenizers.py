@@ -153,7 +153,6 @@ class Tokenizer:
         self._token_start, self._token_end = token_start, token_end
         self._pre_tokenize = pre_tokenize
         self._token_translate = dict(token_translate or {})
-        self._token_translate_inv = {v: k for k, v in self._token_translate.items()}
         for name in ("pad", "unk", "mask", "start", "end"):
             token = getattr(self, f"_token_{name}")
             if token in token_dict:
@@ -163,6 +162,15 @@ class Tokenizer:
             self._token_cls_id = self._token_start_id
         if hasattr(self, "_token_end_id"):
             self._token_sep_id = self._token_end_id
+
+    # bert4keras exposes its character tests on the class; scripts use them
+    stem = staticmethod(stem)
+    _is_space = staticmethod(is_space)
+    _is_punctuation = staticmethod(is_punctuation)
+    _is_cjk_character = staticmethod(is_cjk_character)
+    _is_control = staticmethod(is_control)
+    _is_special = staticmethod(is_special)
+    _is_redundant = staticmethod(_is_redundant)
 
     # -- special ids ------------------------------------------------------
     def _special_id(self, name):

@@ -34,10 +34,10 @@ except ImportError:  # run as a script from a checkout that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gau_keras.data.mlm import MaskStats, WholeWordMLM  # noqa: E402
-from gau_keras.segmenters import SEGMENTERS, get_segmenter  # noqa: E402
+from gau_keras.segmenters import SEGMENTERS, get_segmenter, restore_default_sigterm  # noqa: E402
 from gau_keras.tokenizers import Tokenizer  # noqa: E402
 
-SHARD_GLOB = "shard-*-of-*.tfrecord"
+SHARD_GLOB = "shard-*-of-*.tfrecord"  # = tfrecord.SHARD_PATTERN (not imported here: TensorFlow)
 SKIP_REASONS = ("undecodable", "invalid_json", "no_text_key", "empty", "no_tokens")
 
 
@@ -128,7 +128,9 @@ _WORKER = {}
 def _init_worker(vocab, lower_case, segmenter, maxlen, mask_prob, dynamic, seed):
     tokenizer = Tokenizer(vocab, do_lower_case=lower_case)
     kwargs = {"in_process": True} if segmenter == "lac" else {}
-    _WORKER.update(segmenter=get_segmenter(segmenter, **kwargs), seed=seed,
+    segmenter = get_segmenter(segmenter, **kwargs)
+    restore_default_sigterm()
+    _WORKER.update(segmenter=segmenter, seed=seed,
                    mlm=WholeWordMLM(tokenizer, maxlen=maxlen, mask_prob=mask_prob, dynamic=dynamic))
 
 
@@ -179,6 +181,39 @@ def batches_of_documents(args, skipped):
         yield batch, batch_bytes
 
 
+def process_corpus(args, writer, stats, skipped, progress):
+    """Feeds document batches to the worker pool and writes the results in
+    input order; at most 2 batches per worker are in flight."""
+    init_args = (args.vocab, not args.no_lower_case, args.segmenter, args.maxlen, args.mask_prob,
+                 args.dynamic_mask, args.seed)
+    pool = multiprocessing.get_context("spawn").Pool(args.workers, initializer=_init_worker, initargs=init_args)
+    pending = collections.deque()
+
+    def collect():
+        result, n_bytes = pending.popleft()
+        examples, batch_stats, batch_skipped = result.get()
+        for features in examples:
+            writer.write(features)
+        stats.add(MaskStats(**batch_stats))
+        skipped.extend(batch_skipped)
+        progress.update(n_bytes)
+        progress.set_postfix(docs=str(stats.documents), examples=str(writer.count), refresh=False)
+
+    try:
+        for batch, n_bytes in batches_of_documents(args, skipped):
+            pending.append((pool.apply_async(process_batch, (batch,)), n_bytes))
+            while len(pending) > 2 * args.workers:
+                collect()
+        while pending:
+            collect()
+        pool.close()  # let the workers finish normally rather than be terminated
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
+
+
 def run(args):
     """Prepares the shards; returns the summary dict."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -189,34 +224,11 @@ def run(args):
     start = time.time()
     check_output_dir(tf.io.gfile, args.output_dir, args.overwrite)
     skipped, stats = [], MaskStats()
-    context = multiprocessing.get_context("spawn")
-    init_args = (args.vocab, not args.no_lower_case, args.segmenter, args.maxlen, args.mask_prob,
-                 args.dynamic_mask, args.seed)
     total_bytes = sum(os.path.getsize(path) for path in args.files)
-    progress = tqdm(total=total_bytes, unit="B", unit_scale=True, desc="prepare_corpus", file=sys.stderr)
-    with context.Pool(args.workers, initializer=_init_worker, initargs=init_args) as pool, \
+    with tqdm(total=total_bytes, unit="B", unit_scale=True, desc="prepare_corpus", file=sys.stderr) as progress, \
             ShardedWriter(args.output_dir, args.shards) as writer:
-        pending = collections.deque()
-
-        def collect():
-            result, n_bytes = pending.popleft()
-            examples, batch_stats, batch_skipped = result.get()
-            for features in examples:
-                writer.write(features)
-            stats.add(MaskStats(**batch_stats))
-            skipped.extend(batch_skipped)
-            progress.update(n_bytes)
-            progress.set_postfix(docs=stats.documents, examples=writer.count, refresh=False)
-
-        for batch, n_bytes in batches_of_documents(args, skipped):
-            pending.append((pool.apply_async(process_batch, (batch,)), n_bytes))
-            while len(pending) > 2 * args.workers:
-                collect()
-        while pending:
-            collect()
-        shard_paths = writer.paths
-    progress.close()
-    summary = make_summary(args, stats, skipped, shard_paths, time.time() - start)
+        process_corpus(args, writer, stats, skipped, progress)
+    summary = make_summary(args, stats, skipped, writer.paths, time.time() - start)
     with tf.io.gfile.GFile(tf.io.gfile.join(args.output_dir, "skipped.log"), "w") as f:
         f.write("".join(f"{location}: {reason}: {detail}\n"
                         for location, reason, detail in sorted(skipped, key=_loc_key)))

@@ -1,12 +1,16 @@
 """prepare_corpus CLI on a small corpus with bad lines: counts, log, determinism,
 overwrite protection, dynamic mode."""
+import importlib.util
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from gau_keras.data.tfrecord import load_dataset
+from conftest import REPO_ROOT
 from pretrain import prepare_corpus
 
 SENTENCES = ["我爱北京天安门", "今天天气很好，我们去公园散步吧！", "hello world 2023年",
@@ -87,3 +91,20 @@ def test_summary_counts_log_and_determinism(tmp_path, capsys):
                                             dynamic_mask=True, mask_token_id=4,
                                             random_token_ids=np.arange(5, 20))))
     assert tokens["Input-Token"].shape == (summary["examples"], 32) and (labels.numpy() != 0).any()
+
+
+def test_worker_side_never_imports_tensorflow(tmp_path):
+    vocab = _vocab(tmp_path / "vocab.txt")
+    code = ("import sys; from pretrain import prepare_corpus as pc;"
+            f"pc._init_worker({str(vocab)!r}, True, 'jieba', 32, 0.15, False, 0);"
+            "pc.process_batch([(0, 'x:1', '我爱北京天安门')]);"
+            "assert 'tensorflow' not in sys.modules, 'worker imported tensorflow'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("LAC") is None or importlib.util.find_spec("paddle") is None,
+                    reason="LAC / paddlepaddle not installed (optional extra, see README)")
+def test_lac_segmenter_in_workers(tmp_path):
+    summary = _run(tmp_path, "lac", "--workers", "1", "--segmenter", "lac")
+    assert summary["segmenter"] == "lac" and summary["documents_used"] == 38
+    assert summary["examples"] == len(_records(tmp_path / "lac"))

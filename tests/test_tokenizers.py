@@ -75,6 +75,13 @@ def test_truncation_pair_pops_from_longer(tiny):
     assert ids == [2, 5, 3, 2, 6, 3]
 
 
+def test_class_level_character_tests():
+    assert Tokenizer._is_cjk_character("中") and not Tokenizer._is_cjk_character("a")
+    assert Tokenizer._is_punctuation("，") and Tokenizer._is_punctuation("$")
+    assert Tokenizer.stem("##ing") == "ing" and Tokenizer._is_special("[CLS]")
+    assert Tokenizer._is_redundant("##中") and not Tokenizer._is_redundant("##ing")
+
+
 def test_truncate_sequences_ties_pop_first():
     a, b = [1, 2, 3], [4, 5, 6]
     truncate_sequences(4, -1, a, b)
