@@ -93,8 +93,14 @@ class Trainer:
         self.max_predictions = min(data["max_predictions"] or -(-data["maxlen"] // 4), data["maxlen"])
         self.dataset = self._dataset(config["data"]["train"], repeat=True)
         self.iterator = iter(self.strategy.experimental_distribute_dataset(self.dataset))
+        # Dropout's random state lives in Keras SeedGenerators, which tf.train
+        # does not track through the model: save it explicitly so a resumed run
+        # draws the same masks as an uninterrupted one.
+        weights = {id(w) for w in self.model.weights}
+        self.seed_states = [v.value for v in self.model.variables if id(v) not in weights]
         self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
-                                              iterator=self.iterator, micro_step=self.micro_step)
+                                              iterator=self.iterator, micro_step=self.micro_step,
+                                              seed_states=self.seed_states)
         self.manager = tf.train.CheckpointManager(self.checkpoint, os.path.join(self.output_dir, "checkpoints"),
                                                   max_to_keep=config["train"]["keep_checkpoints"])
         self._restore_or_initialise()

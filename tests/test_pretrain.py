@@ -1,0 +1,95 @@
+"""pretrain/pretrain.py on a tiny config: a short run, kill-and-resume
+reproducing the next losses, export loading back, config errors."""
+import json
+
+import numpy as np
+import pytest
+
+from pretrain import config as config_lib
+from pretrain import prepare_corpus, pretrain
+
+TEXTS = ["今天天气很好，我们去公园散步吧！", "机器学习是人工智能的一个分支。", "他说：这本书真好看。",
+         "我爱北京天安门，天安门上太阳升。", "小明和小红一起去学校上课。", "这家餐厅的菜很好吃，服务也不错。"]
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    chars = sorted(set("".join(TEXTS)))
+    vocab = root / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + chars) + "\n", encoding="utf-8")
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n".join(TEXTS * 8) + "\n", encoding="utf-8")
+    summary = prepare_corpus.main([str(corpus), "--vocab", str(vocab), "--output-dir", str(root / "mlm"),
+                                    "--maxlen", "24", "--shards", "2", "--workers", "1", "--seed", "3"])
+    assert summary["examples"] == 48
+    return vocab, str(root / "mlm" / "shard-*.tfrecord"), len(chars) + 5
+
+
+def write_config(tmp_path, shards, name="run", **train):
+    vocab, pattern, vocab_size = shards
+    config = {
+        "model": "gau_alpha", "vocab": str(vocab),
+        "model_config": {"vocab_size": vocab_size, "hidden_size": 16, "num_hidden_layers": 2,
+                         "intermediate_size": 24, "attention_key_size": 8, "hidden_act": "swish",
+                         "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1},
+        "data": {"train": pattern, "eval": pattern, "maxlen": 24, "batch_size": 4, "shuffle_buffer": 50},
+        "optimizer": {"learning_rate": 5e-3, "gradient_accumulation_steps": 2, "schedule": {"0": 1, "10": 0.1}},
+        "train": {"steps": 2, "save_every": 1, "log_every": 1, "eval_every": 0,
+                  "output_dir": str(tmp_path / name), "xla": False, **train},
+    }
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return str(path)
+
+
+def losses(tmp_path, name):
+    lines = (tmp_path / name / "log.jsonl").read_text().splitlines()
+    return [json.loads(line)["loss"] for line in lines if "loss" in json.loads(line)]
+
+
+def test_two_steps_then_export_loads(tmp_path, shards):
+    path = write_config(tmp_path, shards)
+    assert pretrain.main(["--config", path]) == 0
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in log] == [1, 2]
+    assert all(np.isfinite(r["loss"]) and 0 <= r["masked_accuracy"] <= 1 for r in log)
+    from gau_keras.pretrained import load_pretrained
+    model, tokenizer = load_pretrained(str(tmp_path / "run" / "export"), with_mlm=True)
+    token_ids, segment_ids = tokenizer.encode(TEXTS[0])
+    probs = model.predict([np.array([token_ids]), np.array([segment_ids])], verbose=0)
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
+
+
+def test_resume_continues_step_count_and_reproduces_losses(tmp_path, shards):
+    straight = write_config(tmp_path, shards, "straight", steps=4)
+    assert pretrain.main(["--config", straight]) == 0
+    interrupted = write_config(tmp_path, shards, "interrupted", steps=4)
+    assert pretrain.main(["--config", interrupted, "--steps", "2"]) == 0   # "killed" after update 2
+    assert pretrain.main(["--config", interrupted]) == 0                   # resumes at update 2
+    log = [json.loads(line) for line in (tmp_path / "interrupted" / "log.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in log] == [1, 2, 3, 4]
+    np.testing.assert_allclose(losses(tmp_path, "interrupted"), losses(tmp_path, "straight"), rtol=1e-5)
+
+
+def test_evaluate_reports_majority_baseline(tmp_path, shards):
+    from pretrain.trainer import Trainer
+    trainer = Trainer(config_lib.load(write_config(tmp_path, shards)), xla=False)
+    result = trainer.evaluate(batches=3)
+    assert 0 < result["majority_baseline_accuracy"] < 1
+    assert result["eval_masked_tokens"] > 0 and np.isfinite(result["eval_loss"])
+
+
+def test_config_errors_name_the_key(tmp_path, shards):
+    path = write_config(tmp_path, shards)
+    config = json.loads(open(path).read())
+    config["train"]["stpes"] = 3
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(config))
+    with pytest.raises(SystemExit, match="stpes"):
+        config_lib.load(str(bad))
+    config["train"].pop("stpes")
+    config["model_config"]["vocab_size"] = 7
+    bad.write_text(json.dumps(config))
+    with pytest.raises(SystemExit, match="vocab_size=7"):
+        pretrain.main(["--config", str(bad)])
