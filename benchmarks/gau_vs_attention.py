@@ -234,18 +234,20 @@ def measure(args, sizes, length, mode, calibration, calibrate_first, calibrate_l
 def summarize(args, sizes, length, mode, results, peak_flops):
     gau, rof = (results[m] for m in MODELS)
     times = {m: statistics.median(results[m]["seconds"]) for m in MODELS}
-    mfu = {m: model_flops(m, sizes, args.batch_size, length, mode) / times[m] / peak_flops for m in MODELS}
+    flops = {m: model_flops(m, sizes, args.batch_size, length, mode) for m in MODELS}
+    mfu = {m: flops[m] / times[m] / peak_flops for m in MODELS}
     mem = {m: results[m]["peak_bytes"] / _common.MIB for m in MODELS}
     mem_ratio = mem["gau_alpha"] / mem["roformer_v2"] if mem["roformer_v2"] > 0 else float("nan")
     f = _common.format_number
     return [length, mode, f(times["gau_alpha"] * 1e3), f(times["roformer_v2"] * 1e3),
             f(_common.median_ratio(gau["seconds"], rof["seconds"])),
+            f(flops["gau_alpha"] / flops["roformer_v2"]),
             f(mem["gau_alpha"]), f(mem["roformer_v2"]), f(mem_ratio),
             f"{100 * mfu['gau_alpha']:.1f}%", f"{100 * mfu['roformer_v2']:.1f}%"]
 
 
-HEADERS = ["L", "mode", "GAU-α ms", "RoFormerV2 ms", "time GAU/RoF", "GAU-α MiB", "RoFormerV2 MiB",
-           "mem GAU/RoF", "GAU-α MFU", "RoFormerV2 MFU"]
+HEADERS = ["L", "mode", "GAU-α ms", "RoFormerV2 ms", "time GAU/RoF", "FLOPs GAU/RoF", "GAU-α MiB",
+           "RoFormerV2 MiB", "mem GAU/RoF", "GAU-α MFU", "RoFormerV2 MFU"]
 
 
 def main(argv=None):

@@ -48,7 +48,7 @@ def test_quick_run_prints_a_table_of_ratios():
     rows = _table_rows(result.stdout)
     assert [(row["L"], row["mode"]) for row in rows] == [("64", "train"), ("64", "infer")]
     for row in rows:
-        for column in ("GAU-α ms", "RoFormerV2 ms", "time GAU/RoF", "GAU-α MiB",
+        for column in ("GAU-α ms", "RoFormerV2 ms", "time GAU/RoF", "FLOPs GAU/RoF", "GAU-α MiB",
                        "RoFormerV2 MiB", "mem GAU/RoF"):
             assert float(row[column]) > 0, (column, row)
         for column in ("GAU-α MFU", "RoFormerV2 MFU"):
