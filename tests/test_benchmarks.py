@@ -1,0 +1,114 @@
+"""Smoke test of benchmarks/gau_vs_attention.py and checks of its helpers.
+
+No timing is asserted: the quick run only has to produce a well-formed table
+of positive numbers.
+"""
+import importlib.util
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+BENCHMARKS = REPO_ROOT / "benchmarks"
+SCRIPT = BENCHMARKS / "gau_vs_attention.py"
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return _load("gau_vs_attention", SCRIPT)
+
+
+@pytest.fixture(scope="module")
+def common(bench):
+    return sys.modules["_common"]
+
+
+def _table_rows(stdout):
+    lines = [line for line in stdout.splitlines() if line.startswith("|")]
+    assert len(lines) >= 3, f"no Markdown table in the output:\n{stdout}"
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    assert set(lines[1].strip("|").split("|")) == {"---"}
+    return [dict(zip(header, (c.strip() for c in line.strip("|").split("|")))) for line in lines[2:]]
+
+
+def test_quick_run_prints_a_table_of_ratios():
+    result = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--lengths", "64"],
+                            capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr[-4000:]
+    rows = _table_rows(result.stdout)
+    assert [(row["L"], row["mode"]) for row in rows] == [("64", "train"), ("64", "infer")]
+    for row in rows:
+        for column in ("GAU-α ms", "RoFormerV2 ms", "time GAU/RoF", "FLOPs GAU/RoF", "GAU-α MiB",
+                       "RoFormerV2 MiB", "mem GAU/RoF"):
+            assert float(row[column]) > 0, (column, row)
+        for column in ("GAU-α MFU", "RoFormerV2 MFU"):
+            assert row[column].endswith("%") and float(row[column][:-1]) > 0, (column, row)
+    assert "float32 matmul peak" in result.stdout
+
+
+def test_bad_options_are_rejected_by_name():
+    result = subprocess.run([sys.executable, str(SCRIPT), "--modes", "train,fly"],
+                            capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert result.returncode != 0 and "--modes" in result.stderr
+    result = subprocess.run([sys.executable, str(SCRIPT), "--lengths", "128,x"],
+                            capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert result.returncode != 0 and "--lengths" in result.stderr
+
+
+def test_gau_layer_flops_hand_count(bench):
+    # B=2, L=3, H=4, e=5, s=2. i_dense 2*6*4*12=576, q k^T 2*2*3*3*2=72,
+    # A v 2*2*3*3*5=180, o_dense 2*6*5*4=240.
+    assert bench.gau_layer_flops(tokens=6, length=3, hidden=4, units=5, key_size=2) == 1068
+
+
+def test_mha_ffn_layer_flops_hand_count(bench):
+    # B=2, L=3, H=4, 2 heads of 2, F=8. q,k,v,o 4*2*6*4*4=768, q k^T 2*(2*2)*3*3*2=144,
+    # A v 144, FFN 2*2*6*4*8=768.
+    assert bench.mha_ffn_layer_flops(tokens=6, length=3, hidden=4, heads=2, ffn=8) == 1824
+
+
+def test_model_flops_match_the_documented_formula(bench):
+    length, batch = 1000, 3
+    gau = bench.model_flops("gau_alpha", bench.FULL_SIZES, batch, length, "infer")
+    rof = bench.model_flops("roformer_v2", bench.FULL_SIZES, batch, length, "infer")
+    assert gau == batch * (14_548_992 * length + 6656 * length ** 2)
+    assert rof == batch * (14_155_776 * length + 3072 * length ** 2)
+    assert bench.model_flops("gau_alpha", bench.FULL_SIZES, batch, length, "train") == 3 * gau
+
+
+def test_median_ratio_pairs_repeats(common):
+    assert common.median_ratio([2.0, 9.0, 3.0], [1.0, 3.0, 1.0]) == 3.0
+
+
+def test_markdown_table(common):
+    assert common.markdown_table(["a", "b"], [[1, "x"]]) == "| a | b |\n|---|---|\n| 1 | x |"
+
+
+def test_memory_probe_sees_a_tensor_allocated_after_reset(common):
+    import tensorflow as tf
+    probe = common.MemoryProbe("CPU:0")
+    probe.reset()
+    x = tf.ones((1024, 1024)) + 1.0  # 4 MiB result
+    peak = probe.peak_above_baseline()
+    del x
+    assert 4 * 2 ** 20 <= peak < 64 * 2 ** 20
+
+
+def test_memory_probe_rss_fallback_sees_a_numpy_buffer(common):
+    probe = common.MemoryProbe("CPU:0")
+    probe.method = "rss"
+    probe.reset()
+    buffer = np.ones(2 ** 21)  # 16 MiB, touched
+    peak = probe.peak_above_baseline()
+    del buffer
+    assert peak >= 15 * 2 ** 20
