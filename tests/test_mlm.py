@@ -12,7 +12,7 @@ N_DOCS = 600
 
 @pytest.fixture(scope="module")
 def corpus_words(request):
-    from conftest import SHARED_DATA
+    from tests.conftest import SHARED_DATA
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data folder {SHARED_DATA} is absent")
     with open(SHARED_DATA / "corpus" / "zh_corpus.txt", encoding="utf-8") as f:

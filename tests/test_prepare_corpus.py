@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from gau_keras.data.tfrecord import load_dataset
-from conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT
 from pretrain import prepare_corpus
 
 SENTENCES = ["我爱北京天安门", "今天天气很好，我们去公园散步吧！", "hello world 2023年",
