@@ -142,8 +142,11 @@ def global_pointer_crossentropy(y_true, y_pred):
     y_pred = ops.reshape(y_pred, (shape[0] * shape[1], -1))
     y_true = ops.reshape(ops.cast(y_true, y_pred.dtype), ops.shape(y_pred))
     big = ops.cast(-NEG_INF, y_pred.dtype)
-    negatives = y_pred - y_true * big                   # positives removed
-    positives = -y_pred - (1.0 - y_true) * big          # negatives removed
+    signed = (1.0 - 2.0 * y_true) * y_pred                # s on negatives, -s on positives
+    # pushing the other set down by `big` (not negating it) keeps masked spans
+    # (s = NEG_INF) at -inf in both terms
+    negatives = signed - y_true * big
+    positives = signed - (1.0 - y_true) * big
     zeros = ops.zeros_like(y_pred[:, :1])
     loss = (ops.logsumexp(ops.concatenate([negatives, zeros], axis=-1), axis=-1)
             + ops.logsumexp(ops.concatenate([positives, zeros], axis=-1), axis=-1))
