@@ -247,7 +247,7 @@ def train_and_predict(task_cls, args):
     TqdmProgress, DevEvaluation = _callbacks()
     dev_eval = DevEvaluation(evaluate, task.metric, str(paths["weights"]), on_record)
     if args.epochs:
-        model.fit(batches, epochs=args.epochs, verbose=0,
+        model.fit(batches.tf_dataset(), epochs=args.epochs, verbose=0, shuffle=False,
                   callbacks=[TqdmProgress(len(batches), args.epochs), dev_eval])
         model.load_weights(str(paths["weights"]))
     else:
