@@ -35,11 +35,17 @@ from finetune.batching import PaddedBatches
 DEV_SUBSET_SEED = 0
 
 
+def task_module(task_cls):
+    """(dotted name, module) of a task class's module, also under ``python -m`` (where it is ``__main__``)."""
+    module = sys.modules[task_cls.__module__]
+    spec = getattr(module, "__spec__", None)
+    return (spec.name if spec is not None else task_cls.__module__), module
+
+
 def build_parser(task_cls):
     defaults = task_cls.defaults
-    module = task_cls.__module__
-    parser = argparse.ArgumentParser(prog=f"python -m {module}",
-                                     description=(sys.modules[module].__doc__ or "").split("\n\n")[0])
+    name, module = task_module(task_cls)
+    parser = argparse.ArgumentParser(prog=f"python -m {name}", description=(module.__doc__ or "").split("\n\n")[0])
     parser.add_argument("--data-dir", required=True,
                         help="folder holding the task's folder (e.g. ../shared/data/clue or the CLUE download "
                              "folder) or the task's {train,dev,test}.json themselves")
@@ -234,7 +240,7 @@ def train_and_predict(task_cls, args):
     def evaluate(trained):
         return task.score(dev, predict(task, trained, dev, dev_features, args.batch_size, "dev"))
 
-    record = {"task": args.task_name, "module": task_cls.__module__, "metric": task.metric,
+    record = {"task": args.task_name, "module": task_module(task_cls)[0], "metric": task.metric,
               "args": {k: v for k, v in vars(args).items()},
               "model_dir": args.model_dir or "bundled", "train_examples": len(train),
               "train_features": len(train_features), "dev_examples": len(dev),

@@ -1,6 +1,9 @@
 """The shared runner end to end (tnews, a tiny random GAU-alpha, a few steps), and its batching."""
+import importlib
 import itertools
 import json
+import runpy
+import sys
 
 import numpy as np
 import pytest
@@ -55,14 +58,20 @@ def _small_copy(shared_data, target, rows=24):
     return target, texts
 
 
-def test_tnews_end_to_end(tmp_path, shared_data, capsys):
+RUNPY_REIMPORT = "ignore:'finetune.*found in sys.modules:RuntimeWarning"   # runpy re-runs imported modules
+
+
+@pytest.mark.filterwarnings(RUNPY_REIMPORT)
+def test_tnews_end_to_end(tmp_path, shared_data, capsys, monkeypatch):
     data_dir, texts = _small_copy(shared_data, tmp_path / "data")
     model_dir = tiny_model_dir(str(tmp_path / "model"), texts)
     out_dir = tmp_path / "out"
     argv = ["--data-dir", str(data_dir), "--model-dir", model_dir, "--out-dir", str(out_dir),
             "--epochs", "2", "--batch-size", "8", "--maxlen", "32", "--max-eval-examples", "16", "--seed", "3"]
-    with pytest.warns(UserWarning, match=r"train\.json:4"):
-        assert runner.run(TnewsTask, argv) == 0
+    monkeypatch.setattr(sys, "argv", ["finetune.tnews"] + argv)
+    with pytest.warns(UserWarning, match=r"train\.json:4"), pytest.raises(SystemExit) as done:
+        runpy.run_module("finetune.tnews", run_name="__main__", alter_sys=True)      # what `python -m finetune.tnews` runs
+    assert done.value.code == 0
     printed = capsys.readouterr().out
     assert "1 malformed skipped" in printed
     assert "epoch 1: dev accuracy=" in printed and "epoch 2: dev accuracy=" in printed
@@ -73,6 +82,7 @@ def test_tnews_end_to_end(tmp_path, shared_data, capsys):
     assert all(set(p) == {"id", "label"} and p["label"] in TASKS["tnews"].labels for p in predictions)
 
     record = json.loads((out_dir / "tnews_metrics.json").read_text())
+    assert record["module"] == "finetune.tnews"
     assert [e["epoch"] for e in record["epochs"]] == [1, 2]
     assert record["train_examples"] == 24 and record["dev_examples"] == 16
     assert record["best"]["accuracy"] == max(e["accuracy"] for e in record["epochs"])
@@ -95,3 +105,27 @@ def test_missing_model_dir_and_bad_arguments_are_errors(tmp_path, capsys):
     assert "nowhere" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         runner.run(TnewsTask, argv + ["--model", "bert"])
+
+
+def test_labels_outside_the_label_set_stop_the_run_naming_the_line(tmp_path, capsys):
+    (tmp_path / "train.json").write_text('{"sentence": "x", "label": "100"}\n{"sentence": "y", "label": "105"}\n')
+    assert runner.run(TnewsTask, ["--data-dir", str(tmp_path), "--out-dir", str(tmp_path / "out")]) == 2
+    assert "train.json:2" in capsys.readouterr().err
+
+
+MODULES = ["tnews", "iflytek", "afqmc", "cmnli", "ocnli", "wsc", "csl", "cmrc2018", "c3", "chid", "cluener"]
+
+
+@pytest.mark.filterwarnings(RUNPY_REIMPORT)
+@pytest.mark.parametrize("module", MODULES)
+def test_every_task_module_has_the_command_line(module, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", [f"finetune.{module}", "--help"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module(f"finetune.{module}", run_name="__main__", alter_sys=True)
+    assert done.value.code == 0
+    usage = capsys.readouterr().out
+    for option in ("--data-dir", "--model-dir", "--model", "--epochs", "--batch-size", "--maxlen", "--lr",
+                   "--max-train-examples", "--seed", "--overwrite", "--from-scratch", "--task-name"):
+        assert option in usage
+    assert usage.startswith(f"usage: python -m finetune.{module} ")
+    assert importlib.import_module(f"finetune.{module}").__doc__.split("\n")[0] in usage.replace("\n", " ")
