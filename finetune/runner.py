@@ -135,10 +135,10 @@ def predict(task, model, examples, features, batch_size, desc="predict"):
 def build_transformer(args, task):
     """The builder object of the (pretrained or randomly initialised) model, and its tokenizer."""
     from gau_keras.models.builder import build_transformer_model
-    from gau_keras.pretrained import default_model_dir, model_files
+    from gau_keras.pretrained import model_files
     from gau_keras.tokenizers import Tokenizer
 
-    config, checkpoint, vocab = model_files(args.model_dir or default_model_dir())
+    config, checkpoint, vocab = model_files(args.model_dir)
     kwargs = {"with_mlm": "linear"} if task.with_mlm else {}
     transformer = build_transformer_model(config, None if args.from_scratch else checkpoint,
                                           model=args.model, return_keras_model=False, **kwargs)
@@ -212,39 +212,59 @@ def _write_json(path, value):
     os.replace(tmp, path)
 
 
-def train_and_predict(task_cls, args):
-    """The whole run for parsed ``args``; returns the metrics record."""
-    import keras
+def check_arguments(args):
+    for name in ("epochs", "batch_size", "maxlen"):
+        value = getattr(args, name)
+        if value < (0 if name == "epochs" else 1):
+            raise ValueError(f"--{name.replace('_', '-')} must be {'>= 0' if name == 'epochs' else '>= 1'}, got {value}")
 
+
+def write_test_predictions(task, model, args, path):
+    """Predicts ``--predict-split`` and writes it in the CLUE format; the number written (0: no such split)."""
     from gau_keras.data.clue import find_split_files, write_predictions
+
+    try:
+        find_split_files(args.task_name, args.predict_split, args.data_dir)
+    except FileNotFoundError as missing:
+        print(f"no predictions written: {missing}")
+        return 0
+    test = load_split(args.task_name, args.predict_split, args.data_dir, args.max_test_examples)
+    features = encode(task, test, training=False)
+    predictions = predict(task, model, test, features, args.batch_size, args.predict_split)
+    write_predictions(args.task_name, [(e.id, task.submission(e, p)) for e, p in zip(test, predictions)],
+                      path, overwrite=args.overwrite)
+    print(f"wrote {len(test)} predictions to {path}")
+    return len(test)
+
+
+def train_and_predict(task_cls, args):
+    """The whole run for parsed ``args``; returns the metrics record (also written to <task>_metrics.json)."""
+    import keras
 
     paths = output_paths(args.out_dir, args.task_name)
     check_outputs(paths, args.overwrite)
-    for name in ("epochs", "batch_size", "maxlen"):
-        if getattr(args, name) < (0 if name == "epochs" else 1):
-            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    check_arguments(args)
+    from gau_keras.pretrained import default_model_dir
+
+    args.model_dir = args.model_dir or default_model_dir()     # recorded in the metrics file
     keras.utils.set_random_seed(args.seed)
     started = time.time()
     train = load_split(args.task_name, "train", args.data_dir, args.max_train_examples, seed=args.seed)
     dev = load_split(args.task_name, "dev", args.data_dir, args.max_eval_examples, seed=DEV_SUBSET_SEED)
     transformer, tokenizer = build_transformer(args, task_cls)
     task = task_cls(args.task_name, tokenizer, args.maxlen, **task_cls.options(args))
-    train_features = encode(task, train, training=True)
-    dev_features = encode(task, dev, training=False)
+    train_features, dev_features = encode(task, train, training=True), encode(task, dev, training=False)
     model = task.build_model(transformer)
     batches = PaddedBatches(train_features, args.batch_size, shuffle=True, seed=args.seed)
     model.compile(optimizer=make_optimizer(args.lr, args.weight_decay, len(batches) * args.epochs),
                   loss=task.loss())
     paths["weights"].parent.mkdir(parents=True, exist_ok=True)
+    record = {"task": args.task_name, "module": task_module(task_cls)[0], "metric": task.metric,
+              "args": dict(vars(args)), "train_examples": len(train), "train_features": len(train_features),
+              "dev_examples": len(dev), "epochs": [], "best": None}
 
     def evaluate(trained):
         return task.score(dev, predict(task, trained, dev, dev_features, args.batch_size, "dev"))
-
-    record = {"task": args.task_name, "module": task_module(task_cls)[0], "metric": task.metric,
-              "args": {k: v for k, v in vars(args).items()},
-              "model_dir": args.model_dir or "bundled", "train_examples": len(train),
-              "train_features": len(train_features), "dev_examples": len(dev),
-              "epochs": [], "best": None}
 
     def on_record(callback):
         record.update(epochs=callback.history, best=callback.best, seconds=round(time.time() - started, 1))
@@ -256,22 +276,13 @@ def train_and_predict(task_cls, args):
         model.fit(batches.tf_dataset(), epochs=args.epochs, verbose=0, shuffle=False,
                   callbacks=[TqdmProgress(len(batches), args.epochs), dev_eval])
         model.load_weights(str(paths["weights"]))
-    else:
+    else:   # evaluate (and save) the starting point only
         dev_eval.set_model(model)
         dev_eval.on_epoch_end(-1)
-    try:
-        find_split_files(args.task_name, args.predict_split, args.data_dir)
-    except FileNotFoundError as missing:
-        print(f"no predictions written: {missing}")
-        return record
-    test = load_split(args.task_name, args.predict_split, args.data_dir, args.max_test_examples)
-    predictions = predict(task, model, test, encode(task, test, training=False), args.batch_size,
-                          args.predict_split)
-    write_predictions(args.task_name, [(e.id, task.submission(e, p)) for e, p in zip(test, predictions)],
-                      paths["predictions"], overwrite=args.overwrite)
-    print(f"wrote {len(test)} predictions to {paths['predictions']}")
-    record.update(predictions=str(paths["predictions"]), predicted_examples=len(test),
-                  seconds=round(time.time() - started, 1))
+    written = write_test_predictions(task, model, args, paths["predictions"])
+    if written:
+        record.update(predictions=str(paths["predictions"]), predicted_examples=written)
+    record.update(seconds=round(time.time() - started, 1))
     _write_json(paths["metrics"], record)
     return record
 

@@ -109,7 +109,8 @@ def test_missing_model_dir_and_bad_arguments_are_errors(tmp_path, capsys):
 
 def test_labels_outside_the_label_set_stop_the_run_naming_the_line(tmp_path, capsys):
     (tmp_path / "train.json").write_text('{"sentence": "x", "label": "100"}\n{"sentence": "y", "label": "105"}\n')
-    assert runner.run(TnewsTask, ["--data-dir", str(tmp_path), "--out-dir", str(tmp_path / "out")]) == 2
+    argv = ["--data-dir", str(tmp_path), "--out-dir", str(tmp_path / "out"), "--model-dir", str(tmp_path)]
+    assert runner.run(TnewsTask, argv) == 2
     assert "train.json:2" in capsys.readouterr().err
 
 
