@@ -5,31 +5,41 @@
 
 Span-aware input, as in the CLUE baselines: the two spans are marked inside
 the text with special characters and the [CLS] vector of the marked text is
-classified. Span 1 (the candidate referent) is wrapped in ``_ … _`` and span 2
-(the pronoun) in ``[ … ]``; both marks are single punctuation tokens of the
-character vocab, so the encoder sees where the spans are without new
-embeddings, and the two spans get different marks so their roles differ.
-Example: ``_小明_对小红说[他]明天来`` (label: does "他" mean "小明"?).
+classified. Span 1 (the candidate referent) is wrapped in ``< … >`` and span 2
+(the pronoun) in ``[ … ]``. The CLUE baseline wraps span 1 in ``_``, but ``_``
+is not in the GAU-alpha vocab (it would become [UNK]); ``<``, ``>``, ``[`` and
+``]`` are single-character tokens of that vocab (and of the bundled model's),
+and none of them occurs in the CLUEWSC texts. So the encoder sees where the
+spans are without new embeddings, and the two spans get different marks so
+their roles differ. Example: ``<小明>对小红说[他]明天来`` (label: does "他"
+mean "小明"?).
 """
 import sys
 
 from finetune.runner import run
 from finetune.task import ClassificationTask
 
-SPAN1_MARKS = ("_", "_")
+SPAN1_MARKS = ("<", ">")
 SPAN2_MARKS = ("[", "]")
 
 
 def mark_spans(text, span1, span2):
-    """``text`` with span1 in SPAN1_MARKS and span2 in SPAN2_MARKS (spans: (index, text))."""
-    inserts = [(span1.index, 0, SPAN1_MARKS[0]), (span1.index + len(span1.text), 1, SPAN1_MARKS[1]),
-               (span2.index, 0, SPAN2_MARKS[0]), (span2.index + len(span2.text), 1, SPAN2_MARKS[1])]
-    chars = list(text)
-    # right to left, so earlier offsets stay valid; at one offset the opening
-    # mark is inserted first, so a closing mark there ends up left of it
-    for position, _, mark in sorted(inserts, key=lambda item: (-item[0], item[1])):
-        chars.insert(position, mark)
-    return "".join(chars)
+    """``text`` with span1 in SPAN1_MARKS and span2 in SPAN2_MARKS (spans: (index, text)).
+
+    Marks are placed left to right by position; at one position closing marks
+    come first (the inner span's first), then opening marks (the outer span's
+    first), so overlapping or equal spans still nest properly.
+    """
+    marks = []
+    for k, (span, (left, right)) in enumerate(((span1, SPAN1_MARKS), (span2, SPAN2_MARKS)), start=1):
+        start, end = span.index, span.index + len(span.text)
+        marks.append(((start, 1, -end, k), left))
+        marks.append(((end, 0, -start, -k), right))
+    pieces, cursor = [], 0
+    for (position, *_), mark in sorted(marks):
+        pieces += [text[cursor:position], mark]
+        cursor = position
+    return "".join(pieces) + text[cursor:]
 
 
 class WscTask(ClassificationTask):

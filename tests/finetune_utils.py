@@ -6,7 +6,7 @@ from tests.model_utils import random_checkpoint
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
-def vocab_from_texts(texts, extra=("_", "[", "]", "；")):
+def vocab_from_texts(texts, extra=("<", ">", "[", "]", "；")):
     """Special tokens, then ``extra``, then every character of ``texts`` once (first-seen order)."""
     tokens = list(SPECIAL_TOKENS)
     seen = set(tokens)

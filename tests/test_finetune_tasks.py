@@ -69,11 +69,14 @@ def test_csl_puts_the_keywords_first(shared_data, tokenizer):
 def test_wsc_marks_both_spans(shared_data, tokenizer):
     for example in _examples(shared_data, "cluewsc", n=10):
         marked = mark_spans(example.text, example.span1, example.span2)
-        assert f"_{example.span1.text}_" in marked and f"[{example.span2.text}]" in marked
-        assert marked.replace("_", "").replace("[", "").replace("]", "") == \
-            example.text.replace("_", "").replace("[", "").replace("]", "")
-    assert mark_spans("他说小明来了", Span(2, "小明"), Span(0, "他")) == "[他]说_小明_来了"
-    assert mark_spans("小明他", Span(0, "小明"), Span(2, "他")) == "_小明_[他]"
+        assert f"<{example.span1.text}>" in marked and f"[{example.span2.text}]" in marked
+        assert len(marked) == len(example.text) + 4
+        assert "".join(c for c in marked if c not in "<>[]") == "".join(c for c in example.text if c not in "<>[]")
+    assert mark_spans("他说小明来了", Span(2, "小明"), Span(0, "他")) == "[他]说<小明>来了"
+    assert mark_spans("小明他", Span(0, "小明"), Span(2, "他")) == "<小明>[他]"
+    assert mark_spans("他", Span(0, "他"), Span(0, "他")) == "<[他]>"
+    assert mark_spans("小明的他", Span(0, "小明的他"), Span(3, "他")) == "<小明的[他]>"
+    assert mark_spans("他的狗", Span(0, "他的狗"), Span(0, "他")) == "<[他]的狗>"
 
 
 def test_c3_one_row_per_choice(shared_data, tokenizer):
