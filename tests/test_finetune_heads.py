@@ -69,6 +69,7 @@ def test_multiple_choice_scores_each_choice_alone_and_masks_missing_ones():
     np.testing.assert_allclose(logits[0, :2], logits[1, :2], atol=1e-5)
     loss = heads.sparse_logits_crossentropy()(np.array([1, 2]), logits)
     np.testing.assert_allclose(float(loss), _sparse_ce([1, 2], logits), rtol=1e-5)
+    assert_keras_round_trip(model, [ids, np.zeros_like(ids)], atol=1e-5)
 
 
 def test_candidate_scores_are_mean_log_probabilities(rng):
@@ -97,6 +98,7 @@ def test_candidate_scoring_model_uses_the_mlm_head_at_the_masks():
     np.testing.assert_allclose(scores[0, 0], (logp[0, 1, 7] + logp[0, 2, 8]) / 2, rtol=1e-4)
     np.testing.assert_allclose(scores[0, 1], logp[0, 1, 9], rtol=1e-4)
     assert scores[1, 1] == NEG_INF
+    assert_keras_round_trip(model, [IDS, SEGMENTS, positions, candidates], atol=1e-5)
     with pytest.raises(ValueError, match="with_mlm"):
         heads.candidate_scoring_model(_encoder())
 

@@ -1,5 +1,7 @@
 """Each task module's example -> features conversion on real CLUE lines, and the
 cmrc2018 sliding windows mapped back to character spans."""
+import json
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,7 @@ from finetune.iflytek import IflytekTask
 from finetune.ocnli import OcnliTask
 from finetune.tnews import TnewsTask
 from finetune.wsc import WscTask, mark_spans
-from gau_keras.data.clue import Answer, Span, SpanQAExample, load_task
+from gau_keras.data.clue import Answer, Span, SpanQAExample, load_file, load_task, write_predictions
 from gau_keras.tokenizers import Tokenizer
 
 CLUE = "clue"
@@ -108,6 +110,24 @@ def test_chid_masks_the_blank_and_lists_candidate_tokens(shared_data, tokenizer)
         assert list(kept_left) == left_ids[len(left_ids) - len(kept_left):]     # the context nearest the blank
         assert list(kept_right) == right_ids[:len(kept_right)]
         assert feature.label == example.label
+
+
+def test_chid_original_clue_form_features_and_submission(tmp_path, tokenizer):
+    path = tmp_path / "test.json"
+    path.write_text(json.dumps({"candidates": ["一心一意", "三心二意", "画蛇添足"],
+                                "content": ["他做事#idiom000001#，从不#idiom000002#。"]}, ensure_ascii=False) + "\n",
+                    encoding="utf-8")
+    examples, _ = load_file("chid", path, labelled=False)
+    assert [e.id for e in examples] == ["#idiom000001#", "#idiom000002#"]
+    task = ChidTask("chid", tokenizer, 32)
+    for example in examples:
+        (feature,) = task.features(example, training=False)
+        token_ids, _, positions, candidates = feature.inputs
+        assert list(token_ids[positions]) == [tokenizer.token_mask_id] * 4 and candidates.shape == (3, 4)
+        assert (token_ids == tokenizer.token_mask_id).sum() == 4      # the other blank is "____", not masks
+    out = write_predictions("chid", [(e.id, task.submission(e, i)) for i, e in enumerate(examples)],
+                            tmp_path / "chid_predict.json")
+    assert json.loads(out.read_text()) == {"#idiom000001#": 0, "#idiom000002#": 1}
 
 
 def test_chid_context_budget():
