@@ -213,10 +213,10 @@ def _write_json(path, value):
 
 
 def check_arguments(args):
-    for name in ("epochs", "batch_size", "maxlen"):
+    for name, least in (("epochs", 0), ("batch_size", 1), ("maxlen", 8)):
         value = getattr(args, name)
-        if value < (0 if name == "epochs" else 1):
-            raise ValueError(f"--{name.replace('_', '-')} must be {'>= 0' if name == 'epochs' else '>= 1'}, got {value}")
+        if value < least:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
 
 
 def write_test_predictions(task, model, args, path):

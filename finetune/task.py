@@ -4,7 +4,7 @@ A task turns typed CLUE examples (`gau_keras.data.clue`) into model inputs,
 builds its head on the pretrained encoder, turns model outputs back into one
 prediction per example, scores them and renders them for the submission file.
 """
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple, Tuple
 
 import keras
 import numpy as np

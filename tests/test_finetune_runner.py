@@ -70,7 +70,8 @@ def test_tnews_end_to_end(tmp_path, shared_data, capsys, monkeypatch):
             "--epochs", "2", "--batch-size", "8", "--maxlen", "32", "--max-eval-examples", "16", "--seed", "3"]
     monkeypatch.setattr(sys, "argv", ["finetune.tnews"] + argv)
     with pytest.warns(UserWarning, match=r"train\.json:4"), pytest.raises(SystemExit) as done:
-        runpy.run_module("finetune.tnews", run_name="__main__", alter_sys=True)      # what `python -m finetune.tnews` runs
+        # what `python -m finetune.tnews` runs
+        runpy.run_module("finetune.tnews", run_name="__main__", alter_sys=True)
     assert done.value.code == 0
     printed = capsys.readouterr().out
     assert "1 malformed skipped" in printed

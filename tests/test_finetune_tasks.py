@@ -114,9 +114,9 @@ def test_chid_masks_the_blank_and_lists_candidate_tokens(shared_data, tokenizer)
 
 def test_chid_original_clue_form_features_and_submission(tmp_path, tokenizer):
     path = tmp_path / "test.json"
-    path.write_text(json.dumps({"candidates": ["一心一意", "三心二意", "画蛇添足"],
-                                "content": ["他做事#idiom000001#，从不#idiom000002#。"]}, ensure_ascii=False) + "\n",
-                    encoding="utf-8")
+    record = {"candidates": ["一心一意", "三心二意", "画蛇添足"],
+              "content": ["他做事#idiom000001#，从不#idiom000002#。"]}
+    path.write_text(json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")
     examples, _ = load_file("chid", path, labelled=False)
     assert [e.id for e in examples] == ["#idiom000001#", "#idiom000002#"]
     task = ChidTask("chid", tokenizer, 32)
