@@ -3,9 +3,9 @@
 Every head outputs logits; the losses are the matching cross-entropies:
 
 * `classification_head`: [CLS] vector -> dropout -> Dense -> [B, num_labels];
-* `span_head`: Dense(2) per token -> [B, 2, L] start/end logits (padding -inf);
+* `span_head`: Dense(2) per token -> [B, 2, L] start/end logits (padding NEG_INF);
 * `multiple_choice_model`: each of C choice sequences [B, C, L] through the
-  encoder, [CLS] -> Dense(1) -> [B, C] (absent choices -inf);
+  encoder, [CLS] -> Dense(1) -> [B, C] (absent choices NEG_INF);
 * `candidate_scoring_model`: the MLM head at the [MASK] positions -> mean
   log-probability of each candidate's tokens -> [B, C];
 * `global_pointer_head`: `gau_keras.layers.GlobalPointer` -> [B, T, L, L]

@@ -94,8 +94,11 @@ def test_tnews_end_to_end(tmp_path, shared_data, capsys, monkeypatch):
     assert "--overwrite" in capsys.readouterr().err
     assert (out_dir / "tnews_predict.json").read_bytes() == before
     with pytest.warns(UserWarning, match=r"train\.json:4"):
-        assert runner.run(TnewsTask, argv + ["--epochs", "0", "--overwrite", "--max-test-examples", "5"]) == 0
+        assert runner.run(TnewsTask, argv + ["--epochs", "0", "--overwrite", "--max-test-examples", "5",
+                                             "--from-scratch"]) == 0
     assert len((out_dir / "tnews_predict.json").read_text().splitlines()) == 5
+    record = json.loads((out_dir / "tnews_metrics.json").read_text())
+    assert record["args"]["from_scratch"] and [e["epoch"] for e in record["epochs"]] == [0]
 
 
 def test_missing_model_dir_and_bad_arguments_are_errors(tmp_path, capsys):
