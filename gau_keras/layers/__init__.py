@@ -5,3 +5,4 @@ from gau_keras.layers.embeddings import Embedding, SinusoidalPositionEmbedding
 from gau_keras.layers.feedforward import FeedForward
 from gau_keras.layers.merging import Add
 from gau_keras.layers.normalization import LayerNormalization, ScaleOffset
+from gau_keras.layers.global_pointer import GlobalPointer

@@ -1,0 +1,136 @@
+"""The shared runner end to end (tnews, a tiny random GAU-alpha, a few steps), and its batching."""
+import importlib
+import itertools
+import json
+import runpy
+import sys
+
+import numpy as np
+import pytest
+
+from finetune import runner
+from finetune.batching import PaddedBatches, pad_stack
+from finetune.task import Feature
+from finetune.tnews import TnewsTask
+from gau_keras.data.clue import TASKS
+from tests.finetune_utils import tiny_model_dir
+
+
+def test_pad_stack_pads_every_axis():
+    out = pad_stack([np.ones((2, 3), "int32"), np.full((1, 4), 2, "int32")])
+    assert out.shape == (2, 2, 4) and out.dtype == np.int32
+    np.testing.assert_array_equal(out[1], [[2, 2, 2, 2], [0, 0, 0, 0]])
+    with pytest.raises(ValueError, match="ranks"):
+        pad_stack([np.ones(2), np.ones((2, 2))])
+
+
+def test_padded_batches_reshuffle_per_pass_and_keep_every_feature():
+    features = [Feature((np.arange(1, n + 2), np.zeros(n + 1, "int32")), n) for n in range(7)]
+    batches = PaddedBatches(features, 3, shuffle=True, seed=1)
+    assert len(batches) == 3
+    orders = []
+    for _ in range(2):
+        seen = []
+        for (ids, segments), labels in batches.tf_dataset().as_numpy_iterator():
+            assert ids.shape == segments.shape and ids.shape[1] == labels.max() + 1
+            seen.extend(labels.tolist())
+        assert sorted(seen) == list(range(7))
+        orders.append(seen)
+    assert orders[0] != orders[1]
+    (inputs,) = PaddedBatches(features, 4, with_labels=False)[1]
+    assert inputs[0].shape == (3, 7)
+    with pytest.raises(IndexError):
+        batches[3]
+
+
+def _small_copy(shared_data, target, rows=24):
+    """tnews train/dev/test, first `rows` lines each, plus a malformed line in train."""
+    folder = target / "tnews"
+    folder.mkdir(parents=True)
+    texts = []
+    for split in ("train", "dev", "test"):
+        with open(shared_data / "clue" / "tnews" / f"{split}.json", encoding="utf-8") as f:
+            lines = list(itertools.islice(f, rows))
+        if split == "train":
+            lines.insert(3, '{"sentence": "broken line", "label": \n')
+        (folder / f"{split}.json").write_text("".join(lines), encoding="utf-8")
+        texts.extend(json.loads(line).get("sentence", "") for line in lines if line.strip().endswith("}"))
+    return target, texts
+
+
+RUNPY_REIMPORT = "ignore:'finetune.*found in sys.modules:RuntimeWarning"   # runpy re-runs imported modules
+
+
+@pytest.mark.filterwarnings(RUNPY_REIMPORT)
+def test_tnews_end_to_end(tmp_path, shared_data, capsys, monkeypatch):
+    data_dir, texts = _small_copy(shared_data, tmp_path / "data")
+    model_dir = tiny_model_dir(str(tmp_path / "model"), texts)
+    out_dir = tmp_path / "out"
+    argv = ["--data-dir", str(data_dir), "--model-dir", model_dir, "--out-dir", str(out_dir),
+            "--epochs", "2", "--batch-size", "8", "--maxlen", "32", "--max-eval-examples", "16", "--seed", "3"]
+    monkeypatch.setattr(sys, "argv", ["finetune.tnews"] + argv)
+    with pytest.warns(UserWarning, match=r"train\.json:4"), pytest.raises(SystemExit) as done:
+        # what `python -m finetune.tnews` runs
+        runpy.run_module("finetune.tnews", run_name="__main__", alter_sys=True)
+    assert done.value.code == 0
+    printed = capsys.readouterr().out
+    assert "1 malformed skipped" in printed
+    assert "epoch 1: dev accuracy=" in printed and "epoch 2: dev accuracy=" in printed
+
+    predictions = [json.loads(line) for line in (out_dir / "tnews_predict.json").read_text().splitlines()]
+    test_ids = [json.loads(line)["id"] for line in (data_dir / "tnews" / "test.json").read_text().splitlines()]
+    assert [p["id"] for p in predictions] == test_ids
+    assert all(set(p) == {"id", "label"} and p["label"] in TASKS["tnews"].labels for p in predictions)
+
+    record = json.loads((out_dir / "tnews_metrics.json").read_text())
+    assert record["module"] == "finetune.tnews"
+    assert [e["epoch"] for e in record["epochs"]] == [1, 2]
+    assert record["train_examples"] == 24 and record["dev_examples"] == 16
+    assert record["best"]["accuracy"] == max(e["accuracy"] for e in record["epochs"])
+    assert (out_dir / "tnews_best.weights.h5").is_file()
+
+    before = (out_dir / "tnews_predict.json").read_bytes()
+    assert runner.run(TnewsTask, argv + ["--epochs", "1"]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert (out_dir / "tnews_predict.json").read_bytes() == before
+    with pytest.warns(UserWarning, match=r"train\.json:4"):
+        assert runner.run(TnewsTask, argv + ["--epochs", "0", "--overwrite", "--max-test-examples", "5",
+                                             "--from-scratch"]) == 0
+    assert len((out_dir / "tnews_predict.json").read_text().splitlines()) == 5
+    record = json.loads((out_dir / "tnews_metrics.json").read_text())
+    assert record["args"]["from_scratch"] and [e["epoch"] for e in record["epochs"]] == [0]
+
+
+def test_missing_model_dir_and_bad_arguments_are_errors(tmp_path, capsys):
+    argv = ["--data-dir", str(tmp_path), "--out-dir", str(tmp_path / "out")]
+    (tmp_path / "train.json").write_text('{"sentence": "x", "label": "100"}\n')
+    (tmp_path / "dev.json").write_text('{"sentence": "x", "label": "100"}\n')
+    assert runner.run(TnewsTask, argv + ["--model-dir", str(tmp_path / "nowhere")]) == 2
+    assert "nowhere" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        runner.run(TnewsTask, argv + ["--model", "bert"])
+
+
+def test_labels_outside_the_label_set_stop_the_run_naming_the_line(tmp_path, capsys):
+    (tmp_path / "train.json").write_text('{"sentence": "x", "label": "100"}\n{"sentence": "y", "label": "105"}\n')
+    argv = ["--data-dir", str(tmp_path), "--out-dir", str(tmp_path / "out"), "--model-dir", str(tmp_path)]
+    assert runner.run(TnewsTask, argv) == 2
+    assert "train.json:2" in capsys.readouterr().err
+
+
+MODULES = ["tnews", "iflytek", "afqmc", "cmnli", "ocnli", "wsc", "csl", "cmrc2018", "c3", "chid", "cluener"]
+
+
+@pytest.mark.filterwarnings(RUNPY_REIMPORT)
+@pytest.mark.parametrize("module", MODULES)
+def test_every_task_module_has_the_command_line(module, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", [f"finetune.{module}", "--help"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module(f"finetune.{module}", run_name="__main__", alter_sys=True)
+    assert done.value.code == 0
+    usage = capsys.readouterr().out
+    for option in ("--data-dir", "--model-dir", "--model", "--epochs", "--batch-size", "--maxlen", "--lr",
+                   "--max-train-examples", "--seed", "--overwrite", "--from-scratch", "--task-name"):
+        assert option in usage
+    assert usage.startswith(f"usage: python -m finetune.{module} ")
+    assert importlib.import_module(f"finetune.{module}").__doc__.split("\n")[0] in usage.replace("\n", " ")
