@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pretrain import config as config_lib
-from pretrain import prepare_corpus, pretrain
+from pretrain import bundle_model, prepare_corpus, pretrain
 
 TEXTS = ["今天天气很好，我们去公园散步吧！", "机器学习是人工智能的一个分支。", "他说：这本书真好看。",
          "我爱北京天安门，天安门上太阳升。", "小明和小红一起去学校上课。", "这家餐厅的菜很好吃，服务也不错。"]
@@ -59,6 +59,12 @@ def test_two_steps_then_export_loads(tmp_path, shards):
     token_ids, segment_ids = tokenizer.encode(TEXTS[0])
     probs = model.predict([np.array([token_ids]), np.array([segment_ids])], verbose=0)
     np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
+    bundled = tmp_path / "bundled"
+    assert bundle_model.main(["--run-dir", str(tmp_path / "run"), "--config", path, "--output", str(bundled)]) == 0
+    assert "updates: 2 of batch 4" in (bundled / "TRAINING.md").read_text()
+    assert load_pretrained(str(bundled))[0].output.shape[-1] == 16
+    with pytest.raises(SystemExit):   # no silent overwrite
+        bundle_model.main(["--run-dir", str(tmp_path / "run"), "--config", path, "--output", str(bundled)])
 
 
 def test_resume_continues_step_count_and_reproduces_losses(tmp_path, shards):

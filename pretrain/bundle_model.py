@@ -1,0 +1,94 @@
+"""Copies a pretraining run's export into a model directory and records how it
+was trained (TRAINING.md: config, updates, wall time, the masked-accuracy curve).
+
+    python3 pretrain/pretrain.py --config pretrain/configs/tiny.json --export-only
+    python3 pretrain/bundle_model.py --run-dir runs/gau_alpha_tiny \
+        --config pretrain/configs/tiny.json --output gau_keras/pretrained/gau_alpha_tiny --overwrite
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+
+MODEL_FILES = ("bert_config.json", "vocab.txt", "bert_model.ckpt.index",
+               "bert_model.ckpt.data-00000-of-00001", "checkpoint")
+
+
+def read_log(path):
+    """(training records, eval records) of a run's log.jsonl; a restart's
+    elapsed time starts again at 0, so wall time is summed per segment."""
+    train, evals = [], []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise SystemExit(f"error: {path}:{number}: not JSON ({e})")
+            (evals if "eval_loss" in record else train).append(record)
+    return train, evals
+
+
+def wall_time(train):
+    total, last = 0.0, 0.0
+    for record in train:
+        if record["elapsed_s"] < last:      # a resumed segment
+            total += last
+        last = record["elapsed_s"]
+    return total + last
+
+
+def training_notes(config_path, train, evals):
+    with open(config_path, encoding="utf-8") as f:
+        config = json.load(f)
+    lines = ["# How this model was trained", "",
+             "Pretrained with this project's own pipeline (`pretrain/`) on",
+             "`../shared/data/corpus/zh_corpus.txt` (every 50th document held out for evaluation),",
+             "whole-word MLM with jieba, on a 2-core CPU shared with other jobs.", "",
+             f"* config: `{config_path}` (copied below)",
+             f"* updates: {train[-1]['update']} of batch {config['data']['batch_size']} × "
+             f"{config['data']['maxlen']} tokens",
+             f"* training wall time: {wall_time(train) / 60:.1f} minutes (restarts included, "
+             "evaluation excluded)",
+             f"* final training loss {train[-1]['loss']:.3f}, masked accuracy "
+             f"{train[-1]['masked_accuracy']:.4f}"]
+    if evals:
+        last = evals[-1]
+        lines.append(f"* held-out masked-token accuracy {last['eval_masked_accuracy']:.4f} "
+                     f"(loss {last['eval_loss']:.3f}) vs {last['majority_baseline_accuracy']:.4f} for always "
+                     f"predicting the most frequent token, over {last['eval_masked_tokens']} masked tokens")
+        lines += ["", "| update | held-out masked accuracy | majority baseline | held-out loss |",
+                  "|---|---|---|---|"]
+        lines += [f"| {r['update']} | {r['eval_masked_accuracy']:.4f} | {r['majority_baseline_accuracy']:.4f} "
+                  f"| {r['eval_loss']:.3f} |" for r in evals]
+    lines += ["", "## Config", "", "```json", json.dumps(config, indent=2, ensure_ascii=False), "```", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--overwrite", action="store_true")
+    args = parser.parse_args(argv)
+    export = os.path.join(args.run_dir, "export")
+    missing = [f for f in MODEL_FILES if not os.path.isfile(os.path.join(export, f))]
+    if missing:
+        parser.error(f"{export} lacks {missing}; run pretrain.py --export-only first")
+    if os.path.exists(args.output) and not args.overwrite:
+        parser.error(f"{args.output} exists; pass --overwrite to replace it")
+    train, evals = read_log(os.path.join(args.run_dir, "log.jsonl"))
+    if not train:
+        parser.error(f"{args.run_dir}/log.jsonl has no training records")
+    os.makedirs(args.output, exist_ok=True)
+    for name in MODEL_FILES:
+        shutil.copy(os.path.join(export, name), os.path.join(args.output, name))
+    with open(os.path.join(args.output, "TRAINING.md"), "w", encoding="utf-8") as f:
+        f.write(training_notes(args.config, train, evals))
+    print(f"bundled {export} -> {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
