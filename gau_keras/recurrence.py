@@ -1,25 +1,25 @@
 """The SRU elementwise recurrence (DESIGN.md §3) with a hand-written gradient.
 
-Only the cheap elementwise recurrence is sequential; everything that does not
-depend on the running state is computed batched over all time steps, outside
-the loops:
+The matrix work that produces U stays outside (batched over all steps); here
+only the elementwise recurrence runs, as two loops over time:
 
-* forward: the loop carries ``c`` and computes only
-  ``f_t = σ(U1_t + b_f + v_f⊙c_{t−1})`` and ``c_t = U0_t + (c_{t−1} − U0_t)⊙f_t``;
-  ``r`` and ``h`` are then computed for all steps at once from ``c``;
-* backward: the gradient that flows into ``c`` obeys the linear recurrence
-  ``dc_{t−1} = (dc_t + a_t)⊙A_t + e_t`` whose coefficients are recomputed batched
-  from the saved ``c``; the reverse-time loop only runs that recurrence.
+* forward: the loop carries c and computes only f_t and c_t; r and h are then
+  computed for all steps at once.  Only c [L, B, dirs, d] is kept for the
+  backward pass (the op's own inputs are referenced, not copied);
+* backward (``tf.custom_gradient``): f and r are recomputed batched from the
+  saved c; the reverse-time loop runs only the linear recurrence of the
+  gradient flowing into c; dU, dx, dweight_c, dbias follow batched.
 
-Both loops are ``tf.function``-compiled scans, XLA-compiled
-(``jit_compile=True``) when XLA works on this machine (probed once per dtype;
-set ``GAU_KERAS_SRU_XLA=0`` to disable).  The bidirectional case runs in the same
-loop: the backward direction is flipped in time before the scan.  For backward
-the op keeps only ``c`` (plus references to its own inputs).
+Autodiff through a ``tf.while_loop`` instead stores every intermediate of every
+step.  Both loops are ``tf.function``s compiled by XLA (``jit_compile=True``)
+when XLA works on this machine (probed once per dtype and direction count; set
+``GAU_KERAS_SRU_XLA=0`` to disable), else plain graph loops.  Both directions
+of a bidirectional layer advance in the same loop (direction 1 is reversed in
+time before the loop).  float16/bfloat16 are computed in float32, float64 stays float64.
 
-``sru_recurrence_autodiff`` is the same maths as a plain per-step
-``tf.while_loop`` differentiated by TensorFlow's autodiff; it is the baseline
-for the gradient tests and ``benchmarks/srupp_speed.py``.
+``sru_recurrence_autodiff`` is the same maths written the straightforward way
+and differentiated by autodiff: the reference for the tests and the baseline
+for ``benchmarks/srupp_speed.py``.
 """
 import functools
 import os
@@ -64,72 +64,29 @@ def _compute_dtype(dtype):
     return tf.float32 if dtype in (tf.float16, tf.bfloat16) else dtype
 
 
-def _flip_time(t, bidirectional):
-    """[B, L, dirs, ...] → time-major [L, B, dirs, ...], direction 1 reversed in time."""
-    t = tf.transpose(t, [1, 0] + list(range(2, t.shape.rank)))
-    if bidirectional:
-        t = tf.concat([t[:, :, :1], tf.reverse(t[:, :, 1:], axis=[0])], axis=2)
-    return t
-
-
 def _unflip_time(t, bidirectional):
-    """Inverse of ``_flip_time``."""
+    """Scan order [L, B, dirs, ...] (direction 1 reversed in time) → batch-major [B, L, dirs, ...]."""
     if bidirectional:
         t = tf.concat([t[:, :, :1], tf.reverse(t[:, :, 1:], axis=[0])], axis=2)
     return tf.transpose(t, [1, 0] + list(range(2, t.shape.rank)))
 
 
 # ----------------------------------------------------------------------------
-# the two compiled loops
+# forward and backward, each one compiled function around one scan
 # ----------------------------------------------------------------------------
 
-def _forward_scan(u0, u1b, pad, v_f, c0):
-    """c_t for all t.  u0, u1b: [L, B, dirs, d]; pad: [L, B, dirs, 1] bool;
-    v_f: [dirs, d]; c0: [B, dirs, d]  →  c: [L, B, dirs, d]."""
-    def step(c_prev, inputs):
-        u0_t, u1_t, pad_t = inputs
-        f = tf.sigmoid(u1_t + v_f * c_prev)
-        c = u0_t + (c_prev - u0_t) * f
-        return tf.where(pad_t, c_prev, c)
-    return tf.scan(step, (u0, u1b, pad), initializer=c0)
+def _flip_time(t, bidirectional):
+    """Batch-major [B, L, dirs, ...] → scan order [L, B, dirs, ...] (direction 1 reversed in time)."""
+    t = tf.transpose(t, [1, 0] + list(range(2, t.shape.rank)))
+    if bidirectional:
+        t = tf.concat([t[:, :, :1], tf.reverse(t[:, :, 1:], axis=[0])], axis=2)
+    return t
 
 
-def _backward_scan(a, A, e, dc_last):
-    """Reverse-time gradient into c.  a, A, e: [L, B, dirs, d]; dc_last: [B, dirs, d]
-    → (D: [L, B, dirs, d] total gradient into each c_t, dc0: [B, dirs, d])."""
-    def step(state, inputs):
-        carry = state[1]
-        a_t, A_t, e_t = inputs
-        total = carry + a_t
-        return total, total * A_t + e_t
-    D, carries = tf.scan(step, (a, A, e), initializer=(dc_last, dc_last), reverse=True)
-    return D, carries[0]
-
-
-@functools.lru_cache(maxsize=None)
-def _loops(dtype_name):
-    """(forward, backward) compiled for one compute dtype: XLA when it works here."""
-    if _USE_XLA:
-        fwd = tf.function(_forward_scan, jit_compile=True, reduce_retracing=True)
-        bwd = tf.function(_backward_scan, jit_compile=True, reduce_retracing=True)
-        try:
-            with tf.init_scope():  # probe eagerly, even when first called while tracing
-                z = tf.zeros([2, 1, 1, 2], dtype_name)
-                fwd(z, z, tf.zeros([2, 1, 1, 1], tf.bool), z[0, 0], z[0])
-                bwd(z, z, z, z[0])
-            return fwd, bwd
-        except (tf.errors.OpError, NotImplementedError, ValueError):
-            pass
-    return (tf.function(_forward_scan, reduce_retracing=True),
-            tf.function(_backward_scan, reduce_retracing=True))
-
-
-# ----------------------------------------------------------------------------
-# the op
-# ----------------------------------------------------------------------------
-
-def _split_inputs(U, x, weight_c, bias, scale_x, B, L, dirs, d, k):
-    """U slices, skip term x' and the per-direction weights as [B, L, dirs, d] / [dirs, d]."""
+def _split_inputs(U, x, weight_c, bias, scale_x, bidirectional):
+    """U slices and skip term x' as [B, L, dirs, d]; weights as [dirs, d]."""
+    B, L = tf.shape(U)[0], tf.shape(U)[1]
+    dirs, d, k = _layout(U, x, weight_c, bias, bidirectional)
     Uk = tf.reshape(U, [B, L, dirs, d, k])
     u0, u1, u2 = Uk[..., 0], Uk[..., 1], Uk[..., 2]
     xp = Uk[..., 3] if k == 4 else tf.reshape(x, [B, L, dirs, d]) * scale_x
@@ -138,70 +95,120 @@ def _split_inputs(U, x, weight_c, bias, scale_x, B, L, dirs, d, k):
     return u0, u1, u2, xp, v_f, v_r, b_f, b_r
 
 
-def _previous_c(c_seq, c0):
-    """[L, B, dirs, d] time-major c → c_{t−1} in the same (flipped) layout."""
-    return tf.concat([c0[None], c_seq[:-1]], axis=0)
+def _states(c_seq, c0, bidirectional):
+    """Saved scan-order c → (c_t, c_{t−1}) batch-major [B, L, dirs, d]."""
+    c_prev = tf.concat([c0[None], c_seq[:-1]], axis=0)
+    return _unflip_time(c_seq, bidirectional), _unflip_time(c_prev, bidirectional)
+
+
+def _forward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, bidirectional):
+    """→ h [B, L, dirs·d], c_last [B, dirs·d], c_seq [L, B, dirs, d] (scan order:
+    direction 1 flipped in time), the only tensor kept for the backward pass.
+    The loop carries c and computes only f and c; r and h follow batched."""
+    B, L = tf.shape(U)[0], tf.shape(U)[1]
+    u0, u1, u2, xp, v_f, v_r, b_f, b_r = _split_inputs(U, x, weight_c, bias, scale_x, bidirectional)
+    dirs, d = v_f.shape
+    c0 = tf.reshape(c0, [B, dirs, d])
+    pad4 = pad[:, :, None, None]
+    pad_t = _flip_time(tf.broadcast_to(pad4, [B, L, dirs, 1]), bidirectional)
+
+    def step(c_prev, inputs):
+        u0_t, u1_t, pad_t = inputs
+        f = tf.sigmoid(u1_t + v_f * c_prev)
+        c = u0_t + (c_prev - u0_t) * f
+        return tf.where(pad_t, c_prev, c)
+
+    c_seq = tf.scan(step, (_flip_time(u0, bidirectional), _flip_time(u1 + b_f, bidirectional), pad_t),
+                    initializer=c0)
+    c, c_prev = _states(c_seq, c0, bidirectional)
+    r = tf.sigmoid(u2 + b_r + v_r * c_prev)
+    m = tf.reshape(mask_c, [B, 1, dirs, d])
+    h = tf.where(pad4, tf.zeros_like(xp), xp + (c - xp) * m * r)
+    return tf.reshape(h, [B, L, dirs * d]), tf.reshape(c_seq[-1], [B, dirs * d]), c_seq
+
+
+def _backward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last, bidirectional):
+    """Gradients (dU, dx, dweight_c, dbias, dc0, dscale_x) from the saved c_seq
+    (DESIGN.md §3).  Everything but the gradient into c is computed batched; that
+    one runs backwards in time as dc_{t−1} = (dc_t + a_t)⊙A_t + e_t with
+    a = dh⊙m⊙r, A = f + (c_{t−1} − U0)⊙f(1−f)⊙v_f, e = dgr⊙v_r."""
+    B, L = tf.shape(U)[0], tf.shape(U)[1]
+    u0, u1, u2, xp, v_f, v_r, b_f, b_r = _split_inputs(U, x, weight_c, bias, scale_x, bidirectional)
+    dirs, d = v_f.shape
+    k = U.shape[-1] // (dirs * d)
+    pad4 = pad[:, :, None, None]
+    keep = tf.cast(tf.logical_not(pad4), U.dtype)
+    c, c_prev = _states(c_seq, tf.reshape(c0, [B, dirs, d]), bidirectional)
+    f = tf.sigmoid(u1 + b_f + v_f * c_prev)
+    r = tf.sigmoid(u2 + b_r + v_r * c_prev)
+    mr = tf.reshape(mask_c, [B, 1, dirs, d]) * r
+    dh4 = tf.reshape(dh, [B, L, dirs, d]) * keep  # h = 0 on padding
+    dgr = dh4 * (c - xp) * mr * (1.0 - r)
+    g = (c_prev - u0) * f * (1.0 - f) * keep
+    A = tf.where(pad4, tf.ones_like(f), f + g * v_f)  # padding passes dc through
+
+    def step(state, inputs):
+        a_t, A_t, e_t = inputs
+        total = state[1] + a_t
+        return total, total * A_t + e_t
+
+    dc_last = tf.reshape(dc_last, [B, dirs, d])
+    D_t, carries = tf.scan(step, tuple(_flip_time(t, bidirectional) for t in (dh4 * mr, A, dgr * v_r)),
+                           initializer=(dc_last, dc_last), reverse=True)
+    D = _unflip_time(D_t, bidirectional)
+    dgf = D * g
+    dxp = dh4 * (1.0 - mr)
+    parts = [D * (1.0 - f) * keep, dgf, dgr] + ([dxp] if k == 4 else [])
+    dU = tf.reshape(tf.stack(parts, axis=-1), tf.shape(U))
+    if k == 3:
+        dx = tf.reshape(dxp * scale_x, tf.shape(x))
+        dscale = tf.reduce_sum(dxp * tf.reshape(x, [B, L, dirs, d]))
+    else:
+        dx, dscale = tf.zeros_like(x), tf.zeros_like(scale_x)
+    dweight_c = tf.stack([tf.reduce_sum(dgf * c_prev, [0, 1]), tf.reduce_sum(dgr * c_prev, [0, 1])])
+    dbias = tf.stack([tf.reduce_sum(dgf, [0, 1]), tf.reduce_sum(dgr, [0, 1])])
+    return (dU, dx, tf.reshape(dweight_c, [-1]), tf.reshape(dbias, [-1]),
+            tf.reshape(carries[0], tf.shape(c0)), dscale)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(dtype_name, bidirectional):
+    """(forward, backward) as tf.functions: XLA-compiled when XLA works here."""
+    fwd = functools.partial(_forward, bidirectional=bidirectional)
+    bwd = functools.partial(_backward, bidirectional=bidirectional)
+    if _USE_XLA:
+        xla = (tf.function(fwd, jit_compile=True),
+               tf.function(bwd, jit_compile=True))
+        try:
+            with tf.init_scope():  # probe eagerly, even when first called while tracing
+                dirs = 2 if bidirectional else 1
+                z = lambda *shape: tf.zeros(shape, dtype_name)  # noqa: E731
+                args = (z(1, 2, 3 * dirs), z(1, 2, dirs), z(2 * dirs), z(2 * dirs), z(1, dirs),
+                        tf.zeros([1, 2], tf.bool), z(), z(1, dirs))
+                h, c_last, c_seq = xla[0](*args)
+                xla[1](*args, c_seq, h, c_last)
+            return xla
+        except (tf.errors.OpError, NotImplementedError, ValueError):
+            pass
+    return tf.function(fwd), tf.function(bwd)
 
 
 def _core(U, x, weight_c, bias, c0, pad, scale_x, mask_c, bidirectional):
-    """Differentiable in U, x, weight_c, bias, c0, scale_x; all in one compute dtype.
-    pad: [B, L] bool; mask_c: [B, dirs*d] or None."""
-    B, L = tf.shape(U)[0], tf.shape(U)[1]
-    dirs, d, k = _layout(U, x, weight_c, bias, bidirectional)
-    fwd_loop, bwd_loop = _loops(U.dtype.name)
-    pad4 = pad[:, :, None, None]
-    pad_t = _flip_time(tf.broadcast_to(pad4, tf.stack([B, L, dirs, 1])), bidirectional)
-    m = 1.0 if mask_c is None else tf.reshape(mask_c, [B, 1, dirs, d])
+    """Differentiable in U, x, weight_c, bias, c0, scale_x; all in one compute dtype."""
+    fwd, bwd = _compiled(U.dtype.name, bidirectional)
 
     @tf.custom_gradient
     def op(U, x, weight_c, bias, c0, scale_x):
         # Nothing inside is recorded by autodiff (the gradient is ``grad``), which
-        # also keeps XLA from exporting loop intermediates for a tape.
-        U, x, weight_c, bias, c0, scale_x = [tf.stop_gradient(t) for t in (U, x, weight_c, bias, c0, scale_x)]
-        u0, u1, u2, xp, v_f, v_r, b_f, b_r = _split_inputs(U, x, weight_c, bias, scale_x, B, L, dirs, d, k)
-        c0_ = tf.reshape(c0, [B, dirs, d])
-        c_seq = fwd_loop(_flip_time(u0, bidirectional), _flip_time(u1 + b_f, bidirectional),
-                         pad_t, v_f, c0_)
-        c = _unflip_time(c_seq, bidirectional)
-        c_prev = _unflip_time(_previous_c(c_seq, c0_), bidirectional)
-        r = tf.sigmoid(u2 + b_r + v_r * c_prev)
-        h = tf.where(pad4, tf.zeros_like(xp), xp + (c - xp) * m * r)
-        c_last = tf.reshape(c_seq[-1], [B, dirs * d])
+        # also keeps the compiled loop from exporting its intermediates.
+        inputs = [tf.stop_gradient(t) for t in (U, x, weight_c, bias, c0, pad, scale_x, mask_c)]
+        h, c_last, c_seq = fwd(*inputs)
 
         def grad(dh, dc_last):
             dc_last = tf.zeros_like(c_last) if dc_last is None else dc_last
-            u0, u1, u2, xp, v_f, v_r, b_f, b_r = _split_inputs(U, x, weight_c, bias, scale_x,
-                                                               B, L, dirs, d, k)
-            keep = tf.cast(tf.logical_not(pad4), c_seq.dtype)
-            c = _unflip_time(c_seq, bidirectional)
-            c_prev = _unflip_time(_previous_c(c_seq, c0_), bidirectional)
-            f = tf.sigmoid(u1 + b_f + v_f * c_prev)
-            r = tf.sigmoid(u2 + b_r + v_r * c_prev)
-            dh4 = tf.reshape(dh, [B, L, dirs, d]) * keep
-            mr = m * r
-            dgr = dh4 * (c - xp) * mr * (1.0 - r)
-            g = (c_prev - u0) * f * (1.0 - f) * keep
-            A = tf.where(pad4, tf.ones_like(f), f + g * v_f)
-            D_t, dc0 = bwd_loop(_flip_time(dh4 * mr, bidirectional), _flip_time(A, bidirectional),
-                                _flip_time(dgr * v_r, bidirectional),
-                                tf.reshape(dc_last, [B, dirs, d]))
-            D = _unflip_time(D_t, bidirectional)
-            dgf = D * g
-            dxp = dh4 * (1.0 - mr)
-            parts = [D * (1.0 - f) * keep, dgf, dgr] + ([dxp] if k == 4 else [])
-            dU = tf.reshape(tf.stack(parts, axis=-1), tf.shape(U))
-            if k == 3:
-                dx = tf.reshape(dxp * scale_x, tf.shape(x))
-                dscale = tf.reduce_sum(dxp * tf.reshape(x, [B, L, dirs, d]))
-            else:
-                dx, dscale = tf.zeros_like(x), tf.zeros_like(scale_x)
-            dweight_c = tf.reshape(tf.stack([tf.reduce_sum(dgf * c_prev, [0, 1]),
-                                             tf.reduce_sum(dgr * c_prev, [0, 1])]), tf.shape(weight_c))
-            dbias = tf.reshape(tf.stack([tf.reduce_sum(dgf, [0, 1]), tf.reduce_sum(dgr, [0, 1])]),
-                               tf.shape(bias))
-            return dU, dx, dweight_c, dbias, tf.reshape(dc0, tf.shape(c0)), dscale
+            return bwd(*inputs, c_seq, dh, dc_last)
 
-        return (tf.reshape(h, [B, L, dirs * d]), c_last), grad
+        return (h, c_last), grad
 
     return op(U, x, weight_c, bias, c0, scale_x)
 
@@ -228,7 +235,7 @@ def _prepare(U, x, weight_c, bias, c0, mask_pad, scale_x, dropout_mask, bidirect
     scale = cast(1.0 if scale_x is None else scale_x)
     if scale.shape.rank != 0:
         raise ValueError(f"sru_recurrence: scale_x must be a scalar, got shape {scale.shape}")
-    mask_c = None if dropout_mask is None else cast(dropout_mask)
+    mask_c = tf.ones_like(c0) if dropout_mask is None else cast(dropout_mask)
     return U, x, weight_c, bias, c0, pad, scale, mask_c, out_dtype
 
 
@@ -260,10 +267,11 @@ def sru_recurrence(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,
 
 def sru_recurrence_autodiff(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,
                             dropout_mask=None, bidirectional=False):
-    """Same contract as ``sru_recurrence``, written as one plain ``tf.while_loop``
-    over time (all gates inside the loop, every direction stepped explicitly) and
-    differentiated by TensorFlow's autodiff.  Slow and memory-hungry on purpose:
-    it is the reference for tests and the baseline for benchmarks."""
+    """Same contract as ``sru_recurrence``, written the straightforward way: one
+    ``tf.while_loop`` per direction with every gate computed inside the loop
+    (inputs read per step from time-major TensorArrays), differentiated by
+    TensorFlow's autodiff, which keeps every step's intermediates.  It is the
+    reference for the gradient tests and the baseline for the benchmarks."""
     U, x, weight_c, bias, c0, pad, scale, mask_c, out_dtype = _prepare(
         U, x, weight_c, bias, c0, mask_pad, scale_x, dropout_mask, bidirectional)
     dirs, d, k = _layout(U, x, weight_c, bias, bidirectional)
@@ -272,23 +280,30 @@ def sru_recurrence_autodiff(U, x, weight_c, bias, c0=None, mask_pad=None, scale_
     xp = Uk[..., 3] if k == 4 else tf.reshape(x, [B, L, dirs, d]) * scale
     w = tf.reshape(weight_c, [2, dirs, d])
     b = tf.reshape(bias, [2, dirs, d])
-    m = tf.ones([B, dirs, d], U.dtype) if mask_c is None else tf.reshape(mask_c, [B, dirs, d])
+    m = tf.reshape(mask_c, [B, dirs, d])
     hs, cs_last = [], []
     for di in range(dirs):
-        def body(i, c_prev, h_acc, di=di):
-            t = i if di == 0 else L - 1 - i
-            u = Uk[:, t, di]
+        def time_major(t):
+            t = tf.transpose(t, [1, 0] + list(range(2, t.shape.rank)))
+            return tf.TensorArray(U.dtype, size=L).unstack(t if di == 0 else tf.reverse(t, [0]))
+
+        u_ta, xp_ta = time_major(Uk[:, :, di]), time_major(xp[:, :, di])
+        pad_ta = tf.TensorArray(tf.bool, size=L).unstack(
+            tf.transpose(pad if di == 0 else tf.reverse(pad, [1]))[:, :, None])
+
+        def body(t, c_prev, h_acc, di=di, u_ta=u_ta, xp_ta=xp_ta, pad_ta=pad_ta):
+            u, xp_t, p = u_ta.read(t), xp_ta.read(t), pad_ta.read(t)
             f = tf.sigmoid(u[..., 1] + w[0, di] * c_prev + b[0, di])
             r = tf.sigmoid(u[..., 2] + w[1, di] * c_prev + b[1, di])
             c = u[..., 0] + (c_prev - u[..., 0]) * f
-            h = xp[:, t, di] + (c - xp[:, t, di]) * m[:, di] * r
-            p = pad[:, t, None]
-            return i + 1, tf.where(p, c_prev, c), h_acc.write(t, tf.where(p, tf.zeros_like(h), h))
+            h = xp_t + (c - xp_t) * m[:, di] * r
+            return t + 1, tf.where(p, c_prev, c), h_acc.write(t, tf.where(p, tf.zeros_like(h), h))
 
         _, c_last, h_acc = tf.while_loop(
-            lambda i, *_: i < L, body,
+            lambda t, *_: t < L, body,
             (tf.constant(0), tf.reshape(c0, [B, dirs, d])[:, di], tf.TensorArray(U.dtype, size=L)))
-        hs.append(tf.transpose(h_acc.stack(), [1, 0, 2]))
+        h = h_acc.stack()
+        hs.append(tf.transpose(h if di == 0 else tf.reverse(h, [0]), [1, 0, 2]))
         cs_last.append(c_last)
     h = tf.concat(hs, axis=-1)
     return tf.cast(h, out_dtype), tf.cast(tf.concat(cs_last, axis=-1), out_dtype)
