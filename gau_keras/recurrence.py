@@ -6,9 +6,9 @@ only the elementwise recurrence runs, as two loops over time:
 * forward: the loop carries c and computes only f_t and c_t; r and h are then
   computed for all steps at once.  Only c [L, B, dirs, d] is kept for the
   backward pass (the op's own inputs are referenced, not copied);
-* backward (``tf.custom_gradient``): f and r are recomputed batched from the
-  saved c; the reverse-time loop runs only the linear recurrence of the
-  gradient flowing into c; dU, dx, dweight_c, dbias follow batched.
+* backward (``tf.custom_gradient``): one reverse-time loop that recomputes f
+  and r per step from the saved c and writes dU, dx, dweight_c, dbias and dc0
+  directly (no per-step temporaries stored over the whole sequence).
 
 Autodiff through a ``tf.while_loop`` instead stores every intermediate of every
 step.  Both loops are ``tf.function``s compiled by XLA (``jit_compile=True``)
@@ -127,48 +127,75 @@ def _forward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, bidirectional):
     return tf.reshape(h, [B, L, dirs * d]), tf.reshape(c_seq[-1], [B, dirs * d]), c_seq
 
 
-def _backward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last, bidirectional):
-    """Gradients (dU, dx, dweight_c, dbias, dc0, dscale_x) from the saved c_seq
-    (DESIGN.md §3).  Everything but the gradient into c is computed batched; that
-    one runs backwards in time as dc_{t−1} = (dc_t + a_t)⊙A_t + e_t with
-    a = dh⊙m⊙r, A = f + (c_{t−1} − U0)⊙f(1−f)⊙v_f, e = dgr⊙v_r."""
+def _parts(U, x, weight_c, bias, scale_x, bidirectional):
+    """U as [B, L, dirs, d, k]; the skip term x' as [B, L, dirs, d]; weights as [dirs, d]."""
     B, L = tf.shape(U)[0], tf.shape(U)[1]
-    u0, u1, u2, xp, v_f, v_r, b_f, b_r = _split_inputs(U, x, weight_c, bias, scale_x, bidirectional)
+    dirs, d, k = _layout(U, x, weight_c, bias, bidirectional)
+    Uk = tf.reshape(U, [B, L, dirs, d, k])
+    xp = Uk[..., 3] if k == 4 else tf.reshape(x, [B, L, dirs, d]) * scale_x
+    v_f, v_r = tf.unstack(tf.reshape(weight_c, [2, dirs, d]))
+    b_f, b_r = tf.unstack(tf.reshape(bias, [2, dirs, d]))
+    return Uk, xp, v_f, v_r, b_f, b_r
+
+
+def _reader(L, bidirectional):
+    """read(T, t): step t of the scan from batch-major T [B, L, dirs, ...] →
+    [B, dirs, ...]; direction 1 runs backwards, so it reads time L−1−t."""
+    if not bidirectional:
+        return lambda T, t: T[:, t]
+    return lambda T, t: tf.stack([T[:, t, 0], T[:, L - 1 - t, 1]], axis=1)
+
+
+def _gates(u, c_prev, v_f, v_r, b_f, b_r):
+    """f_t, r_t and c_t for one step; u: [B, dirs, d, k], c_prev: [B, dirs, d]."""
+    f = tf.sigmoid(u[..., 1] + b_f + v_f * c_prev)
+    r = tf.sigmoid(u[..., 2] + b_r + v_r * c_prev)
+    return f, r, u[..., 0] + (c_prev - u[..., 0]) * f
+
+
+def _backward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last, bidirectional):
+    """One reverse-time loop computing every gradient from the saved c_seq
+    (DESIGN.md §3) → (dU, dx, dweight_c, dbias, dc0, dscale_x)."""
+    B, L = tf.shape(U)[0], tf.shape(U)[1]
+    Uk, xp, v_f, v_r, b_f, b_r = _parts(U, x, weight_c, bias, scale_x, bidirectional)
     dirs, d = v_f.shape
     k = U.shape[-1] // (dirs * d)
-    pad4 = pad[:, :, None, None]
-    keep = tf.cast(tf.logical_not(pad4), U.dtype)
-    c, c_prev = _states(c_seq, tf.reshape(c0, [B, dirs, d]), bidirectional)
-    f = tf.sigmoid(u1 + b_f + v_f * c_prev)
-    r = tf.sigmoid(u2 + b_r + v_r * c_prev)
-    mr = tf.reshape(mask_c, [B, 1, dirs, d]) * r
-    dh4 = tf.reshape(dh, [B, L, dirs, d]) * keep  # h = 0 on padding
-    dgr = dh4 * (c - xp) * mr * (1.0 - r)
-    g = (c_prev - u0) * f * (1.0 - f) * keep
-    A = tf.where(pad4, tf.ones_like(f), f + g * v_f)  # padding passes dc through
+    read = _reader(L, bidirectional)
+    pad4, m = pad[:, :, None, None], tf.reshape(mask_c, [B, dirs, d])
+    dh4, c_init = tf.reshape(dh, [B, L, dirs, d]), tf.reshape(c0, [B, dirs, d])
 
-    def step(state, inputs):
-        a_t, A_t, e_t = inputs
-        total = state[1] + a_t
-        return total, total * A_t + e_t
+    def body(t, dc, dv_f, dv_r, db_f, db_r, du_ta, dxp_ta):
+        c_prev = tf.where(t > 0, c_seq[tf.maximum(t - 1, 0)], c_init)
+        f, r, _ = _gates(read(Uk, t), c_prev, v_f, v_r, b_f, b_r)
+        u0, xp_t, pad_t = read(Uk, t)[..., 0], read(xp, t), read(pad4, t)
+        keep = tf.cast(tf.logical_not(pad_t), dc.dtype)
+        dh_t = read(dh4, t) * keep  # h = 0 on padding
+        mr = m * r
+        total = dc + dh_t * mr
+        dgr = dh_t * (c_seq[t] - xp_t) * mr * (1.0 - r)
+        dgf = total * (c_prev - u0) * f * (1.0 - f) * keep
+        dxp = dh_t * (1.0 - mr)
+        du = [total * (1.0 - f) * keep, dgf, dgr] + ([dxp] if k == 4 else [])
+        dc = tf.where(pad_t, total, total * f + dgf * v_f + dgr * v_r)  # padding passes dc through
+        return (t - 1, dc, dv_f + tf.reduce_sum(dgf * c_prev, 0), dv_r + tf.reduce_sum(dgr * c_prev, 0),
+                db_f + tf.reduce_sum(dgf, 0), db_r + tf.reduce_sum(dgr, 0),
+                du_ta.write(t, tf.stack(du, axis=-1)), dxp_ta.write(t, dxp) if k == 3 else dxp_ta)
 
-    dc_last = tf.reshape(dc_last, [B, dirs, d])
-    D_t, carries = tf.scan(step, tuple(_flip_time(t, bidirectional) for t in (dh4 * mr, A, dgr * v_r)),
-                           initializer=(dc_last, dc_last), reverse=True)
-    D = _unflip_time(D_t, bidirectional)
-    dgf = D * g
-    dxp = dh4 * (1.0 - mr)
-    parts = [D * (1.0 - f) * keep, dgf, dgr] + ([dxp] if k == 4 else [])
-    dU = tf.reshape(tf.stack(parts, axis=-1), tf.shape(U))
+    zeros = tf.zeros([dirs, d], U.dtype)
+    _, dc0, dv_f, dv_r, db_f, db_r, du_ta, dxp_ta = tf.while_loop(
+        lambda t, *_: t >= 0, body,
+        (L - 1, tf.reshape(dc_last, [B, dirs, d]), zeros, zeros, zeros, zeros,
+         tf.TensorArray(U.dtype, size=L, element_shape=[U.shape[0], dirs, d, k]),
+         tf.TensorArray(U.dtype, size=L, element_shape=[U.shape[0], dirs, d])))
+    dU = tf.reshape(_unflip_time(du_ta.stack(), bidirectional), tf.shape(U))
     if k == 3:
+        dxp = _unflip_time(dxp_ta.stack(), bidirectional)
         dx = tf.reshape(dxp * scale_x, tf.shape(x))
         dscale = tf.reduce_sum(dxp * tf.reshape(x, [B, L, dirs, d]))
     else:
         dx, dscale = tf.zeros_like(x), tf.zeros_like(scale_x)
-    dweight_c = tf.stack([tf.reduce_sum(dgf * c_prev, [0, 1]), tf.reduce_sum(dgr * c_prev, [0, 1])])
-    dbias = tf.stack([tf.reduce_sum(dgf, [0, 1]), tf.reduce_sum(dgr, [0, 1])])
-    return (dU, dx, tf.reshape(dweight_c, [-1]), tf.reshape(dbias, [-1]),
-            tf.reshape(carries[0], tf.shape(c0)), dscale)
+    return (dU, dx, tf.reshape(tf.stack([dv_f, dv_r]), [-1]), tf.reshape(tf.stack([db_f, db_r]), [-1]),
+            tf.reshape(dc0, tf.shape(c0)), dscale)
 
 
 @functools.lru_cache(maxsize=None)
