@@ -328,7 +328,8 @@ def sru_recurrence_autodiff(U, x, weight_c, bias, c0=None, mask_pad=None, scale_
 
         _, c_last, h_acc = tf.while_loop(
             lambda t, *_: t < L, body,
-            (tf.constant(0), tf.reshape(c0, [B, dirs, d])[:, di], tf.TensorArray(U.dtype, size=L)))
+            (tf.constant(0), tf.reshape(c0, [B, dirs, d])[:, di], tf.TensorArray(U.dtype, size=L)),
+            maximum_iterations=U.shape[1] or L)  # a static bound lets XLA compile the loop
         h = h_acc.stack()
         hs.append(tf.transpose(h if di == 0 else tf.reverse(h, [0]), [1, 0, 2]))
         cs_last.append(c_last)
