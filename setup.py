@@ -1,9 +1,17 @@
 """Packaging for gau_keras (``pip install -e .``)."""
 from setuptools import find_packages, setup
 
-with open("requirements.txt", encoding="utf-8") as f:
-    requirements = [line.strip() for line in f
-                    if line.strip() and not line.startswith("#") and not line.startswith("pytest")]
+def runtime_requirements(path="requirements.txt"):
+    """The lines of requirements.txt above its '# Tests' section."""
+    requirements = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("# Tests"):
+                break
+            if line.strip() and not line.startswith("#"):
+                requirements.append(line.strip())
+    return requirements
+
 
 setup(
     name="gau_keras",
@@ -15,7 +23,7 @@ setup(
     package_data={"gau_keras": ["pretrained/*/*"]},
     include_package_data=True,
     python_requires=">=3.9",
-    install_requires=requirements,
+    install_requires=runtime_requirements(),
     extras_require={
         "lac": ["lac", "paddlepaddle>=2.6"],
         "test": ["pytest>=7.4"],

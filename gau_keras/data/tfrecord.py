@@ -1,0 +1,131 @@
+"""Sharded TFRecords of MLM examples and the ``tf.data`` reader for pretraining.
+
+Each record is a ``tf.train.Example`` of int64 list features: ``token_ids``
+and either ``labels`` (static masks) or ``word_starts`` (dynamic masks, see
+``gau_keras.data.mlm``). Paths go through ``tf.io.gfile``, so ``gs://`` works.
+
+    with ShardedWriter("out/", shards=8) as writer:
+        writer.write({"token_ids": [...], "labels": [...]})
+    dataset = load_dataset("out/shard-*.tfrecord", batch_size=32, maxlen=512)
+    # batches: ({'Input-Token': [B, 512], 'Input-Segment': [B, 512]}, labels [B, 512])
+"""
+import tensorflow as tf
+
+from gau_keras.data.mlm import dynamic_whole_word_mask
+
+SHARD_PATTERN = "shard-*-of-*.tfrecord"
+
+
+def shard_name(index, shards):
+    return f"shard-{index:05d}-of-{shards:05d}.tfrecord"
+
+
+def serialize_example(features):
+    """``{name: list of ints}`` -> serialized ``tf.train.Example`` bytes."""
+    feature = {name: tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+               for name, values in features.items()}
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+class ShardedWriter:
+    """Writes examples round-robin over ``shards`` files in ``output_dir``
+    (example i goes to shard i mod shards), so the layout is a pure function
+    of the example order."""
+
+    def __init__(self, output_dir, shards):
+        if shards < 1:
+            raise ValueError(f"ShardedWriter: shards must be >= 1, got {shards}")
+        tf.io.gfile.makedirs(output_dir)
+        self.paths = [tf.io.gfile.join(output_dir, shard_name(i, shards)) for i in range(shards)]
+        self._writers = [tf.io.TFRecordWriter(path) for path in self.paths]
+        self.count = 0
+
+    def write(self, features):
+        self._writers[self.count % len(self._writers)].write(serialize_example(features))
+        self.count += 1
+
+    def close(self):
+        for writer in self._writers:
+            writer.close()
+        self._writers = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _parse(serialized, label_key):
+    spec = {"token_ids": tf.io.RaggedFeature(tf.int64), label_key: tf.io.RaggedFeature(tf.int64)}
+    return tf.io.parse_single_example(serialized, spec)
+
+
+def _check_length(features, maxlen):
+    length = tf.shape(features["token_ids"])[0]
+    assert_op = tf.debugging.assert_less_equal(
+        length, maxlen, message=f"load_dataset: an example is longer than maxlen={maxlen}")
+    with tf.control_dependencies([assert_op]):
+        return {name: tf.identity(value) for name, value in features.items()}
+
+
+def load_dataset(file_pattern, batch_size, maxlen=512, dynamic_mask=False, shuffle=True,
+                 shuffle_buffer=10000, seed=0, repeat=False, drop_remainder=False,
+                 mask_token_id=None, random_token_ids=None, mask_prob=0.15,
+                 mask_ratio=0.8, random_ratio=0.1):
+    """MLM batches from TFRecord shards.
+
+    Args:
+        file_pattern: glob (or list of globs) of shards, local or ``gs://``.
+        batch_size: examples per batch; every batch is padded to ``maxlen``.
+        maxlen: padded length; a longer example raises an error.
+        dynamic_mask: the shards hold ``word_starts`` and masks are drawn here
+            (needs ``mask_token_id`` and ``random_token_ids``, e.g. from
+            ``tokenizer.token_mask_id`` and ``mlm.random_token_ids(vocab)``);
+            otherwise they hold fixed ``labels``.
+        shuffle, shuffle_buffer, seed: file order and example shuffling; the
+            order is a function of ``seed`` (and so are the dynamic masks, which
+            differ per example and per epoch).
+        repeat: cycle forever (each epoch reshuffled and re-masked).
+        drop_remainder: drop the last partial batch (static shapes for TPU).
+    Returns:
+        ``tf.data.Dataset`` of ``({'Input-Token': int32 [B, maxlen],
+        'Input-Segment': int32 [B, maxlen]}, labels int32 [B, maxlen])``.
+    """
+    patterns = [file_pattern] if isinstance(file_pattern, str) else list(file_pattern)
+    files = sorted(path for pattern in patterns for path in tf.io.gfile.glob(pattern))
+    if not files:
+        raise FileNotFoundError(f"load_dataset: no files match file_pattern={file_pattern!r}")
+    if dynamic_mask and (mask_token_id is None or random_token_ids is None):
+        raise ValueError("load_dataset: dynamic_mask=True needs mask_token_id and random_token_ids")
+    label_key = "word_starts" if dynamic_mask else "labels"
+
+    dataset = tf.data.Dataset.from_tensor_slices(files)
+    if shuffle:
+        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    dataset = dataset.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 16),
+                                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    dataset = dataset.map(lambda record: _check_length(_parse(record, label_key), maxlen),
+                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if shuffle:
+        dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    if dynamic_mask:
+        random_ids = tf.constant(random_token_ids, tf.int64)
+
+        def mask(index, features):
+            return dynamic_whole_word_mask(
+                features["token_ids"], features["word_starts"], tf.stack([tf.cast(seed, tf.int64), index]),
+                mask_token_id, random_ids, mask_prob, mask_ratio, random_ratio)
+
+        # the element index (over all epochs) seeds each example's mask
+        dataset = dataset.enumerate().map(mask, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    else:
+        dataset = dataset.map(lambda features: (features["token_ids"], features["labels"]))
+    dataset = dataset.map(lambda token_ids, labels: (tf.cast(token_ids, tf.int32), tf.cast(labels, tf.int32)))
+    dataset = dataset.padded_batch(batch_size, padded_shapes=([maxlen], [maxlen]),
+                                   drop_remainder=drop_remainder)
+    dataset = dataset.map(lambda token_ids, labels: (
+        {"Input-Token": token_ids, "Input-Segment": tf.zeros_like(token_ids)}, labels))
+    return dataset.prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,41 @@
+"""Masked-token prediction with an MLM model (the fill-mask entry point)."""
+import numpy as np
+
+MASK = "[MASK]"
+
+
+def encode_with_masks(tokenizer, text, maxlen=512):
+    """Tokenizes ``text`` with literal ``[MASK]`` markers kept as mask tokens.
+
+    Returns (token_ids, segment_ids, mask_positions).
+    """
+    pieces = text.split(MASK)
+    if len(pieces) == 1:
+        raise ValueError(f"fill-mask: the text {text!r} contains no {MASK}")
+    tokens = [tokenizer._token_start] if tokenizer._token_start else []
+    positions = []
+    for i, piece in enumerate(pieces):
+        tokens.extend(tokenizer.tokenize(piece)[1:-1])
+        if i < len(pieces) - 1:
+            positions.append(len(tokens))
+            tokens.append(tokenizer._token_mask)
+    tokens.append(tokenizer._token_end)
+    if len(tokens) > maxlen:
+        raise ValueError(f"fill-mask: the text has {len(tokens)} tokens, more than maxlen={maxlen}")
+    token_ids = tokenizer.tokens_to_ids(tokens)
+    return token_ids, [0] * len(token_ids), positions
+
+
+def fill_mask(model, tokenizer, text, top_k=5):
+    """Top-k predictions for every ``[MASK]`` in ``text``.
+
+    ``model`` outputs MLM probabilities [B, L, V]. Returns one list per mask
+    of (token, probability) pairs, most probable first.
+    """
+    token_ids, segment_ids, positions = encode_with_masks(tokenizer, text)
+    probs = model.predict([np.array([token_ids]), np.array([segment_ids])], verbose=0)[0]
+    results = []
+    for position in positions:
+        best = np.argsort(-probs[position])[:top_k]
+        results.append([(tokenizer.id_to_token(int(i)), float(probs[position, i])) for i in best])
+    return results

@@ -1,0 +1,250 @@
+"""Attention layers: the Gated Attention Unit (GAU-alpha), bert4keras's
+multi-head attention (RoFormerV2) and the LM/UniLM attention-bias layer."""
+import keras
+from keras import ops
+
+from gau_keras import ops as gops
+from gau_keras.layers.normalization import ScaleOffset
+
+
+def _as_list(x):
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def _dense(units, activation, use_bias, initializer, name):
+    return keras.layers.Dense(units, activation=activation, use_bias=use_bias,
+                              kernel_initializer=initializer, name=name)
+
+
+class _AttentionBase(keras.layers.Layer):
+    """Input bookkeeping shared by GAU and MHA.
+
+    ``inputs`` is ``[x]`` (self-attention) or ``[q, k, v]``, followed by the
+    attention bias when ``a_bias`` is true and by the sinusoidal embeddings
+    when ``p_bias == 'rotary'``.
+    """
+
+    def __init__(self, normalization, attention_scale, attention_dropout,
+                 softmax_plus_min_len, kernel_initializer, **kwargs):
+        super().__init__(**kwargs)
+        if normalization not in gops.ATTENTION_NORMALIZATIONS:
+            raise ValueError(f"{type(self).__name__} {self.name!r}: normalization must be one of "
+                             f"{gops.ATTENTION_NORMALIZATIONS}, got {normalization!r}")
+        self.supports_masking = True
+        self.normalization = normalization
+        self.attention_scale = attention_scale
+        self.attention_dropout = attention_dropout or 0.0
+        self.softmax_plus_min_len = softmax_plus_min_len
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.dropout = keras.layers.Dropout(self.attention_dropout, name="attention_dropout")
+
+    def _split_inputs(self, inputs, n_main, a_bias, p_bias):
+        inputs = _as_list(inputs)
+        n_expected = n_main + bool(a_bias) + (p_bias == "rotary")
+        if len(inputs) != n_expected:
+            raise ValueError(f"{type(self).__name__} {self.name!r}: expected {n_expected} inputs "
+                             f"(a_bias={a_bias!r}, p_bias={p_bias!r}), got {len(inputs)}")
+        main = inputs[:n_main]
+        bias = inputs[n_main] if a_bias else None
+        sinusoidal = inputs[-1] if p_bias == "rotary" else None
+        return main, bias, sinusoidal
+
+    def _normalize(self, a, key_mask, bias, training):
+        a = gops.attention_normalize(a, key_mask, self.normalization, bias, self.softmax_plus_min_len)
+        return self.dropout(a, training=training)
+
+    def compute_mask(self, inputs, mask=None):
+        return _as_list(mask)[0] if mask is not None else None
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            normalization=self.normalization, attention_scale=self.attention_scale,
+            attention_dropout=self.attention_dropout, softmax_plus_min_len=self.softmax_plus_min_len,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="gau_keras")
+class GatedAttentionUnit(_AttentionBase):
+    """Gated Attention Unit (Hua et al. 2022) as in bert4keras / GAU-alpha.
+
+    Self-attention (``self_attention=True``), x [B, L, H]::
+
+        u, v, qk = split(act(x W_i), [e, e, s]);  q, k = qk*γq(+βq), qk*γk(+βk)
+        o = (u * (normalize(q kᵀ / sqrt(s)) v)) W_o          -> [B, L, H]
+
+    Cross variant, inputs [q, k, v]: ``u, q = split(act(q W_i), [e, s])``,
+    ``k = act(k W_k)``, ``v = act(v W_v)``. Keys are masked with the mask of
+    ``x`` (or of ``v``); ``a_bias`` adds an attention bias [B|1, Lq, Lk]
+    (LM/UniLM); ``p_bias='rotary'`` applies RoPE from sinusoidal embeddings
+    [1|B, L, s] to q and k.
+    """
+
+    def __init__(self, units, key_size, activation="swish", use_bias=True,
+                 normalization="squared_relu", self_attention=True, attention_scale=True,
+                 attention_dropout=None, softmax_plus_min_len=16,
+                 kernel_initializer="glorot_uniform", **kwargs):
+        super().__init__(normalization, attention_scale, attention_dropout,
+                         softmax_plus_min_len, kernel_initializer, **kwargs)
+        self.units = units
+        self.key_size = key_size
+        self.activation = keras.activations.get(activation)
+        self.use_bias = use_bias
+        self.self_attention = self_attention
+
+    def build(self, input_shape):
+        shapes = input_shape if isinstance(input_shape[0], (list, tuple)) else [input_shape]
+        hidden = shapes[0][-1]
+        init, act, bias = self.kernel_initializer, self.activation, self.use_bias
+        if self.self_attention:
+            self.i_dense = _dense(2 * self.units + self.key_size, act, bias, init, "i_dense")
+            self.i_dense.build(shapes[0])
+        else:
+            self.i_dense = _dense(self.units + self.key_size, act, bias, init, "i_dense")
+            self.k_dense = _dense(self.key_size, act, bias, init, "k_dense")
+            self.v_dense = _dense(self.units, act, bias, init, "v_dense")
+            self.i_dense.build(shapes[0])
+            self.k_dense.build(shapes[1])
+            self.v_dense.build(shapes[2])
+        self.o_dense = _dense(hidden, None, bias, init, "o_dense")
+        self.o_dense.build(tuple(shapes[0][:-1]) + (self.units,))
+        self.q_scaleoffset = ScaleOffset(offset=self.use_bias, name="q_scaleoffset")
+        self.k_scaleoffset = ScaleOffset(offset=self.use_bias, name="k_scaleoffset")
+        self.q_scaleoffset.build((self.key_size,))
+        self.k_scaleoffset.build((self.key_size,))
+
+    def call(self, inputs, mask=None, a_bias=None, p_bias=None, training=None):
+        n_main = 1 if self.self_attention else 3
+        main, bias, sinusoidal = self._split_inputs(inputs, n_main, a_bias, p_bias)
+        masks = _as_list(mask) if mask is not None else [None] * len(_as_list(inputs))
+        if self.self_attention:
+            u, v, qk = ops.split(self.i_dense(main[0]), [self.units, 2 * self.units], axis=-1)
+            q, k = self.q_scaleoffset(qk), self.k_scaleoffset(qk)
+            key_mask = masks[0]
+        else:
+            u, q = ops.split(self.i_dense(main[0]), [self.units], axis=-1)
+            k, v = self.k_dense(main[1]), self.v_dense(main[2])
+            q, k = self.q_scaleoffset(q), self.k_scaleoffset(k)
+            key_mask = masks[2]
+        if sinusoidal is not None:
+            q, k = gops.apply_rotary(sinusoidal, q), gops.apply_rotary(sinusoidal, k)
+        a = ops.einsum("bmd,bnd->bmn", q, k)
+        if self.attention_scale:
+            a = a / self.key_size ** 0.5
+        attention = self._normalize(a, key_mask, bias, training)
+        return self.o_dense(u * ops.einsum("bmn,bnd->bmd", attention, v))
+
+    def compute_output_shape(self, input_shape):
+        shapes = input_shape if isinstance(input_shape[0], (list, tuple)) else [input_shape]
+        return tuple(shapes[0])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(units=self.units, key_size=self.key_size,
+                      activation=keras.activations.serialize(self.activation),
+                      use_bias=self.use_bias, self_attention=self.self_attention)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="gau_keras")
+class MultiHeadAttention(_AttentionBase):
+    """bert4keras's multi-head attention, inputs ``[q, k, v, (bias), (sinusoidal)]``.
+
+    q [B, Lq, Dq], k [B, Lk, Dk], v [B, Lk, Dv] -> [B, Lq, out_dim]. Keys are
+    masked with v's mask; the bias is [B|1, Lq, Lk] (shared by the heads);
+    rotary is applied per head (key_size must be even).
+    """
+
+    def __init__(self, heads, head_size, out_dim=None, key_size=None, use_bias=True,
+                 normalization="softmax", attention_scale=True, attention_dropout=None,
+                 softmax_plus_min_len=16, kernel_initializer="glorot_uniform", **kwargs):
+        super().__init__(normalization, attention_scale, attention_dropout,
+                         softmax_plus_min_len, kernel_initializer, **kwargs)
+        self.heads = heads
+        self.head_size = head_size
+        self.out_dim = out_dim
+        self.key_size = key_size or head_size
+        self.use_bias = use_bias
+
+    def build(self, input_shape):
+        q_shape, k_shape, v_shape = input_shape[:3]
+        out_dim = self.out_dim or q_shape[-1]
+        init, bias = self.kernel_initializer, self.use_bias
+        self.q_dense = _dense(self.key_size * self.heads, None, bias, init, "q_dense")
+        self.k_dense = _dense(self.key_size * self.heads, None, bias, init, "k_dense")
+        self.v_dense = _dense(self.head_size * self.heads, None, bias, init, "v_dense")
+        self.o_dense = _dense(out_dim, None, bias, init, "o_dense")
+        self.q_dense.build(q_shape)
+        self.k_dense.build(k_shape)
+        self.v_dense.build(v_shape)
+        self.o_dense.build(tuple(q_shape[:-1]) + (self.head_size * self.heads,))
+
+    def _heads(self, x, size):
+        shape = ops.shape(x)
+        return ops.reshape(x, [shape[0], shape[1], self.heads, size])
+
+    def call(self, inputs, mask=None, a_bias=None, p_bias=None, training=None):
+        (q, k, v), bias, sinusoidal = self._split_inputs(inputs, 3, a_bias, p_bias)
+        masks = _as_list(mask) if mask is not None else [None] * len(_as_list(inputs))
+        qw = self._heads(self.q_dense(q), self.key_size)
+        kw = self._heads(self.k_dense(k), self.key_size)
+        vw = self._heads(self.v_dense(v), self.head_size)
+        if sinusoidal is not None:
+            qw, kw = gops.apply_rotary(sinusoidal, qw), gops.apply_rotary(sinusoidal, kw)
+        a = ops.einsum("bjhd,bkhd->bhjk", qw, kw)
+        if self.attention_scale:
+            a = a / self.key_size ** 0.5
+        if bias is not None:
+            bias = ops.expand_dims(bias, 1)
+        attention = self._normalize(a, masks[2], bias, training)
+        o = ops.einsum("bhjk,bkhd->bjhd", attention, vw)
+        shape = ops.shape(o)
+        return self.o_dense(ops.reshape(o, [shape[0], shape[1], self.heads * self.head_size]))
+
+    def compute_output_shape(self, input_shape):
+        q_shape = input_shape[0]
+        return tuple(q_shape[:-1]) + (self.out_dim or q_shape[-1],)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(heads=self.heads, head_size=self.head_size, out_dim=self.out_dim,
+                      key_size=self.key_size, use_bias=self.use_bias)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="gau_keras")
+class AttentionBias(keras.layers.Layer):
+    """Builds the attention visibility mask of an application (bool, True =
+    may attend), passed to the attention layers as their ``a_bias`` input.
+
+    ``mode='lm'``: input token ids [B, L] -> causal mask [1, L, L].
+    ``mode='unilm'``: input segment ids [B, L] -> UniLM mask [B, L, L].
+    """
+
+    def __init__(self, mode="lm", **kwargs):
+        super().__init__(**kwargs)
+        if mode not in ("lm", "unilm"):
+            raise ValueError(f"AttentionBias {self.name!r}: mode must be 'lm' or 'unilm', got {mode!r}")
+        self.mode = mode
+
+    def build(self, input_shape):
+        self.built = True
+
+    def call(self, inputs):
+        if self.mode == "lm":
+            return gops.causal_attention_bias(ops.shape(inputs)[1])
+        return gops.unilm_attention_bias(inputs)
+
+    def compute_output_spec(self, inputs):
+        batch = 1 if self.mode == "lm" else inputs.shape[0]
+        return keras.KerasTensor((batch, inputs.shape[1], inputs.shape[1]), dtype="bool")
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(mode=self.mode)
+        return config

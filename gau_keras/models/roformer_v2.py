@@ -1,0 +1,112 @@
+"""RoFormerV2: post-norm, bias-free, parameter-free RMS norm, rotary MHA."""
+import keras
+
+from gau_keras.layers import (Add, Embedding, FeedForward, LayerNormalization,
+                              MultiHeadAttention)
+from gau_keras.models.base import Transformer
+
+
+class RoFormerV2(Transformer):
+    """RoFormerV2 (bert4keras names).
+
+    Inputs: ``Input-Token`` [B, L] int (0 = padding) and ``Input-Segment``
+    [B, L]. Output: hidden states [B, L, H], or with ``with_mlm`` the MLM
+    probabilities [B, L, V] (logits with ``with_mlm='linear'``).
+    """
+
+    initializer_order = 2
+
+    def get_inputs(self):
+        inputs = [keras.Input(shape=(self.sequence_length,), dtype="int32", name="Input-Token")]
+        if self.segment_vocab_size > 0:
+            inputs.append(keras.Input(shape=(self.sequence_length,), dtype="int32", name="Input-Segment"))
+        return inputs
+
+    def rms_norm(self, x, name):
+        return self.apply(x, LayerNormalization, zero_mean=False, scale=False, offset=False,
+                          epsilon=self.layer_norm_epsilon, name=name)
+
+    def apply_embeddings(self, inputs):
+        x = self.apply(inputs[0], Embedding, input_dim=self.vocab_size, output_dim=self.embedding_size,
+                       embeddings_initializer=self.initializer, mask_zero=True, name="Embedding-Token")
+        if self.segment_vocab_size > 0:
+            s = self.apply(inputs[1], Embedding, input_dim=self.segment_vocab_size,
+                           output_dim=self.embedding_size, embeddings_initializer=self.initializer,
+                           name="Embedding-Segment")
+            x = self.apply([x, s], Add, name="Embedding-Token-Segment")
+        x = self.apply(x, keras.layers.Dropout, rate=self.dropout_rate, name="Embedding-Dropout")
+        x = self.rms_norm(x, "Embedding-Norm")
+        if self.embedding_size != self.hidden_size:
+            x = self.apply(x, keras.layers.Dense, units=self.hidden_size, use_bias=False,
+                           kernel_initializer=self.initializer, name="Embedding-Mapping")
+        return x
+
+    def residual(self, x, y, name):
+        """Dropout -> Add -> RMS norm (post-norm) around a sub-layer output."""
+        y = self.apply(y, keras.layers.Dropout, rate=self.dropout_rate, name=f"{name}-Dropout")
+        x = self.apply([x, y], Add, name=f"{name}-Add")
+        return self.rms_norm(x, f"{name}-Norm")
+
+    def attention_inputs(self, x, n_main):
+        """``[x]*n_main (+ bias) + [sinusoidal]`` and the call arguments."""
+        bias = self.compute_attention_bias(self.inputs)
+        position = self.compute_position_bias(x)
+        inputs = [x] * n_main + ([bias] if bias is not None else []) + [position]
+        return inputs, {"a_bias": bias is not None, "p_bias": "rotary"}
+
+    def apply_main_layers(self, x, index):
+        name = f"Transformer-{index}-MultiHeadSelfAttention"
+        inputs, arguments = self.attention_inputs(x, 3)
+        y = self.apply(inputs, MultiHeadAttention, arguments=arguments, heads=self.num_attention_heads,
+                       head_size=self.attention_head_size, out_dim=self.hidden_size,
+                       key_size=self.attention_key_size, use_bias=False,
+                       attention_dropout=self.attention_dropout_rate,
+                       softmax_plus_min_len=self.softmax_plus_min_len,
+                       kernel_initializer=self.initializer, name=name)
+        x = self.residual(x, y, name)
+        name = f"Transformer-{index}-FeedForward"
+        y = self.apply(x, FeedForward, units=self.intermediate_size, activation=self.hidden_act,
+                       use_bias=False, kernel_initializer=self.initializer, name=name)
+        return self.residual(x, y, name)
+
+    def apply_final_layers(self, x):
+        if not self.with_mlm:
+            return x
+        if self.embedding_size != self.hidden_size:
+            x = self.apply(x, keras.layers.Dense, units=self.embedding_size, use_bias=False,
+                           kernel_initializer=self.initializer, name="Output-Mapping")
+        x = self.apply(x, keras.layers.Dropout, rate=self.dropout_rate, name="Output-MLM-Dropout")
+        x = self.apply(x, Embedding, arguments={"mode": "dense"}, name="Embedding-Token")
+        activation = "softmax" if self.with_mlm is True else self.with_mlm
+        return self.apply(x, keras.layers.Activation, activation=activation, name="Output-MLM-Activation")
+
+    def mlm_logits(self, hidden, training=False):
+        """The tied MLM head on any hidden states [..., H] -> logits [..., V]
+        (used by pretraining on the masked positions only)."""
+        x = hidden
+        if "Output-Mapping" in self.layers:
+            x = self.layers["Output-Mapping"](x)
+        if "Output-MLM-Dropout" in self.layers:
+            x = self.layers["Output-MLM-Dropout"](x, training=training)
+        return self.layers["Embedding-Token"](x, mode="dense")
+
+    def variable_mapping(self):
+        mapping = {
+            "Embedding-Token": {"embeddings": "bert/embeddings/word_embeddings"},
+            "Embedding-Segment": {"embeddings": "bert/embeddings/token_type_embeddings"},
+            "Embedding-Mapping": {"kernel": "bert/encoder/embedding_hidden_mapping_in/kernel"},
+            "Output-Mapping": {"kernel": "cls/predictions/transform/dense/kernel"},
+        }
+        for i in range(self.num_hidden_layers):
+            prefix = f"bert/encoder/layer_{i}/"
+            mapping[f"Transformer-{i}-MultiHeadSelfAttention"] = {
+                "q_dense.kernel": prefix + "attention/self/query/kernel",
+                "k_dense.kernel": prefix + "attention/self/key/kernel",
+                "v_dense.kernel": prefix + "attention/self/value/kernel",
+                "o_dense.kernel": prefix + "attention/output/dense/kernel",
+            }
+            mapping[f"Transformer-{i}-FeedForward"] = {
+                "i0_dense.kernel": prefix + "intermediate/dense/kernel",
+                "o_dense.kernel": prefix + "output/dense/kernel",
+            }
+        return mapping

@@ -1,0 +1,155 @@
+"""Pure tensor functions shared by the layers (``keras.ops`` only).
+
+Shapes use B = batch, L = sequence length, Lq/Lk = query/key lengths,
+d = feature size.
+"""
+import math
+
+from keras import ops
+
+ATTENTION_NORMALIZATIONS = ("softmax", "softmax_plus", "squared_relu")
+
+
+def key_mask_from_token_ids(token_ids):
+    """bert4keras's padding mask: ``token_ids != 0`` with position 0 always kept.
+
+    Keeping position 0 guarantees that no attention row has every key masked.
+
+    Args:
+        token_ids: int tensor [B, L].
+    Returns:
+        bool tensor [B, L].
+    """
+    mask = ops.not_equal(token_ids, 0)
+    first = ops.ones_like(mask[:, :1], dtype="bool")
+    return ops.concatenate([first, mask[:, 1:]], axis=1)
+
+
+def align(tensor, axes, ndim):
+    """Inserts singleton axes so that ``tensor``'s axes land on ``axes`` of an
+    ``ndim``-rank tensor (e.g. a [B, L] mask onto axes [0, 2] of [B, L, L])."""
+    axes = [a if a >= 0 else a + ndim for a in axes]
+    if len(axes) != len(tensor.shape):
+        raise ValueError(f"align: tensor of rank {len(tensor.shape)} cannot be aligned to axes {axes}")
+    shape = ops.shape(tensor)
+    target = [shape[axes.index(dst)] if dst in axes else 1 for dst in range(ndim)]
+    return ops.reshape(tensor, target)
+
+
+def sequence_masking(x, mask=None, value=float("-inf"), axis=1):
+    """Replaces the entries of ``x`` at masked positions with ``value``.
+
+    Args:
+        x: tensor [B, ..., L, ...].
+        mask: bool tensor [B, L] (True = keep) or None.
+        value: the fill value (``-inf``, 0, ...).
+        axis: the axis of ``x`` that ``mask``'s second axis refers to.
+    """
+    if mask is None:
+        return x
+    mask = align(ops.cast(mask, "bool"), [0, axis], len(x.shape))
+    return ops.where(mask, x, ops.cast(value, x.dtype))
+
+
+def attention_normalize(a, mask=None, method="softmax", bias=None, min_len=16):
+    """Normalises attention logits over the key axis (the last one).
+
+    Args:
+        a: logits [B, Lq, Lk] (or [B, H, Lq, Lk]).
+        mask: bool key mask [B, Lk] (True = real token) or None.
+        method: 'softmax'; 'softmax_plus' = softmax(a * ln(n) / ln(512)); or
+            'squared_relu' = relu(a)**2 / n; n = the number of keys a query
+            may attend to (unmasked, and visible under a bool ``bias``),
+            floored at ``min_len`` for 'softmax_plus'.
+        bias: broadcastable to ``a``: bool = a visibility mask (LM/UniLM;
+            combined with ``mask`` and counted in n, as bert4keras >= 0.11.5
+            does), float = an additive bias; or None.
+        min_len: the floor of n for 'softmax_plus' (16 in bert4keras >= 0.11.5,
+            1 in the version the released GAU-alpha was trained with).
+    Returns:
+        attention weights, same shape as ``a``.
+    """
+    if method not in ATTENTION_NORMALIZATIONS:
+        raise ValueError(f"attention_normalize: unknown method {method!r}; "
+                         f"expected one of {ATTENTION_NORMALIZATIONS}")
+    allowed = None
+    if mask is not None:
+        allowed = align(ops.cast(mask, "bool"), [0, len(a.shape) - 1], len(a.shape))
+    if bias is not None and bias.dtype == "bool":
+        allowed = bias if allowed is None else ops.logical_and(allowed, bias)
+    elif bias is not None:
+        a = a + ops.cast(bias, a.dtype)
+    if method == "softmax":
+        return ops.softmax(_masked(a, allowed), axis=-1)
+    n = _key_count(a, allowed)
+    if method == "squared_relu":
+        return ops.square(ops.relu(_masked(a, allowed))) / n
+    n = ops.maximum(n, ops.cast(min_len, n.dtype))
+    # scaled before masking: with n = 1 the scale is 0 and -inf * 0 would be nan
+    return ops.softmax(_masked(a * ops.log(n) / math.log(512.0), allowed), axis=-1)
+
+
+def _masked(a, allowed):
+    if allowed is None:
+        return a
+    return ops.where(allowed, a, ops.cast(float("-inf"), a.dtype))
+
+
+def _key_count(a, allowed):
+    """Keys each query may attend to, broadcastable to ``a`` ([.., Lq, 1])."""
+    if allowed is None:
+        return ops.cast(ops.shape(a)[-1], a.dtype)
+    allowed = ops.broadcast_to(allowed, ops.shape(a))
+    return ops.sum(ops.cast(allowed, a.dtype), axis=-1, keepdims=True)
+
+
+def causal_attention_bias(length):
+    """LM visibility mask, bool [1, L, L]: key j visible to query i iff j <= i."""
+    idx = ops.arange(length)
+    return ops.expand_dims(ops.less_equal(idx[None, :], idx[:, None]), 0)
+
+
+def unilm_attention_bias(segment_ids):
+    """UniLM visibility mask, bool [B, L, L]: with c = cumsum(segment_ids), key
+    j is visible to query i iff c[j] <= c[i]."""
+    c = ops.cumsum(ops.cast(segment_ids, "int32"), axis=1)
+    return ops.less_equal(c[:, None, :], c[:, :, None])
+
+
+def sinusoidal_embeddings(positions, dim, base=10000.0):
+    """Interleaved sinusoidal embeddings [sin θ0, cos θ0, sin θ1, cos θ1, ...].
+
+    Args:
+        positions: float tensor of any shape [...].
+        dim: even embedding size.
+    Returns:
+        tensor [..., dim] with θ_i = position * base**(-2i/dim).
+    """
+    if dim % 2:
+        raise ValueError(f"sinusoidal_embeddings: dim must be even, got {dim}")
+    positions = ops.cast(positions, "float32")
+    indices = ops.arange(0, dim // 2, dtype="float32")
+    freqs = ops.power(base, -2.0 * indices / dim)
+    theta = ops.expand_dims(positions, -1) * freqs
+    emb = ops.stack([ops.sin(theta), ops.cos(theta)], axis=-1)
+    shape = ops.shape(emb)
+    return ops.reshape(emb, [shape[i] for i in range(len(emb.shape) - 2)] + [dim])
+
+
+def apply_rotary(sinusoidal, x):
+    """Applies RoPE with the interleaved layout to ``x``.
+
+    Args:
+        sinusoidal: [1 or B, L, d] interleaved [sin, cos, ...] embeddings.
+        x: [B, L, d] or [B, L, H, d].
+    Returns:
+        ``x * cos + rotate(x) * sin`` with rotate(x) = interleave(-x[1::2], x[::2]).
+    """
+    sinusoidal = ops.cast(sinusoidal, x.dtype)
+    if len(x.shape) == 4:
+        sinusoidal = ops.expand_dims(sinusoidal, 2)
+    cos = ops.repeat(sinusoidal[..., 1::2], 2, axis=-1)
+    sin = ops.repeat(sinusoidal[..., ::2], 2, axis=-1)
+    rotated = ops.stack([-x[..., 1::2], x[..., ::2]], axis=-1)
+    rotated = ops.reshape(rotated, ops.shape(x))
+    return x * cos + rotated * sin

@@ -1,0 +1,343 @@
+"""A bert4keras-compatible WordPiece tokenizer (pure Python, no TensorFlow).
+
+    tokenizer = Tokenizer("vocab.txt", do_lower_case=True)
+    token_ids, segment_ids = tokenizer.encode("今天天气很好", "Hello!", maxlen=16)
+
+Behaviour follows bert4keras's ``Tokenizer``: CJK characters are one token
+each, punctuation is split off, lower-casing also strips accents (NFD, drop
+combining marks), the remaining words go through greedy longest-match-first
+WordPiece with ``##`` continuations, and a word that cannot be pieced together
+stays one token that maps to ``[UNK]`` (so ``rematch`` can still locate it).
+"""
+import re
+import unicodedata
+
+import numpy as np
+
+# Full-width and CJK punctuation after which ``decode`` drops the space.
+_CJK_PUNCTUATION = (
+    "\uff02\uff03\uff04\uff05\uff06\uff07\uff08\uff09\uff0a\uff0b\uff0c\uff0d"
+    "\uff0f\uff1a\uff1b\uff1c\uff1d\uff1e\uff20\uff3b\uff3c\uff3d\uff3e\uff3f"
+    "\uff40\uff5b\uff5c\uff5d\uff5e\uff5f\uff60\uff62\uff63\uff64\u3000\u3001"
+    "\u3003\u3008\u3009\u300a\u300b\u300c\u300d\u300e\u300f\u3010\u3011\u3014"
+    "\u3015\u3016\u3017\u3018\u3019\u301a\u301b\u301c\u301d\u301e\u301f\u3030"
+    "\u303e\u303f\u2013\u2014\u2018\u2019\u201b\u201c\u201d\u201e\u201f\u2026"
+    "\u2027\ufe4f\ufe51\ufe54\u00b7\uff01\uff1f\uff61\u3002"
+)
+_CJK_RANGES = (
+    (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F),
+)
+
+
+def is_cjk_character(ch):
+    """True for a CJK unified / compatibility ideograph (one token each)."""
+    code = ord(ch)
+    return any(low <= code <= high for low, high in _CJK_RANGES)
+
+
+def is_punctuation(ch):
+    """ASCII symbols (``!``..``/``, ``:``..``@``, ``[``..`` ` ``, ``{``..``~``) and Unicode P*."""
+    code = ord(ch)
+    return (33 <= code <= 47 or 58 <= code <= 64 or 91 <= code <= 96
+            or 123 <= code <= 126 or unicodedata.category(ch).startswith("P"))
+
+
+def is_space(ch):
+    return ch in " \n\r\t" or unicodedata.category(ch) == "Zs"
+
+
+def is_control(ch):
+    return unicodedata.category(ch) in ("Cc", "Cf")
+
+
+def is_dropped(ch):
+    """Characters the tokenizer deletes: NUL, U+FFFD and control/format chars."""
+    return ord(ch) == 0 or ord(ch) == 0xFFFD or is_control(ch)
+
+
+def is_special(token):
+    """bert4keras's test for special tokens: ``[...]`` (e.g. ``[CLS]``, ``[unused1]``)."""
+    return bool(token) and token[0] == "[" and token[-1] == "]"
+
+
+def stem(token):
+    """The text a token covers: ``##ing`` -> ``ing``."""
+    return token[2:] if token[:2] == "##" else token
+
+
+def lowercase_and_normalize(text):
+    """Lower-case, NFD-decompose and drop combining marks (accents)."""
+    text = unicodedata.normalize("NFD", text.lower())
+    return "".join(ch for ch in text if unicodedata.category(ch) != "Mn")
+
+
+def truncate_sequences(maxlen, indices, *sequences):
+    """Pop from the currently longest sequence (the first on ties) until the
+    total length is <= maxlen. ``indices`` is the position popped in each
+    sequence (one int for all, or one per sequence). Works in place on lists;
+    ``None`` / empty sequences are ignored."""
+    sequences = [s for s in sequences if s]
+    if not isinstance(indices, (list, tuple)):
+        indices = [indices] * len(sequences)
+    while sum(len(s) for s in sequences) > maxlen:
+        longest = int(np.argmax([len(s) for s in sequences]))
+        sequences[longest].pop(indices[longest])
+    return sequences
+
+
+def _is_redundant(token):
+    """A multi-character token containing CJK or punctuation can never be
+    produced (those characters are always split), so it is dropped by
+    ``load_vocab(simplified=True)``."""
+    if len(token) <= 1:
+        return False
+    return any(is_cjk_character(ch) or is_punctuation(ch) for ch in stem(token))
+
+
+def load_vocab(dict_path, encoding="utf-8", simplified=False, startswith=None):
+    """Read a vocab file (one token per line, first whitespace-separated field).
+
+    Returns ``{token: id}``; with ``simplified=True`` returns
+    ``(token_dict, keep_tokens)``: the ``startswith`` tokens first, then every
+    non-redundant token in file order, renumbered, and ``keep_tokens`` the
+    original ids of the kept tokens (for ``build_transformer_model(keep_tokens=...)``).
+    """
+    token_dict = {}
+    with open(dict_path, encoding=encoding) as reader:
+        for line_number, line in enumerate(reader, 1):
+            fields = line.split()
+            token = fields[0] if fields else line.strip("\r\n")
+            if token in token_dict:
+                raise ValueError(f"{dict_path}:{line_number}: duplicate token {token!r} in the vocab")
+            token_dict[token] = len(token_dict)
+    if not simplified:
+        return token_dict
+    new_dict, keep_tokens = {}, []
+    for token in startswith or []:
+        if token in token_dict and token not in new_dict:
+            new_dict[token] = len(new_dict)
+            keep_tokens.append(token_dict[token])
+    for token, index in sorted(token_dict.items(), key=lambda item: item[1]):
+        if token not in new_dict and not _is_redundant(token):
+            new_dict[token] = len(new_dict)
+            keep_tokens.append(index)
+    return new_dict, keep_tokens
+
+
+class Tokenizer:
+    """bert4keras-compatible WordPiece tokenizer.
+
+    Args:
+        token_dict: path of a vocab file or a ``{token: id}`` dict.
+        do_lower_case: lower-case and strip accents before tokenizing.
+        word_maxlen: words longer than this are not pieced (one ``[UNK]``).
+        token_start / token_end: tokens added by ``tokenize`` (``None`` to omit).
+        pre_tokenize: optional ``text -> list of words``; words found in the
+            vocab are kept whole, the rest are tokenized as usual.
+        token_translate: optional ``{token: replacement}`` applied by ``tokenize``.
+    """
+
+    def __init__(self, token_dict, do_lower_case=True, word_maxlen=200,
+                 token_start="[CLS]", token_end="[SEP]", pre_tokenize=None,
+                 token_translate=None):
+        if isinstance(token_dict, (str, bytes)) or hasattr(token_dict, "__fspath__"):
+            token_dict = load_vocab(token_dict)
+        if not isinstance(token_dict, dict) or not token_dict:
+            raise ValueError("Tokenizer: token_dict must be a vocab path or a non-empty {token: id} dict")
+        self._token_dict = token_dict
+        self._token_dict_inv = {index: token for token, index in token_dict.items()}
+        self._do_lower_case = do_lower_case
+        self._word_maxlen = word_maxlen
+        self._token_pad, self._token_unk, self._token_mask = "[PAD]", "[UNK]", "[MASK]"
+        self._token_start, self._token_end = token_start, token_end
+        self._pre_tokenize = pre_tokenize
+        self._token_translate = dict(token_translate or {})
+        self._token_translate_inv = {v: k for k, v in self._token_translate.items()}
+        for name in ("pad", "unk", "mask", "start", "end"):
+            token = getattr(self, f"_token_{name}")
+            if token in token_dict:
+                setattr(self, f"_token_{name}_id", token_dict[token])
+        # bert4keras calls them start/end; [CLS]/[SEP] names for readability.
+        if hasattr(self, "_token_start_id"):
+            self._token_cls_id = self._token_start_id
+        if hasattr(self, "_token_end_id"):
+            self._token_sep_id = self._token_end_id
+
+    # -- special ids ------------------------------------------------------
+    def _special_id(self, name):
+        value = getattr(self, f"_token_{name}_id", None)
+        if value is None:
+            raise AttributeError(f"Tokenizer: the vocab has no {name} token")
+        return value
+
+    token_pad_id = property(lambda self: self._special_id("pad"))
+    token_unk_id = property(lambda self: self._special_id("unk"))
+    token_mask_id = property(lambda self: self._special_id("mask"))
+    token_start_id = property(lambda self: self._special_id("start"))
+    token_end_id = property(lambda self: self._special_id("end"))
+    token_cls_id = token_start_id
+    token_sep_id = token_end_id
+
+    @property
+    def vocab_size(self):
+        return len(self._token_dict)
+
+    @property
+    def token_dict(self):
+        return self._token_dict
+
+    # -- tokens <-> ids ----------------------------------------------------
+    def token_to_id(self, token):
+        """Id of ``token``; unknown tokens map to ``[UNK]``."""
+        return self._token_dict.get(token, getattr(self, "_token_unk_id", None))
+
+    def tokens_to_ids(self, tokens):
+        return [self.token_to_id(token) for token in tokens]
+
+    def id_to_token(self, i):
+        return self._token_dict_inv[i]
+
+    def ids_to_tokens(self, ids):
+        return [self.id_to_token(i) for i in ids]
+
+    # -- tokenize / encode -------------------------------------------------
+    def tokenize(self, text, maxlen=None):
+        """Tokens of ``text`` wrapped in ``[CLS] … [SEP]``; with ``maxlen``,
+        tokens are dropped from the end (before ``[SEP]``) to fit."""
+        tokens = [self._token_translate.get(token) or token for token in self._tokenize(text)]
+        if self._token_start is not None:
+            tokens.insert(0, self._token_start)
+        if self._token_end is not None:
+            tokens.append(self._token_end)
+        if maxlen is not None:
+            truncate_sequences(maxlen, -(int(self._token_end is not None) + 1), tokens)
+        return tokens
+
+    def encode(self, first_text, second_text=None, maxlen=None, pattern="S*E*E",
+               truncate_from="right"):
+        """Token ids and segment ids of one text or a pair.
+
+        Texts may also be given as token lists. With ``maxlen``, tokens are
+        popped from the longer text (before its ``[SEP]`` for
+        ``truncate_from='right'``, after ``[CLS]`` for ``'left'``, or at the
+        given index). ``pattern='S*E*E'`` gives ``[CLS] a [SEP] b [SEP]``,
+        ``'S*ES*E'`` keeps the second ``[CLS]``.
+        """
+        first_tokens = self.tokenize(first_text) if isinstance(first_text, str) else list(first_text)
+        if second_text is None:
+            second_tokens = None
+        elif isinstance(second_text, str):
+            second_tokens = self.tokenize(second_text)
+        else:
+            second_tokens = list(second_text)
+        if maxlen is not None:
+            if truncate_from == "right":
+                index = -int(self._token_end is not None) - 1
+            elif truncate_from == "left":
+                index = int(self._token_start is not None)
+            else:
+                index = truncate_from
+            if second_tokens is not None and pattern == "S*E*E":
+                maxlen += 1  # the second [CLS] is removed below
+            truncate_sequences(maxlen, index, first_tokens, second_tokens)
+        token_ids = self.tokens_to_ids(first_tokens)
+        segment_ids = [0] * len(token_ids)
+        if second_tokens is not None:
+            if pattern == "S*E*E":
+                second_tokens = second_tokens[int(bool(self._token_start)):]
+            second_ids = self.tokens_to_ids(second_tokens)
+            token_ids.extend(second_ids)
+            segment_ids.extend([1] * len(second_ids))
+        return token_ids, segment_ids
+
+    def _tokenize(self, text, pre_tokenize=True):
+        """Tokens of ``text`` without ``[CLS]``/``[SEP]``."""
+        if self._do_lower_case:
+            text = lowercase_and_normalize(text)
+        if pre_tokenize and self._pre_tokenize is not None:
+            tokens = []
+            for word in self._pre_tokenize(text):
+                if word in self._token_dict:
+                    tokens.append(word)
+                else:
+                    tokens.extend(self._tokenize(word, pre_tokenize=False))
+            return tokens
+        pieces = []
+        for ch in text:
+            if is_punctuation(ch) or is_cjk_character(ch):
+                pieces.append(f" {ch} ")
+            elif is_space(ch):
+                pieces.append(" ")
+            elif not is_dropped(ch):
+                pieces.append(ch)
+        tokens = []
+        for word in "".join(pieces).split():
+            tokens.extend(self._word_piece_tokenize(word))
+        return tokens
+
+    def _word_piece_tokenize(self, word):
+        """Greedy longest-match-first split of one word into vocab pieces."""
+        if len(word) > self._word_maxlen:
+            return [word]
+        tokens, start = [], 0
+        while start < len(word):
+            for end in range(len(word), start, -1):
+                piece = word[start:end] if start == 0 else "##" + word[start:end]
+                if piece in self._token_dict:
+                    break
+            else:
+                return [word]  # unknown word: one token, id [UNK]
+            tokens.append(piece)
+            start = end
+        return tokens
+
+    # -- decode / rematch ----------------------------------------------------
+    def decode(self, ids, tokens=None):
+        """Readable text from ids (special tokens dropped, CJK unspaced)."""
+        tokens = tokens or self.ids_to_tokens(ids)
+        tokens = [token for token in tokens if not is_special(token)]
+        text = ""
+        for i, token in enumerate(tokens):
+            if token[:2] == "##":
+                text += token[2:]
+            elif len(token) == 1 and is_cjk_character(token):
+                text += token
+            elif len(token) == 1 and is_punctuation(token):
+                text += token + " "
+            elif i > 0 and text and is_cjk_character(text[-1]):
+                text += token
+            else:
+                text += " " + token
+        text = re.sub(" +", " ", text)
+        text = re.sub(r"' (re|m|s|t|ve|d|ll) ", r"'\1 ", text)
+        no_space_after = "|".join(re.escape(p) for p in _CJK_PUNCTUATION + "+-/={(<[")
+        text = re.sub(f"({no_space_after}) ", r"\1", text)
+        text = re.sub(r"(\d\.) (\d)", r"\1\2", text)
+        return text.strip()
+
+    def rematch(self, text, tokens):
+        """For each token, the list of indices of the characters of ``text``
+        it covers (``[]`` for special tokens such as ``[CLS]``)."""
+        normalized, char_mapping = [], []
+        for i, ch in enumerate(text):
+            if self._do_lower_case:
+                ch = lowercase_and_normalize(ch)
+            ch = "".join(c for c in ch if not is_dropped(c))
+            normalized.append(ch)
+            char_mapping.extend([i] * len(ch))
+        normalized = "".join(normalized)
+        token_mapping, offset = [], 0
+        for token in tokens:
+            if is_special(token):
+                token_mapping.append([])
+                continue
+            piece = stem(token)
+            start = normalized.find(piece, offset)
+            if start < 0:
+                raise ValueError(f"Tokenizer.rematch: token {token!r} not found in the text after "
+                                 f"character {offset}; were the tokens produced from this text?")
+            end = start + len(piece)
+            token_mapping.append(char_mapping[start:end])
+            offset = end
+        return token_mapping

@@ -1,0 +1,60 @@
+"""Masked-LM pretraining of GAU-alpha (or RoFormerV2 / SRU++) on TFRecord shards.
+
+    python pretrain/pretrain.py --config pretrain/configs/tiny.json
+    python pretrain/pretrain.py --config pretrain/configs/base.json --tpu my-tpu \
+        --data 'gs://bucket/shards/shard-*.tfrecord' --output-dir gs://bucket/run1
+    python pretrain/pretrain.py --config ... --export-only     # TF1 export of the latest checkpoint
+
+The run directory (``train.output_dir``) holds ``checkpoints/`` (tf.train
+checkpoints of model, optimizer, data iterator and step counter, every
+``save_every`` updates), ``logs/`` (TensorBoard), ``log.jsonl`` (one line per
+logged update) and ``export/`` (bert_config.json, bert_model.ckpt.*, vocab.txt
+in the original format). Starting again on the same run directory resumes from
+the last checkpoint: same data order, same optimizer state, no step repeated
+or skipped. Relative paths in the config are taken from the current directory.
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pretrain import config as config_lib  # noqa: E402
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="JSON run config (see pretrain/configs/)")
+    parser.add_argument("--data", help="override data.train (a file pattern of TFRecord shards)")
+    parser.add_argument("--eval-data", help="override data.eval (held-out shards for masked accuracy)")
+    parser.add_argument("--output-dir", help="override train.output_dir")
+    parser.add_argument("--steps", type=int, help="override train.steps (optimizer updates)")
+    parser.add_argument("--max-minutes", type=float, help="stop (after saving) once this wall time is spent")
+    parser.add_argument("--init-checkpoint", help="override train.init_checkpoint (TF1 checkpoint to start from)")
+    parser.add_argument("--tpu", help="TPU name or address: use TPUStrategy and bfloat16")
+    parser.add_argument("--no-xla", action="store_true", help="do not jit-compile the training step")
+    parser.add_argument("--export-only", action="store_true",
+                        help="export the latest checkpoint to the original TF1 format and exit")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    config = config_lib.load(args.config, args)
+    from pretrain import trainer    # imports TensorFlow
+
+    run = trainer.Trainer(config, tpu=args.tpu, xla=not args.no_xla)
+    if args.export_only:
+        path = run.export()
+        print(f"exported step {run.updates()} to {path}")
+        return 0
+    run.train(max_minutes=args.max_minutes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

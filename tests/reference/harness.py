@@ -1,0 +1,154 @@
+"""Call the original bert4keras (``bert4keras_forward.py``) from tests, in a subprocess.
+
+bert4keras needs Keras 2 (``tf_keras``) while the test process runs Keras 3, so
+every call starts a fresh interpreter with ``TF_KERAS=1 TF_USE_LEGACY_KERAS=1``.
+The reference runs on CPU (``CUDA_VISIBLE_DEVICES=""``) so its float32 results
+do not depend on the accelerator (no TF32 matmuls).
+
+Typical use::
+
+    from tests.reference.harness import run_bert4keras
+
+    ref = run_bert4keras(config_dict, "gau_alpha", init_random=True,
+                         save_checkpoint=tmp_path / "b4k" / "model.ckpt",
+                         token_ids=ids, segment_ids=segs, with_mlm=True)
+    ref["hidden"], ref["mlm_logits"], ref["variables"]
+
+A test calling it is skipped (with the reason) when bert4keras or tf_keras is not
+installed (``require_bert4keras()`` checks that up front, in one extra process);
+any other failure of the reference raises ``RuntimeError`` carrying the command
+and the end of its stderr.
+"""
+import functools
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+SCRIPT = pathlib.Path(__file__).resolve().with_name("bert4keras_forward.py")
+EXIT_MISSING_PACKAGE = 3
+INSTALL_HINT = "pip install -r requirements.txt && pip install --no-deps -r tests/reference/requirements.txt"
+_STDERR_TAIL = 4000
+
+
+def reference_env(pythonpath=None):
+    """Environment for the reference process: Keras 2 via tf_keras, CPU, quiet logs."""
+    env = dict(os.environ)
+    env.update(TF_KERAS="1", TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3",
+               CUDA_VISIBLE_DEVICES="")
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(pythonpath)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+@functools.lru_cache(maxsize=None)
+def probe(pythonpath=None):
+    """Return ``(available, detail)``: can the reference run here, and which versions."""
+    result = subprocess.run([sys.executable, str(SCRIPT), "--probe"], env=reference_env(pythonpath),
+                            capture_output=True, text=True, timeout=300)
+    if result.returncode == 0:
+        return True, result.stdout.strip()
+    if result.returncode == EXIT_MISSING_PACKAGE:
+        return False, result.stderr.strip().splitlines()[-1]
+    raise RuntimeError("bert4keras reference probe failed (exit %d):\n%s"
+                       % (result.returncode, result.stderr[-_STDERR_TAIL:]))
+
+
+def require_bert4keras(pythonpath=None):
+    """Skip the calling test unless the reference can run; return the version line."""
+    available, detail = probe(None if pythonpath is None else str(pythonpath))
+    if not available:
+        _skip(detail)
+    return detail
+
+
+def _skip(detail):
+    import pytest
+
+    pytest.skip("original bert4keras reference unavailable in a subprocess (%s); install it with: %s"
+                % (detail, INSTALL_HINT))
+
+
+def run_bert4keras(config, model, *, checkpoint=None, init_random=False, save_checkpoint=None,
+                   token_ids=None, segment_ids=None, with_mlm=False, application="encoder",
+                   softmax_plus_min_len=None, seed=0, pythonpath=None, timeout=600):
+    """Run bert4keras on one model and return its results.
+
+    Args:
+        config: bert_config.json path, or a dict written to a temporary one.
+        model: 'gau_alpha' or 'roformer_v2'.
+        checkpoint: TF1 checkpoint prefix to load (exclusive with ``init_random``).
+        init_random: build with random weights (numpy and TF graph seed ``seed``).
+        save_checkpoint: write the weights there with bert4keras's ``save_weights_as_checkpoint``.
+        token_ids, segment_ids: int arrays [B, L]; when given, the forward pass runs.
+        with_mlm: False, True (softmax) or an activation name, as in bert4keras.
+        application: 'encoder', 'lm' or 'unilm', or a list of them (one process
+            runs them in turn on the same weights).
+        softmax_plus_min_len: floor on softmax_plus's n (None: bert4keras 0.11.5's 16).
+        pythonpath: directory put first on PYTHONPATH (e.g. another bert4keras version).
+
+    Returns:
+        dict with 'hidden' [B, L, H], with the MLM head also 'mlm_logits' and
+        'mlm_output' [B, L, V] (for a list of applications: {application: that
+        dict}); with ``save_checkpoint`` also 'variables', a dict
+        {checkpoint variable name: shape list} as printed by the script.
+    """
+    if (token_ids is None) != (segment_ids is None):
+        raise ValueError("run_bert4keras: give both token_ids and segment_ids, or neither")
+    with tempfile.TemporaryDirectory(prefix="bert4keras_ref_") as work:
+        work = pathlib.Path(work)
+        if isinstance(config, dict):
+            config_path = work / "bert_config.json"
+            config_path.write_text(json.dumps(config), encoding="utf-8")
+        else:
+            config_path = pathlib.Path(config)
+        cmd = [sys.executable, str(SCRIPT), "--config", str(config_path), "--model", model,
+               "--application", application if isinstance(application, str) else ",".join(application),
+               "--seed", str(seed)]
+        if init_random:
+            cmd.append("--init-random")
+        if checkpoint is not None:
+            cmd += ["--checkpoint", str(checkpoint)]
+        if save_checkpoint is not None:
+            cmd += ["--save-checkpoint", str(save_checkpoint)]
+        if with_mlm:
+            cmd += ["--with-mlm", "true" if with_mlm is True else str(with_mlm)]
+        if softmax_plus_min_len is not None:
+            cmd += ["--softmax-plus-min-len", str(softmax_plus_min_len)]
+        if token_ids is not None:
+            np.savez(work / "in.npz", token_ids=np.asarray(token_ids), segment_ids=np.asarray(segment_ids))
+            cmd += ["--inputs", str(work / "in.npz"), "--output", str(work / "out.npz")]
+        result = subprocess.run(cmd, env=reference_env(pythonpath), capture_output=True, text=True,
+                                timeout=timeout)
+        if result.returncode == EXIT_MISSING_PACKAGE:
+            _skip(result.stderr.strip().splitlines()[-1])
+        if result.returncode != 0:
+            raise RuntimeError("bert4keras reference failed (exit %d): %s\n%s"
+                               % (result.returncode, " ".join(cmd), result.stderr[-_STDERR_TAIL:]))
+        outputs = {}
+        if token_ids is not None:
+            with np.load(work / "out.npz") as data:
+                outputs = {key: data[key] for key in data.files}
+            if not isinstance(application, str) and len(application) == 1:
+                outputs = {application[0]: outputs}
+            elif not isinstance(application, str):
+                outputs = {app: {key.split(":", 1)[1]: value for key, value in outputs.items()
+                                 if key.startswith(app + ":")} for app in application}
+    if save_checkpoint is not None:
+        outputs["variables"] = _parse_variables(result.stdout)
+    return outputs
+
+
+def _parse_variables(stdout):
+    """{name: shape} from the script's ``variable<TAB>name<TAB>shape`` lines."""
+    variables = {}
+    for line in stdout.splitlines():
+        if line.startswith("variable\t"):
+            _, name, shape = line.split("\t")
+            variables[name] = json.loads(shape)
+    return variables

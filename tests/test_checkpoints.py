@@ -1,0 +1,85 @@
+"""TF1 checkpoint round trips and error messages."""
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gau_keras import build_transformer_model, checkpoints
+from tests.model_utils import TINY_GAU, random_checkpoint, write_config
+
+IDS = np.array([[2, 9, 14, 33, 3, 0]])
+SEGMENTS = np.zeros_like(IDS)
+
+GAU_NAMES = {"bert/embeddings/word_embeddings", "bert/embeddings/token_type_embeddings"} | {
+    f"GAU_alpha/encoder/layer_{i}/gau/{n}" for i in range(2)
+    for n in ("i_dense/kernel", "q_scaleoffset/gamma", "k_scaleoffset/gamma", "o_dense/kernel")}
+
+
+def test_round_trip_names_and_outputs(tmp_path):
+    config, ckpt = random_checkpoint(str(tmp_path))
+    names = dict(checkpoints.list_variables(ckpt))
+    assert set(names) == GAU_NAMES
+    assert names["GAU_alpha/encoder/layer_0/gau/i_dense/kernel"] == [16, 2 * 24 + 8]
+    original = build_transformer_model(config, ckpt, with_mlm=True, return_keras_model=False)
+    again = original.save_weights_as_checkpoint(str(tmp_path / "copy" / "model.ckpt"))
+    for directory_or_prefix in (again, str(tmp_path / "copy")):
+        reloaded = build_transformer_model(config, directory_or_prefix, with_mlm=True)
+        np.testing.assert_array_equal(reloaded.predict([IDS, SEGMENTS], verbose=0),
+                                      original.model.predict([IDS, SEGMENTS], verbose=0))
+
+
+def test_roformer_v2_names(tmp_path):
+    _, ckpt = random_checkpoint(str(tmp_path), "roformer_v2")
+    names = {n for n, _ in checkpoints.list_variables(ckpt)}
+    assert "bert/encoder/layer_1/attention/self/query/kernel" in names
+    assert "bert/encoder/layer_0/intermediate/dense/kernel" in names
+    assert not any("bias" in n or "LayerNorm" in n for n in names)
+
+
+def test_not_a_checkpoint(tmp_path):
+    config = write_config(str(tmp_path), TINY_GAU)
+    with pytest.raises(checkpoints.CheckpointError, match="is not a TF checkpoint"):
+        build_transformer_model(config, str(tmp_path / "nothing.ckpt"))
+    with pytest.raises(checkpoints.CheckpointError, match="without a unique TF checkpoint"):
+        build_transformer_model(config, str(tmp_path))
+
+
+def _rewrite(ckpt, target, drop=(), replace=None):
+    reader = tf.train.load_checkpoint(ckpt)
+    values = {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map() if n not in drop}
+    values.update(replace or {})
+    return checkpoints.save_checkpoint(target, values)
+
+
+def test_missing_variable_names_layer_variable_and_file(tmp_path):
+    config, ckpt = random_checkpoint(str(tmp_path))
+    name = "GAU_alpha/encoder/layer_1/gau/o_dense/kernel"
+    broken = _rewrite(ckpt, str(tmp_path / "broken" / "bert_model.ckpt"), drop=[name])
+    with pytest.raises(checkpoints.CheckpointError) as info:
+        build_transformer_model(config, broken)
+    message = str(info.value)
+    for part in ("Transformer-1-GatedAttentionUnit", name, "(24, 16)", broken):
+        assert part in message
+    model = build_transformer_model(config, broken, ignore_invalid_weights=True)
+    assert model.predict([IDS, SEGMENTS], verbose=0).shape == (1, 6, 16)
+
+
+def test_shape_mismatch_names_both_shapes(tmp_path):
+    config, ckpt = random_checkpoint(str(tmp_path))
+    name = "bert/embeddings/token_type_embeddings"
+    broken = _rewrite(ckpt, str(tmp_path / "broken" / "bert_model.ckpt"), replace={name: np.zeros((3, 16), "float32")})
+    with pytest.raises(checkpoints.CheckpointError) as info:
+        build_transformer_model(config, broken)
+    message = str(info.value)
+    for part in ("Embedding-Segment", name, "(2, 16)", "(3, 16)", broken):
+        assert part in message
+
+
+def test_state_file_points_at_prefix(tmp_path):
+    prefix = checkpoints.save_checkpoint(str(tmp_path / "x.ckpt"), {"a/b": np.ones(3, "float32")})
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("x.ckpt")
+    assert os.path.exists(prefix + ".index")
+    np.testing.assert_array_equal(checkpoints.load_variable(str(tmp_path), "a/b"), np.ones(3))
+    with pytest.raises(checkpoints.CheckpointError, match="no variable 'a/c'"):
+        checkpoints.load_variable(prefix, "a/c")

@@ -1,0 +1,127 @@
+"""GatedAttentionUnit, MultiHeadAttention and AttentionBias against numpy."""
+import keras
+import numpy as np
+import pytest
+
+from gau_keras import ops as gops
+from gau_keras.layers import (AttentionBias, Embedding, GatedAttentionUnit,
+                              MultiHeadAttention, SinusoidalPositionEmbedding)
+from tests import numpy_reference as ref
+from tests.layer_utils import assert_keras_round_trip
+
+IDS = np.array([[5, 6, 7, 8, 0, 0], [0, 3, 4, 5, 6, 7]])   # right and left padding
+
+
+def _np(v):
+    return keras.ops.convert_to_numpy(v).astype(float)
+
+
+def _dense(layer, x, act=lambda t: t):
+    y = x @ _np(layer.kernel)
+    if layer.use_bias:
+        y = y + _np(layer.bias)
+    return act(y)
+
+
+def _scale_offset(layer, x):
+    y = x * _np(layer.gamma)
+    return y + _np(layer.beta) if layer.offset else y
+
+
+def _randomize(layer, rng):
+    for w in layer.weights:
+        w.assign(rng.normal(size=w.shape) * 0.3)
+
+
+@pytest.mark.parametrize("normalization", ["softmax", "softmax_plus", "squared_relu"])
+@pytest.mark.parametrize("use_bias", [False, True])
+@pytest.mark.parametrize("application", ["encoder", "lm"])
+def test_gau_self_attention(rng, normalization, use_bias, application):
+    x = rng.normal(size=(2, 6, 8)).astype("float32")
+    keys = ref.key_mask(IDS)
+    table = ref.sinusoidal(6, 4)
+    layer = GatedAttentionUnit(5, 4, use_bias=use_bias, normalization=normalization, softmax_plus_min_len=1)
+    inputs, kwargs = [x], {"p_bias": "rotary"}
+    if application == "lm":
+        inputs.append(keras.ops.convert_to_numpy(gops.causal_attention_bias(6)))
+        kwargs["a_bias"] = True
+    inputs.append(table[None].astype("float32"))
+    layer(inputs, mask=[keys] + [None] * (len(inputs) - 1), **kwargs)
+    _randomize(layer, rng)
+    got = keras.ops.convert_to_numpy(layer(inputs, mask=[keys] + [None] * (len(inputs) - 1), **kwargs))
+
+    z = _dense(layer.i_dense, x.astype(float), ref.swish)
+    u, v, qk = z[..., :5], z[..., 5:10], z[..., 10:]
+    q = ref.rotary(_scale_offset(layer.q_scaleoffset, qk), table)
+    k = ref.rotary(_scale_offset(layer.k_scaleoffset, qk), table)
+    a = np.einsum("bmd,bnd->bmn", q, k) / 2.0
+    attention = ref.normalize(a, keys, ref.visibility(IDS, None, application), normalization, 1)
+    expected = _dense(layer.o_dense, u * np.einsum("bmn,bnd->bmd", attention, v))
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_gau_cross_attention_masks_keys_with_v_mask(rng):
+    q = rng.normal(size=(2, 3, 8)).astype("float32")
+    kv = rng.normal(size=(2, 6, 8)).astype("float32")
+    keys = ref.key_mask(IDS)
+    layer = GatedAttentionUnit(5, 4, self_attention=False, normalization="softmax", use_bias=False)
+    layer([q, kv, kv])
+    _randomize(layer, rng)
+    got = keras.ops.convert_to_numpy(layer([q, kv, kv], mask=[None, keys, keys]))
+    uq = _dense(layer.i_dense, q.astype(float), ref.swish)
+    u, qq = uq[..., :5], _scale_offset(layer.q_scaleoffset, uq[..., 5:])
+    k = _scale_offset(layer.k_scaleoffset, _dense(layer.k_dense, kv.astype(float), ref.swish))
+    v = _dense(layer.v_dense, kv.astype(float), ref.swish)
+    a = np.einsum("bmd,bnd->bmn", qq, k) / 2.0
+    attention = ref.softmax(np.where(keys[:, None, :], a, -np.inf))
+    expected = _dense(layer.o_dense, u * np.einsum("bmn,bnd->bmd", attention, v))
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_gau_wrong_input_count_is_explained():
+    layer = GatedAttentionUnit(4, 4)
+    with pytest.raises(ValueError, match="expected 2 inputs"):
+        layer([np.zeros((1, 2, 4), "float32")], p_bias="rotary")
+
+
+def test_mha_rotary_matches_reference(rng):
+    x = rng.normal(size=(2, 6, 8)).astype("float32")
+    table = ref.sinusoidal(6, 4)
+    layer = MultiHeadAttention(2, 4, use_bias=False)
+    inputs = [x, x, x, table[None].astype("float32")]
+    keys = ref.key_mask(IDS)
+    layer(inputs, p_bias="rotary")
+    _randomize(layer, rng)
+    got = keras.ops.convert_to_numpy(layer(inputs, mask=[keys, keys, keys, None], p_bias="rotary"))
+    w = {"p/attention/self/query/kernel": _np(layer.q_dense.kernel),
+         "p/attention/self/key/kernel": _np(layer.k_dense.kernel),
+         "p/attention/self/value/kernel": _np(layer.v_dense.kernel),
+         "p/attention/output/dense/kernel": _np(layer.o_dense.kernel)}
+    expected = ref.mha(x.astype(float), w, "p/", keys, ref.visibility(IDS, None, "encoder"), 2, table)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_attention_bias_layer():
+    segments = np.array([[0, 0, 1, 1]])
+    unilm = keras.ops.convert_to_numpy(AttentionBias("unilm")(segments))
+    np.testing.assert_array_equal(unilm, ref.visibility(segments, segments, "unilm"))
+    lm = keras.ops.convert_to_numpy(AttentionBias("lm")(segments))
+    assert lm.shape == (1, 4, 4)
+    np.testing.assert_array_equal(lm[0], np.tril(np.ones((4, 4), bool)))
+    with pytest.raises(ValueError, match="mode"):
+        AttentionBias("causal")
+
+
+@pytest.mark.parametrize("kind", ["gau", "mha"])
+def test_attention_model_round_trip_and_mask(kind):
+    ids = keras.Input((None,), dtype="int32")
+    x = Embedding(20, 8, mask_zero=True)(ids)
+    bias = AttentionBias("lm")(ids)
+    position = SinusoidalPositionEmbedding(4, "zero")(x)
+    if kind == "gau":
+        y = GatedAttentionUnit(6, 4, attention_dropout=0.1, normalization="softmax_plus")(
+            [x, bias, position], a_bias=True, p_bias="rotary")
+    else:
+        y = MultiHeadAttention(2, 4, attention_dropout=0.1)([x, x, x, bias, position], a_bias=True, p_bias="rotary")
+    assert y._keras_mask is not None
+    assert_keras_round_trip(keras.Model(ids, y), IDS)

@@ -1,0 +1,34 @@
+"""FeedForward against numpy."""
+import keras
+import numpy as np
+
+from gau_keras.layers import FeedForward
+from tests.layer_utils import assert_keras_round_trip
+
+
+def test_feedforward_relu_no_bias(rng):
+    x = rng.normal(size=(2, 3, 6)).astype("float32")
+    layer = FeedForward(10, activation="relu", use_bias=False)
+    y = keras.ops.convert_to_numpy(layer(x))
+    w1 = keras.ops.convert_to_numpy(layer.i0_dense.kernel)
+    w2 = keras.ops.convert_to_numpy(layer.o_dense.kernel)
+    np.testing.assert_allclose(y, np.maximum(x @ w1, 0) @ w2, atol=1e-5)
+    assert len(layer.weights) == 2
+
+
+def test_feedforward_glu(rng):
+    x = rng.normal(size=(1, 2, 4)).astype("float32")
+    layer = FeedForward(8, activation=["swish", "linear"])
+    y = keras.ops.convert_to_numpy(layer(x))
+    k = lambda d: keras.ops.convert_to_numpy(d.kernel)
+    b = lambda d: keras.ops.convert_to_numpy(d.bias)
+    h0 = x @ k(layer.i0_dense) + b(layer.i0_dense)
+    h1 = x @ k(layer.i1_dense) + b(layer.i1_dense)
+    expected = (h0 / (1 + np.exp(-h0)) * h1) @ k(layer.o_dense) + b(layer.o_dense)
+    np.testing.assert_allclose(y, expected, atol=1e-5)
+
+
+def test_feedforward_round_trip():
+    inputs = keras.Input((None, 4))
+    model = keras.Model(inputs, FeedForward(8, activation=["swish", "linear"])(inputs))
+    assert_keras_round_trip(model, np.ones((1, 3, 4), "float32"))

@@ -1,0 +1,85 @@
+"""gau_keras.ops against the numpy reference."""
+import numpy as np
+import pytest
+from keras import ops
+
+from gau_keras import ops as gops
+from tests import numpy_reference as ref
+
+
+def test_key_mask_keeps_position_zero():
+    ids = np.array([[0, 5, 0, 7], [3, 4, 0, 0]])
+    mask = ops.convert_to_numpy(gops.key_mask_from_token_ids(ids))
+    np.testing.assert_array_equal(mask, [[True, True, False, True], [True, True, False, False]])
+
+
+@pytest.mark.parametrize("method", ["softmax", "softmax_plus", "squared_relu"])
+@pytest.mark.parametrize("min_len", [1, 16])
+def test_attention_normalize_matches_reference(rng, method, min_len):
+    ids = np.array([[4, 5, 6, 0, 0, 0], [4, 5, 6, 7, 8, 9]])
+    a = rng.normal(size=(2, 6, 6)) * 3
+    keys = ref.key_mask(ids)
+    visible = ref.visibility(ids, None, "encoder")
+    expected = ref.normalize(a, keys, visible, method, min_len)
+    got = gops.attention_normalize(a.astype("float32"), keys, method, None, min_len)
+    np.testing.assert_allclose(ops.convert_to_numpy(got), expected, atol=2e-6)
+
+
+def test_softmax_plus_scale_is_log_n_over_log_512(rng):
+    a = rng.normal(size=(1, 3, 40)).astype("float32")
+    got = ops.convert_to_numpy(gops.attention_normalize(a, None, "softmax_plus", min_len=16))
+    np.testing.assert_allclose(got, ref.softmax(a * np.log(40) / np.log(512)), atol=1e-6)
+    short = rng.normal(size=(1, 3, 4)).astype("float32")
+    for floor, n in [(16, 16), (1, 4)]:
+        got = ops.convert_to_numpy(gops.attention_normalize(short, None, "softmax_plus", min_len=floor))
+        np.testing.assert_allclose(got, ref.softmax(short * np.log(n) / np.log(512)), atol=1e-6)
+
+
+@pytest.mark.parametrize("application", ["lm", "unilm"])
+def test_attention_bias_matches_visibility(rng, application):
+    ids = np.array([[3, 4, 5, 6, 7]])
+    segments = np.array([[0, 0, 1, 1, 1]])
+    a = rng.normal(size=(1, 5, 5)).astype("float32")
+    if application == "lm":
+        bias = gops.causal_attention_bias(5)
+    else:
+        bias = gops.unilm_attention_bias(segments)
+    got = gops.attention_normalize(a, ref.key_mask(ids), "softmax", bias)
+    expected = ref.normalize(a, ref.key_mask(ids), ref.visibility(ids, segments, application), "softmax", 1)
+    np.testing.assert_allclose(ops.convert_to_numpy(got), expected, atol=1e-6)
+
+
+def test_unknown_normalization_is_named():
+    with pytest.raises(ValueError, match="softmax_plux"):
+        gops.attention_normalize(np.zeros((1, 2, 2), "float32"), method="softmax_plux")
+
+
+def test_sinusoidal_interleaved_layout():
+    got = ops.convert_to_numpy(gops.sinusoidal_embeddings(np.arange(7.0)[None], 8))[0]
+    np.testing.assert_allclose(got, ref.sinusoidal(7, 8), atol=2e-6)
+
+
+def test_sinusoidal_beyond_max_position():
+    got = ops.convert_to_numpy(gops.sinusoidal_embeddings(np.array([[1500.0]]), 4))[0]
+    np.testing.assert_allclose(got, ref.sinusoidal(1501, 4)[-1:], atol=2e-4)
+
+
+@pytest.mark.parametrize("heads", [None, 3])
+def test_apply_rotary(rng, heads):
+    table = ref.sinusoidal(5, 8)
+    shape = (2, 5, 8) if heads is None else (2, 5, heads, 8)
+    x = rng.normal(size=shape)
+    expected = ref.rotary(x, table if heads is None else table[:, None, :])
+    got = gops.apply_rotary(table[None].astype("float32"), x.astype("float32"))
+    np.testing.assert_allclose(ops.convert_to_numpy(got), expected, atol=2e-6)
+
+
+def test_rotary_is_relative(rng):
+    """q_m . k_n after RoPE depends only on m - n."""
+    table = gops.sinusoidal_embeddings(np.arange(12.0)[None], 8)
+    q, k = rng.normal(size=(1, 1, 8)), rng.normal(size=(1, 1, 8))
+    q = np.repeat(q, 12, axis=1).astype("float32")
+    k = np.repeat(k, 12, axis=1).astype("float32")
+    qr = ops.convert_to_numpy(gops.apply_rotary(table, q))[0]
+    kr = ops.convert_to_numpy(gops.apply_rotary(table, k))[0]
+    np.testing.assert_allclose(qr[5] @ kr[2], qr[9] @ kr[6], rtol=1e-5)

@@ -1,0 +1,160 @@
+"""Tokenizer: bert4keras behaviour on a hand-made vocab and on the GAU-α vocab."""
+import subprocess
+import sys
+
+import pytest
+
+from gau_keras.tokenizers import Tokenizer, load_vocab, truncate_sequences
+
+TINY_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "你", "好", "世", "界",
+               "hello", "world", "un", "##aff", "##able", "!", ",", "，", "12", "##3",
+               "cafe", "[unused1]", "##好", "你好"]
+
+
+@pytest.fixture
+def tiny():
+    return Tokenizer({t: i for i, t in enumerate(TINY_TOKENS)}, do_lower_case=True)
+
+
+@pytest.fixture
+def real(shared_data):
+    return Tokenizer(str(shared_data / "vocab" / "gau_alpha_vocab.txt"))
+
+
+def test_special_ids(tiny):
+    assert (tiny._token_pad_id, tiny._token_unk_id, tiny._token_cls_id,
+            tiny._token_sep_id, tiny._token_mask_id) == (0, 1, 2, 3, 4)
+    assert (tiny.token_pad_id, tiny.token_start_id, tiny.token_end_id) == (0, 2, 3)
+    assert tiny.vocab_size == len(TINY_TOKENS)
+
+
+def test_mixed_text_tiny(tiny):
+    text = "你好，HELLO World! unaffable 123 Café 😀"
+    tokens = tiny.tokenize(text)
+    assert tokens == ["[CLS]", "你", "好", "，", "hello", "world", "!", "un", "##aff", "##able",
+                      "12", "##3", "cafe", "😀", "[SEP]"]
+    ids, segments = tiny.encode(text)
+    assert ids == [2, 5, 6, 16, 9, 10, 14, 11, 12, 13, 17, 18, 19, 1, 3]
+    assert segments == [0] * len(ids)
+
+
+def test_unknown_word_is_one_unk_token(tiny):
+    # no piece covers "zz": the whole word is kept as one token that maps to [UNK]
+    assert tiny.tokenize("unzz") == ["[CLS]", "unzz", "[SEP]"]
+    assert tiny.encode("unzz")[0] == [2, 1, 3]
+
+
+def test_no_lower_case(tiny):
+    cased = Tokenizer(tiny.token_dict, do_lower_case=False)
+    assert cased.tokenize("Hello hello")[1:-1] == ["Hello", "hello"]
+    assert cased.encode("Hello")[0] == [2, 1, 3]
+
+
+def test_control_and_space_characters(tiny):
+    assert tiny.tokenize("你\u200b好\t\u3000世\x00界\ufffd")[1:-1] == ["你", "好", "世", "界"]
+
+
+def test_truncation_single(tiny):
+    assert tiny.tokenize("你好世界", maxlen=4) == ["[CLS]", "你", "好", "[SEP]"]
+    assert tiny.encode("你好世界", maxlen=4)[0] == [2, 5, 6, 3]
+    # truncate_from='left' drops right after [CLS]
+    assert tiny.encode("你好世界", maxlen=4, truncate_from="left")[0] == [2, 7, 8, 3]
+
+
+def test_truncation_pair_pops_from_longer(tiny):
+    # first: CLS 你 好 世 界 SEP (6), second: CLS hello SEP (3, CLS dropped -> 2)
+    ids, segments = tiny.encode("你好世界", "hello", maxlen=6)
+    assert ids == [2, 5, 6, 3, 9, 3]
+    assert segments == [0, 0, 0, 0, 1, 1]
+    # when the second text is longer it loses tokens first
+    ids, segments = tiny.encode("你", "你好世界", maxlen=7)
+    assert ids == [2, 5, 3, 5, 6, 7, 3]
+    assert segments == [0, 0, 0, 1, 1, 1, 1]
+    # the S*ES*E pattern keeps the second [CLS]
+    ids, _ = tiny.encode("你", "好", pattern="S*ES*E")
+    assert ids == [2, 5, 3, 2, 6, 3]
+
+
+def test_truncate_sequences_ties_pop_first():
+    a, b = [1, 2, 3], [4, 5, 6]
+    truncate_sequences(4, -1, a, b)
+    assert (a, b) == ([1, 2], [4, 5])
+
+
+def test_ids_tokens_roundtrip(tiny):
+    ids = [2, 5, 6, 3]
+    assert tiny.ids_to_tokens(ids) == ["[CLS]", "你", "好", "[SEP]"]
+    assert tiny.tokens_to_ids(["你", "nope"]) == [5, 1]
+    assert tiny.id_to_token(9) == "hello" and tiny.token_to_id("hello") == 9
+
+
+def test_decode(tiny):
+    ids = tiny.encode("你好，hello world! unaffable 123")[0]
+    assert tiny.decode(ids) == "你好，hello world! unaffable 123"
+
+
+def test_rematch_accents_and_spaces(tiny):
+    text = " Café,你好 unaffable"
+    tokens = tiny.tokenize(text)
+    mapping = tiny.rematch(text, tokens)
+    assert mapping == [[], [1, 2, 3, 4], [5], [6], [7], [9, 10], [11, 12, 13], [14, 15, 16, 17], []]
+    # every mapped span, lower-cased and accent-stripped, spells the token
+    for token, span in zip(tokens, mapping):
+        if span:
+            covered = "".join(text[i] for i in span).lower().replace("é", "e")
+            assert covered == token.replace("##", "")
+
+
+def test_rematch_rejects_foreign_tokens(tiny):
+    with pytest.raises(ValueError, match="not found"):
+        tiny.rematch("你好", ["世"])
+
+
+def test_pre_tokenize_keeps_vocab_words(tiny):
+    tok = Tokenizer(tiny.token_dict, pre_tokenize=lambda text: ["你好", "世界"])
+    assert tok.tokenize("你好世界")[1:-1] == ["你好", "世", "界"]
+
+
+def test_load_vocab_simplified(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(["[PAD]", "[UNK]", "你", "你好", "##好", "a", "##b", "a,", "[CLS]"]) + "\n",
+                    encoding="utf-8")
+    assert load_vocab(path)["[CLS]"] == 8
+    token_dict, keep = load_vocab(path, simplified=True, startswith=["[PAD]", "[UNK]", "[CLS]"])
+    assert list(token_dict) == ["[PAD]", "[UNK]", "[CLS]", "你", "a", "##b"]
+    assert keep == [0, 1, 8, 2, 5, 6]
+
+
+def test_load_vocab_duplicate_names_line(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_text("a\nb\na\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="vocab.txt:3"):
+        load_vocab(path)
+
+
+def test_real_vocab_mixed(real):
+    text = "GAU-α在2022年发布，Hello World！😀 café"
+    tokens = real.tokenize(text)
+    assert tokens == ["[CLS]", "ga", "##u", "-", "α", "在", "2022", "年", "发", "布", "，", "hello", "world",
+                      "！", "😀", "cafe", "[SEP]"]
+    ids, segments = real.encode(text)
+    assert ids[:4] == [101, real.token_to_id("ga"), real.token_to_id("##u"), real.token_to_id("-")]
+    assert ids[4] == ids[14] == 100 and ids[-1] == 102  # α and 😀 are not in the vocab
+    assert real.token_to_id("[MASK]") == 103 and real.vocab_size == 12000
+    mapping = real.rematch(text, tokens)
+    assert [text[i] for i in mapping[tokens.index("在")]] == ["在"]
+    assert "".join(text[i] for i in mapping[tokens.index("hello")]) == "Hello"
+    assert real.decode(ids) == "gau-在2022年发布，hello world！cafe"
+
+
+def test_real_vocab_truncation(real):
+    ids, segments = real.encode("今天天气很好", "明天下雨", maxlen=8)
+    assert len(ids) == 8
+    # lengths 8 and 6 (5 without its [CLS]): pop from the longer, the first one on ties
+    assert real.ids_to_tokens(ids) == ["[CLS]", "今", "天", "[SEP]", "明", "天", "下", "[SEP]"]
+    assert segments == [0] * 4 + [1] * 4
+
+
+def test_import_does_not_load_tensorflow():
+    code = "import sys, gau_keras.tokenizers, gau_keras.segmenters; assert 'tensorflow' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
