@@ -47,16 +47,17 @@ class SRUppAttention(keras.layers.Layer):
     z = x W1; q = z (or LN(z) before attention when normalize_after=False);
     [k, v] = z' W2 over memory and input; o = α·MHA(q, k, v) + z;
     o = LN(o) when normalize_after; U = dropout(o) W3.
+    With ``causal`` query i also sees only keys up to M + i (all the memory).
     """
 
     def __init__(self, proj_size, out_features, num_heads=1, dropout=0.0, attn_dropout=0.0,
-                 layer_norm=True, normalize_after=True, **kwargs):
+                 layer_norm=True, normalize_after=True, causal=False, **kwargs):
         super().__init__(**kwargs)
         if proj_size % num_heads:
             raise ValueError(f"SRUppAttention: proj_size ({proj_size}) must be divisible by num_heads ({num_heads})")
         self.proj_size, self.out_features, self.num_heads = proj_size, out_features, num_heads
         self.dropout, self.attn_dropout = dropout, attn_dropout
-        self.layer_norm, self.normalize_after = layer_norm, normalize_after
+        self.layer_norm, self.normalize_after, self.causal = layer_norm, normalize_after, causal
         dtype = self.dtype_policy
         self.linear1 = _linear(proj_size, name="linear1", dtype=dtype)
         self.linear2 = _linear(2 * proj_size, name="linear2", dtype=dtype)
@@ -100,6 +101,10 @@ class SRUppAttention(keras.layers.Layer):
         allowed = None
         if mask is not None:
             allowed = _key_padding_mask(ops.cast(mask, "bool"), memory)
+        if self.causal:
+            offset = 0 if memory is None else ops.shape(memory)[1]
+            causal = ops.arange(S)[None, :] <= ops.arange(L)[:, None] + offset
+            allowed = causal[None, None] if allowed is None else ops.logical_and(allowed, causal[None, None])
         if attention_mask is not None:
             am = ops.cast(attention_mask, "bool")
             am = am[:, None] if len(am.shape) == 3 else am
@@ -118,7 +123,7 @@ class SRUppAttention(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "proj_size": self.proj_size, "out_features": self.out_features,
                 "num_heads": self.num_heads, "dropout": self.dropout, "attn_dropout": self.attn_dropout,
-                "layer_norm": self.layer_norm, "normalize_after": self.normalize_after}
+                "layer_norm": self.layer_norm, "normalize_after": self.normalize_after, "causal": self.causal}
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -167,20 +172,21 @@ class SRUppCell(keras.layers.Layer):
     ``dropout`` is the transform's dropout; ``hidden_dropout`` the variational
     mask on c inside h (the reference uses it on every layer but the last).
     ``layer_norm`` normalises the cell input (skip term untouched) or, with
-    ``normalize_after``, its output.
+    ``normalize_after``, its output.  ``causal`` restricts the attention to
+    earlier positions (and the whole memory), as a language model needs.
     """
 
     def __init__(self, hidden_size, proj_size, attention=True, num_heads=1, dropout=0.0,
                  attn_dropout=0.0, hidden_dropout=0.0, bidirectional=False, layer_norm=False,
                  normalize_after=False, attn_layer_norm=True, highway_bias=-2.0, rescale=False,
-                 weight_c_init=1.0, seed=None, **kwargs):
+                 weight_c_init=1.0, causal=False, seed=None, **kwargs):
         super().__init__(**kwargs)
         self.hidden_size, self.proj_size, self.attention = hidden_size, proj_size, attention
         self.num_heads, self.dropout, self.attn_dropout = num_heads, dropout, attn_dropout
         self.hidden_dropout, self.bidirectional = hidden_dropout, bidirectional
         self.layer_norm, self.normalize_after = layer_norm, normalize_after
         self.attn_layer_norm, self.highway_bias = attn_layer_norm, highway_bias
-        self.rescale, self.weight_c_init, self.seed = rescale, weight_c_init, seed
+        self.rescale, self.weight_c_init, self.causal, self.seed = rescale, weight_c_init, causal, seed
         self.output_size = hidden_size * (2 if bidirectional else 1)
         self.seed_generator = keras.random.SeedGenerator(seed)
         self.supports_masking = True
@@ -194,8 +200,8 @@ class SRUppCell(keras.layers.Layer):
         out = self.output_size * self.k
         if self.attention:
             self.transform = SRUppAttention(self.proj_size, out, self.num_heads, self.dropout,
-                                            self.attn_dropout, self.attn_layer_norm, name="transform",
-                                            dtype=self.dtype_policy)
+                                            self.attn_dropout, self.attn_layer_norm, causal=self.causal,
+                                            name="transform", dtype=self.dtype_policy)
         else:
             self.transform = SRUppProjectedLinear(self.proj_size, out, self.dropout, self.attn_layer_norm,
                                                   name="transform", dtype=self.dtype_policy)
@@ -241,9 +247,6 @@ class SRUppCell(keras.layers.Layer):
     def compute_mask(self, inputs, mask=None):
         return mask
 
-    def compute_output_shape(self, input_shape, *args, **kwargs):
-        return tuple(input_shape)[:-1] + (self.output_size,)
-
     def get_config(self):
         return {**super().get_config(), "hidden_size": self.hidden_size, "proj_size": self.proj_size,
                 "attention": self.attention, "num_heads": self.num_heads, "dropout": self.dropout,
@@ -251,7 +254,7 @@ class SRUppCell(keras.layers.Layer):
                 "bidirectional": self.bidirectional, "layer_norm": self.layer_norm,
                 "normalize_after": self.normalize_after, "attn_layer_norm": self.attn_layer_norm,
                 "highway_bias": self.highway_bias, "rescale": self.rescale,
-                "weight_c_init": self.weight_c_init, "seed": self.seed}
+                "weight_c_init": self.weight_c_init, "causal": self.causal, "seed": self.seed}
 
 
 def uses_attention(index, num_layers, attention_every_n_layers=1, attention_last_n_layers=-1):
@@ -330,9 +333,6 @@ class SRUpp(keras.layers.Layer):
 
     def compute_mask(self, inputs, mask=None):
         return mask
-
-    def compute_output_shape(self, input_shape, *args, **kwargs):
-        return tuple(input_shape)[:-1] + (self.output_size,)
 
     def load_reference_state_dict(self, state_dict):
         """Load the official PyTorch ``SRUpp.state_dict()`` (values as numpy arrays
