@@ -278,3 +278,16 @@ def test_state_dict_errors_name_the_key(rng):
         layer.load_reference_state_dict({**sd, "rnn_lst.0.transform_module.linear1.weight": np.zeros((4, 5))})
     with pytest.raises(ValueError, match="unexpected keys.*extra"):
         layer.load_reference_state_dict({**sd, "extra": np.zeros(1)})
+
+
+def test_mixed_precision_runs_in_float32_inside(rng):
+    layer = SRUpp(hidden_size=4, proj_size=4, num_layers=2, dtype="mixed_bfloat16")
+    x = rng.normal(size=(2, 5, 3)).astype("float32")
+    reference = SRUpp(hidden_size=4, proj_size=4, num_layers=2)
+    reference.build((None, None, 3))
+    layer.build((None, None, 3))
+    layer.set_weights(reference.get_weights())
+    h = layer(x)
+    assert keras.backend.standardize_dtype(h.dtype) == "bfloat16"
+    np.testing.assert_allclose(ops.convert_to_numpy(ops.cast(h, "float32")), ops.convert_to_numpy(reference(x)),
+                               rtol=0.05, atol=0.05)
