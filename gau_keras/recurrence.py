@@ -8,7 +8,8 @@ only the elementwise recurrence runs, as two loops over time:
   backward pass (the op's own inputs are referenced, not copied);
 * backward (``tf.custom_gradient``): one reverse-time loop that recomputes f
   and r per step from the saved c and writes dU, dx, dweight_c, dbias and dc0
-  directly (no per-step temporaries stored over the whole sequence).
+  directly (no per-step temporaries stored over the whole sequence; under XLA
+  dU and dx are written in place into their batch-major buffers).
 
 Autodiff through a ``tf.while_loop`` instead stores every intermediate of every
 step.  Both loops are ``tf.function``s compiled by XLA (``jit_compile=True``)
@@ -153,7 +154,34 @@ def _gates(u, c_prev, v_f, v_r, b_f, b_r):
     return f, r, u[..., 0] + (c_prev - u[..., 0]) * f
 
 
-def _backward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last, bidirectional):
+class _StepWriter:
+    """Collects per-step values [B, dirs, ...] of a loop into a batch-major
+    [B, L, dirs, ...] tensor.  Under XLA (``in_place``) a scatter into a
+    loop-carried buffer, which XLA updates in place; otherwise a TensorArray
+    (graph-mode scatter would copy the buffer every step) and one transpose."""
+
+    def __init__(self, B, L, dirs, tail, dtype, bidirectional, in_place):
+        self.L, self.dirs, self.bidirectional, self.in_place = L, dirs, bidirectional, in_place
+        if in_place:
+            self.init = tf.zeros(tf.concat([[B, L, dirs], tail], 0), dtype)
+            self.batch = tf.range(B)[:, None]
+        else:
+            self.init = tf.TensorArray(dtype, size=L, element_shape=[None, dirs] + list(tail))
+
+    def write(self, buf, t, value):
+        if not self.in_place:
+            return buf.write(t, value)
+        times = [t, self.L - 1 - t][:self.dirs]
+        index = tf.concat([tf.concat([self.batch, tf.fill(tf.shape(self.batch), tt),
+                                      tf.fill(tf.shape(self.batch), di)], 1)
+                           for di, tt in enumerate(times)], 0)
+        return tf.tensor_scatter_nd_update(buf, index, tf.concat(tf.unstack(value, axis=1), 0))
+
+    def result(self, buf):
+        return buf if self.in_place else _unflip_time(buf.stack(), self.bidirectional)
+
+
+def _backward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last, bidirectional, in_place):
     """One reverse-time loop computing every gradient from the saved c_seq
     (DESIGN.md §3) → (dU, dx, dweight_c, dbias, dc0, dscale_x)."""
     B, L = tf.shape(U)[0], tf.shape(U)[1]
@@ -163,8 +191,10 @@ def _backward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last
     read = _reader(L, bidirectional)
     pad4, m = pad[:, :, None, None], tf.reshape(mask_c, [B, dirs, d])
     dh4, c_init = tf.reshape(dh, [B, L, dirs, d]), tf.reshape(c0, [B, dirs, d])
+    du_out = _StepWriter(B, L, dirs, [d, k], U.dtype, bidirectional, in_place)
+    dxp_out = _StepWriter(B, L, dirs, [d], U.dtype, bidirectional, in_place)
 
-    def body(t, dc, dv_f, dv_r, db_f, db_r, du_ta, dxp_ta):
+    def body(t, dc, dv_f, dv_r, db_f, db_r, du_buf, dxp_buf):
         c_prev = tf.where(t > 0, c_seq[tf.maximum(t - 1, 0)], c_init)
         f, r, _ = _gates(read(Uk, t), c_prev, v_f, v_r, b_f, b_r)
         u0, xp_t, pad_t = read(Uk, t)[..., 0], read(xp, t), read(pad4, t)
@@ -179,17 +209,17 @@ def _backward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last
         dc = tf.where(pad_t, total, total * f + dgf * v_f + dgr * v_r)  # padding passes dc through
         return (t - 1, dc, dv_f + tf.reduce_sum(dgf * c_prev, 0), dv_r + tf.reduce_sum(dgr * c_prev, 0),
                 db_f + tf.reduce_sum(dgf, 0), db_r + tf.reduce_sum(dgr, 0),
-                du_ta.write(t, tf.stack(du, axis=-1)), dxp_ta.write(t, dxp) if k == 3 else dxp_ta)
+                du_out.write(du_buf, t, tf.stack(du, axis=-1)),
+                dxp_out.write(dxp_buf, t, dxp) if k == 3 else dxp_buf)
 
     zeros = tf.zeros([dirs, d], U.dtype)
-    _, dc0, dv_f, dv_r, db_f, db_r, du_ta, dxp_ta = tf.while_loop(
+    _, dc0, dv_f, dv_r, db_f, db_r, du_buf, dxp_buf = tf.while_loop(
         lambda t, *_: t >= 0, body,
-        (L - 1, tf.reshape(dc_last, [B, dirs, d]), zeros, zeros, zeros, zeros,
-         tf.TensorArray(U.dtype, size=L, element_shape=[U.shape[0], dirs, d, k]),
-         tf.TensorArray(U.dtype, size=L, element_shape=[U.shape[0], dirs, d])))
-    dU = tf.reshape(_unflip_time(du_ta.stack(), bidirectional), tf.shape(U))
+        (L - 1, tf.reshape(dc_last, [B, dirs, d]), zeros, zeros, zeros, zeros, du_out.init,
+         dxp_out.init if k == 3 else tf.zeros([0], U.dtype)))
+    dU = tf.reshape(du_out.result(du_buf), tf.shape(U))
     if k == 3:
-        dxp = _unflip_time(dxp_ta.stack(), bidirectional)
+        dxp = dxp_out.result(dxp_buf)
         dx = tf.reshape(dxp * scale_x, tf.shape(x))
         dscale = tf.reduce_sum(dxp * tf.reshape(x, [B, L, dirs, d]))
     else:
@@ -202,10 +232,10 @@ def _backward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last
 def _compiled(dtype_name, bidirectional):
     """(forward, backward) as tf.functions: XLA-compiled when XLA works here."""
     fwd = functools.partial(_forward, bidirectional=bidirectional)
-    bwd = functools.partial(_backward, bidirectional=bidirectional)
     if _USE_XLA:
         xla = (tf.function(fwd, jit_compile=True),
-               tf.function(bwd, jit_compile=True))
+               tf.function(functools.partial(_backward, bidirectional=bidirectional, in_place=True),
+                           jit_compile=True))
         try:
             with tf.init_scope():  # probe eagerly, even when first called while tracing
                 dirs = 2 if bidirectional else 1
@@ -217,7 +247,8 @@ def _compiled(dtype_name, bidirectional):
             return xla
         except (tf.errors.OpError, NotImplementedError, ValueError):
             pass
-    return tf.function(fwd), tf.function(bwd)
+    return tf.function(fwd), tf.function(functools.partial(_backward, bidirectional=bidirectional,
+                                                           in_place=False))
 
 
 def _core(U, x, weight_c, bias, c0, pad, scale_x, mask_c, bidirectional):
