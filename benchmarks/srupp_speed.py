@@ -16,13 +16,20 @@
 
 Times are medians over ``--repeats`` runs after a warm-up (compilation excluded).
 
-Memory is measured with TensorFlow's own allocator statistics,
-``tf.config.experimental.get_memory_info("CPU:0")`` (it does work on the CPU
-device in TF 2.21; XLA's buffers go through the same allocator): "peak" is the
-allocator's peak during one forward + backward step minus the bytes live just
-before it, so it includes the gradients themselves and every temporary.
-This is an exact byte count of tensors, not an RSS estimate (RSS would mostly
-show the allocator's and XLA's caches).
+Memory is measured two ways, both for one forward + backward step after a
+warm-up step, both including the gradients themselves and every temporary:
+* "alloc": TensorFlow's allocator statistics,
+  ``tf.config.experimental.get_memory_info("CPU:0")`` (available on the CPU
+  device with oneDNN on, TF's default): peak minus the bytes live before the
+  step.  Exact for what goes through that allocator, but it evidently misses
+  part of what the while-loop autodiff keeps (its RSS grows far more).
+* "rss": in a fresh subprocess per variant and length: after the warm-up step,
+  ``malloc_trim``, then the kernel's peak-RSS counter is reset
+  (``/proc/self/clear_refs`` ← 5) and the measured step's ``VmHWM`` minus the
+  ``VmRSS`` before it is reported.  It sees all memory the step newly touches,
+  but not pages the allocator kept resident from the warm-up step, so it can
+  undercount.  Linux only.
+Neither is exact for both variants; the table prints both.
 """
 import argparse
 import os
@@ -41,9 +48,48 @@ from gau_keras.recurrence import sru_recurrence, sru_recurrence_autodiff  # noqa
 MiB = 2 ** 20
 
 
+def _proc_status(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"/proc/self/status has no {key}")
+
+
+def rss_step_bytes(variant, L, B, d, seed=0):
+    """Runs in a fresh process (``--measure-rss``): resident bytes newly touched
+    by one fwd+bwd step after a warm-up step."""
+    import ctypes
+    import gc
+    rng = np.random.default_rng(seed)
+    fn = {"custom": sru_recurrence, "autodiff": sru_recurrence_autodiff}[variant]
+    args = (tf.constant(rng.normal(size=(B, L, 3 * d)), tf.float32),
+            tf.constant(rng.normal(size=(B, L, d)), tf.float32),
+            tf.constant(rng.uniform(-1, 1, size=2 * d), tf.float32), tf.zeros([2 * d]))
+    step = make_step(fn, tf.constant(rng.normal(size=(B, L, d)), tf.float32), False)
+    out = step(*args)
+    del out
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    base = _proc_status("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    out = step(*args)
+    [t.numpy() for t in out]
+    return _proc_status("VmHWM") - base
+
+
+def rss_in_subprocess(variant, L, B, d):
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, __file__, "--measure-rss", variant, str(L), "--batch", str(B),
+                             "--hidden", str(d)], capture_output=True, text=True, check=True)
+    return int(result.stdout.strip().splitlines()[-1])
+
+
 def median_time(fn, repeats):
     fn()  # warm-up: tracing and compilation
-    times = []
+    times = []  # the median, because the machine may be shared
     for _ in range(repeats):
         start = time.perf_counter()
         out = fn()
@@ -96,6 +142,9 @@ def recurrence_table(lengths, B, d, repeats, seed=0):
                                      peak=peak_bytes(lambda: step(*args)))
             except (tf.errors.OpError, ValueError) as err:  # XLA may refuse the autodiff loop
                 print(f"  {name} at L={L} failed: {type(err).__name__}: {str(err).splitlines()[0]}")
+        for name in ("custom", "autodiff"):
+            if name in results:
+                results[name]["rss"] = rss_in_subprocess(name, L, B, d)
         rows.append((L, results))
     return rows
 
@@ -103,13 +152,14 @@ def recurrence_table(lengths, B, d, repeats, seed=0):
 def print_recurrence_table(rows):
     print("\n(a) recurrence forward+backward, custom gradient vs autodiff through tf.while_loop")
     print(f"{'L':>5} | {'custom ms':>9} {'autodiff ms':>11} {'ratio':>6} | {'autodiff XLA ms':>15} {'ratio':>6} |"
-          f" {'peak MiB custom':>15} {'autodiff':>8} {'ratio':>6}")
+          f" {'alloc MiB c/a':>15} {'ratio':>6} | {'rss MiB c/a':>15} {'ratio':>6}")
     for L, r in rows:
         c, a = r.get("custom"), r.get("autodiff")
         ax = r.get("autodiff_xla")
         xla = f"{ax['time'] * 1e3:15.1f} {c['time'] / ax['time']:6.2f}" if ax else f"{'n/a':>15} {'':>6}"
         print(f"{L:>5} | {c['time'] * 1e3:9.1f} {a['time'] * 1e3:11.1f} {c['time'] / a['time']:6.2f} | {xla} |"
-              f" {c['peak'] / MiB:15.1f} {a['peak'] / MiB:8.1f} {c['peak'] / a['peak']:6.2f}")
+              f" {c['peak'] / MiB:7.1f}/{a['peak'] / MiB:7.1f} {c['peak'] / a['peak']:6.2f} |"
+              f" {c['rss'] / MiB:7.1f}/{a['rss'] / MiB:7.1f} {c['rss'] / a['rss']:6.2f}")
     print("ratio = custom / baseline (lower is better); peak includes the gradients themselves")
 
 
@@ -181,7 +231,11 @@ def main():
     parser.add_argument("--step-length", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="lengths 256 1024, 2 repeats")
+    parser.add_argument("--measure-rss", nargs=2, metavar=("VARIANT", "L"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.measure_rss:
+        print(rss_step_bytes(args.measure_rss[0], int(args.measure_rss[1]), args.batch, args.hidden))
+        return
     if args.quick:
         args.lengths, args.repeats = [256, 1024], 2
     print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}, devices "
