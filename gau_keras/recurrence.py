@@ -65,17 +65,6 @@ def _compute_dtype(dtype):
     return tf.float32 if dtype in (tf.float16, tf.bfloat16) else dtype
 
 
-def _unflip_time(t, bidirectional):
-    """Scan order [L, B, dirs, ...] (direction 1 reversed in time) → batch-major [B, L, dirs, ...]."""
-    if bidirectional:
-        t = tf.concat([t[:, :, :1], tf.reverse(t[:, :, 1:], axis=[0])], axis=2)
-    return tf.transpose(t, [1, 0] + list(range(2, t.shape.rank)))
-
-
-# ----------------------------------------------------------------------------
-# forward and backward, each one compiled function around one scan
-# ----------------------------------------------------------------------------
-
 def _flip_time(t, bidirectional):
     """Batch-major [B, L, dirs, ...] → scan order [L, B, dirs, ...] (direction 1 reversed in time)."""
     t = tf.transpose(t, [1, 0] + list(range(2, t.shape.rank)))
@@ -84,16 +73,26 @@ def _flip_time(t, bidirectional):
     return t
 
 
-def _split_inputs(U, x, weight_c, bias, scale_x, bidirectional):
-    """U slices and skip term x' as [B, L, dirs, d]; weights as [dirs, d]."""
+def _unflip_time(t, bidirectional):
+    """Scan order [L, B, dirs, ...] (direction 1 reversed in time) → batch-major [B, L, dirs, ...]."""
+    if bidirectional:
+        t = tf.concat([t[:, :, :1], tf.reverse(t[:, :, 1:], axis=[0])], axis=2)
+    return tf.transpose(t, [1, 0] + list(range(2, t.shape.rank)))
+
+
+# ----------------------------------------------------------------------------
+# forward and backward (each compiled as one function)
+# ----------------------------------------------------------------------------
+
+def _parts(U, x, weight_c, bias, scale_x, bidirectional):
+    """U as [B, L, dirs, d, k]; the skip term x' as [B, L, dirs, d]; weights as [dirs, d]."""
     B, L = tf.shape(U)[0], tf.shape(U)[1]
     dirs, d, k = _layout(U, x, weight_c, bias, bidirectional)
     Uk = tf.reshape(U, [B, L, dirs, d, k])
-    u0, u1, u2 = Uk[..., 0], Uk[..., 1], Uk[..., 2]
     xp = Uk[..., 3] if k == 4 else tf.reshape(x, [B, L, dirs, d]) * scale_x
     v_f, v_r = tf.unstack(tf.reshape(weight_c, [2, dirs, d]))
     b_f, b_r = tf.unstack(tf.reshape(bias, [2, dirs, d]))
-    return u0, u1, u2, xp, v_f, v_r, b_f, b_r
+    return Uk, xp, v_f, v_r, b_f, b_r
 
 
 def _states(c_seq, c0, bidirectional):
@@ -107,7 +106,8 @@ def _forward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, bidirectional):
     direction 1 flipped in time), the only tensor kept for the backward pass.
     The loop carries c and computes only f and c; r and h follow batched."""
     B, L = tf.shape(U)[0], tf.shape(U)[1]
-    u0, u1, u2, xp, v_f, v_r, b_f, b_r = _split_inputs(U, x, weight_c, bias, scale_x, bidirectional)
+    Uk, xp, v_f, v_r, b_f, b_r = _parts(U, x, weight_c, bias, scale_x, bidirectional)
+    u0, u1, u2 = Uk[..., 0], Uk[..., 1], Uk[..., 2]
     dirs, d = v_f.shape
     c0 = tf.reshape(c0, [B, dirs, d])
     pad4 = pad[:, :, None, None]
@@ -126,17 +126,6 @@ def _forward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, bidirectional):
     m = tf.reshape(mask_c, [B, 1, dirs, d])
     h = tf.where(pad4, tf.zeros_like(xp), xp + (c - xp) * m * r)
     return tf.reshape(h, [B, L, dirs * d]), tf.reshape(c_seq[-1], [B, dirs * d]), c_seq
-
-
-def _parts(U, x, weight_c, bias, scale_x, bidirectional):
-    """U as [B, L, dirs, d, k]; the skip term x' as [B, L, dirs, d]; weights as [dirs, d]."""
-    B, L = tf.shape(U)[0], tf.shape(U)[1]
-    dirs, d, k = _layout(U, x, weight_c, bias, bidirectional)
-    Uk = tf.reshape(U, [B, L, dirs, d, k])
-    xp = Uk[..., 3] if k == 4 else tf.reshape(x, [B, L, dirs, d]) * scale_x
-    v_f, v_r = tf.unstack(tf.reshape(weight_c, [2, dirs, d]))
-    b_f, b_r = tf.unstack(tf.reshape(bias, [2, dirs, d]))
-    return Uk, xp, v_f, v_r, b_f, b_r
 
 
 def _reader(L, bidirectional):

@@ -19,7 +19,7 @@ def test_lm_with_memory_continues_the_whole_sequence(rng):
     expected = ops.convert_to_numpy(whole.model(tokens))[:, L1:]
     x, memory, states = whole.layers["Embedding-Token"](tokens[:, :L1]), [], []
     for i in range(CONFIG["num_hidden_layers"]):
-        memory.append(x)
+        memory.append(ops.convert_to_tensor(ops.convert_to_numpy(x)))  # without the token mask
         x, c = whole.layers[f"SRUpp-{i}"](x, return_state=True)
         states.append(c)
     outputs = segmented([ops.convert_to_tensor(tokens[:, L1:])] + memory + states)
