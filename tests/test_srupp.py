@@ -138,17 +138,13 @@ def random_state_dict(rng, cfg, d_in):
     return sd
 
 
-def layer_kwargs(cfg):
-    return {key: value for key, value in cfg.items()}
-
-
 def causal_additive(L, M=0):
     allowed = np.tril(np.ones((L, M + L), bool), k=M)
     return np.where(allowed, 0.0, -np.inf), allowed
 
 
 def build_layer(cfg, sd, d_in):
-    layer = SRUpp(**layer_kwargs(cfg), dtype="float64")
+    layer = SRUpp(**cfg, dtype="float64")
     layer.build((None, None, d_in))
     layer.load_reference_state_dict(sd)
     return layer
