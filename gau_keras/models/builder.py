@@ -6,6 +6,7 @@ import os
 
 from gau_keras.models.gau_alpha import GAU_alpha
 from gau_keras.models.roformer_v2 import RoFormerV2
+from gau_keras.models.srupp import SRUpp
 
 logger = logging.getLogger(__name__)
 
@@ -16,6 +17,7 @@ MODELS = {
     "roformer_v2": RoFormerV2,
     "roformer-v2": RoFormerV2,
     "roformerv2": RoFormerV2,
+    "srupp": SRUpp,
 }
 
 #: bert_config.json / HF config.json names -> constructor argument names.

@@ -1,0 +1,248 @@
+"""SRU++ speed and memory, measured side by side in one run (issue 3, item 5).
+
+    python3 benchmarks/srupp_speed.py            # B 8, d 512, proj 128, 2 layers
+    python3 benchmarks/srupp_speed.py --quick    # shorter lengths, fewer repeats
+
+(a) ``sru_recurrence`` (XLA loops + hand-written gradient) against
+    ``sru_recurrence_autodiff`` (a plain ``tf.while_loop`` differentiated by
+    TensorFlow, in a ``tf.function``; also under XLA), forward + backward of
+    ``sum(h * g)`` w.r.t. U, x, weight_c and bias, for several lengths.
+(b) the recurrence's share of a whole SRU++ training step (forward, backward,
+    Adam update of an ``SRUpp`` layer) at L = 512: the time of the recurrence's
+    forward + backward on the same shapes, times the number of layers, over the
+    step time.
+(c) a training step of the SRU++ layer against 2-layer ``keras.layers.GRU(512)``
+    and ``LSTM(512)`` stacks on the same input.
+
+Times are medians over ``--repeats`` runs after a warm-up (compilation excluded).
+
+Memory is measured two ways, both for one forward + backward step after a
+warm-up step, both including the gradients themselves and every temporary:
+* "alloc": TensorFlow's allocator statistics,
+  ``tf.config.experimental.get_memory_info("CPU:0")`` (available on the CPU
+  device with oneDNN on, TF's default): peak minus the bytes live before the
+  step.  Exact for what goes through that allocator, but it evidently misses
+  part of what the while-loop autodiff keeps (its RSS grows far more).
+* "rss": in a fresh subprocess per variant and length: after the warm-up step,
+  ``malloc_trim``, then the kernel's peak-RSS counter is reset
+  (``/proc/self/clear_refs`` ← 5) and the measured step's ``VmHWM`` minus the
+  ``VmRSS`` before it is reported.  It sees all memory the step newly touches,
+  but not pages the allocator kept resident from the warm-up step, so it can
+  undercount.  Linux only.
+Neither is exact for both variants; the table prints both.
+"""
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from gau_keras.layers import SRUpp  # noqa: E402
+from gau_keras.recurrence import sru_recurrence, sru_recurrence_autodiff  # noqa: E402
+
+MiB = 2 ** 20
+
+
+def _proc_status(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"/proc/self/status has no {key}")
+
+
+def rss_step_bytes(variant, L, B, d, seed=0):
+    """Runs in a fresh process (``--measure-rss``): resident bytes newly touched
+    by one fwd+bwd step after a warm-up step."""
+    import ctypes
+    import gc
+    rng = np.random.default_rng(seed)
+    fn = {"custom": sru_recurrence, "autodiff": sru_recurrence_autodiff}[variant]
+    args = (tf.constant(rng.normal(size=(B, L, 3 * d)), tf.float32),
+            tf.constant(rng.normal(size=(B, L, d)), tf.float32),
+            tf.constant(rng.uniform(-1, 1, size=2 * d), tf.float32), tf.zeros([2 * d]))
+    step = make_step(fn, tf.constant(rng.normal(size=(B, L, d)), tf.float32), False)
+    out = step(*args)
+    del out
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    base = _proc_status("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    out = step(*args)
+    [t.numpy() for t in out]
+    return _proc_status("VmHWM") - base
+
+
+def rss_in_subprocess(variant, L, B, d):
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, __file__, "--measure-rss", variant, str(L), "--batch", str(B),
+                             "--hidden", str(d)], capture_output=True, text=True, check=True)
+    return int(result.stdout.strip().splitlines()[-1])
+
+
+def median_time(fn, repeats):
+    fn()  # warm-up: tracing and compilation
+    times = []  # the median, because the machine may be shared
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, out)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def memory():
+    return tf.config.experimental.get_memory_info("CPU:0")
+
+
+def peak_bytes(fn):
+    """Allocator peak during fn() above what was live before it."""
+    fn()
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    base = memory()["current"]
+    out = fn()
+    tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, out)
+    return memory()["peak"] - base
+
+
+def make_step(fn, g, jit):
+    """fwd+bwd of sum(h * g) w.r.t. (U, x, w, b) as one tf.function."""
+    @tf.function(jit_compile=jit)
+    def step(U, x, w, b):
+        with tf.GradientTape() as tape:
+            tape.watch([U, x, w, b])
+            loss = tf.reduce_sum(fn(U, x, w, b)[0] * g)
+        return tape.gradient(loss, [U, x, w, b])
+    return step
+
+
+def recurrence_table(lengths, B, d, repeats, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for L in lengths:
+        U = tf.constant(rng.normal(size=(B, L, 3 * d)), tf.float32)
+        x = tf.constant(rng.normal(size=(B, L, d)), tf.float32)
+        w = tf.constant(rng.uniform(-1, 1, size=2 * d), tf.float32)
+        b = tf.constant(np.r_[np.zeros(d), np.full(d, -2.0)], tf.float32)
+        g = tf.constant(rng.normal(size=(B, L, d)), tf.float32)
+        results = {}
+        for name, fn, jit in (("custom", sru_recurrence, False), ("autodiff", sru_recurrence_autodiff, False),
+                              ("autodiff_xla", sru_recurrence_autodiff, True)):
+            step = make_step(fn, g, jit)
+            args = (U, x, w, b)
+            try:
+                results[name] = dict(time=median_time(lambda: step(*args), repeats),
+                                     peak=peak_bytes(lambda: step(*args)))
+            except (tf.errors.OpError, ValueError) as err:  # XLA may refuse the autodiff loop
+                print(f"  {name} at L={L} failed: {type(err).__name__}: {str(err).splitlines()[0]}")
+        for name in ("custom", "autodiff"):
+            if name in results:
+                results[name]["rss"] = rss_in_subprocess(name, L, B, d)
+        rows.append((L, results))
+    return rows
+
+
+def print_recurrence_table(rows):
+    print("\n(a) recurrence forward+backward, custom gradient vs autodiff through tf.while_loop")
+    print(f"{'L':>5} | {'custom ms':>9} {'autodiff ms':>11} {'ratio':>6} | {'autodiff XLA ms':>15} {'ratio':>6} |"
+          f" {'alloc MiB c/a':>15} {'ratio':>6} | {'rss MiB c/a':>15} {'ratio':>6}")
+    for L, r in rows:
+        c, a = r.get("custom"), r.get("autodiff")
+        ax = r.get("autodiff_xla")
+        xla = f"{ax['time'] * 1e3:15.1f} {c['time'] / ax['time']:6.2f}" if ax else f"{'n/a':>15} {'':>6}"
+        print(f"{L:>5} | {c['time'] * 1e3:9.1f} {a['time'] * 1e3:11.1f} {c['time'] / a['time']:6.2f} | {xla} |"
+              f" {c['peak'] / MiB:7.1f}/{a['peak'] / MiB:7.1f} {c['peak'] / a['peak']:6.2f} |"
+              f" {c['rss'] / MiB:7.1f}/{a['rss'] / MiB:7.1f} {c['rss'] / a['rss']:6.2f}")
+    print("ratio = custom / baseline (lower is better); peak includes the gradients themselves")
+
+
+def train_step_time(model, x, y, repeats):
+    optimizer = keras.optimizers.Adam(1e-3)
+    optimizer.build(model.trainable_variables)
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply(grads, model.trainable_variables)
+        return loss
+
+    return median_time(lambda: step(x, y), repeats)
+
+
+def srupp_model(d, proj, layers, L):
+    inputs = keras.Input((L, d))
+    return keras.Model(inputs, SRUpp(d, proj, num_layers=layers)(inputs))
+
+
+def rnn_model(cls, d, layers, L):
+    inputs = keras.Input((L, d))
+    h = inputs
+    for _ in range(layers):
+        h = cls(d, return_sequences=True)(h)
+    return keras.Model(inputs, h)
+
+
+def step_tables(B, d, proj, layers, L, repeats, seed=0):
+    rng = np.random.default_rng(seed)
+    x = tf.constant(rng.normal(size=(B, L, d)), tf.float32)
+    y = tf.constant(rng.normal(size=(B, L, d)), tf.float32)
+    t_srupp = train_step_time(srupp_model(d, proj, layers, L), x, y, repeats)
+
+    U = tf.constant(rng.normal(size=(B, L, 3 * d)), tf.float32)
+    w = tf.constant(rng.uniform(-1, 1, size=2 * d), tf.float32)
+    b = tf.zeros([2 * d])
+
+    @tf.function
+    def recurrence_step(U, x):
+        with tf.GradientTape() as tape:
+            tape.watch([U, x, w, b])
+            loss = tf.reduce_sum(sru_recurrence(U, x, w, b)[0] * y)
+        return tape.gradient(loss, [U, x, w, b])
+
+    t_rec = median_time(lambda: recurrence_step(U, x), repeats)
+    print(f"\n(b) recurrence share of an SRU++ training step (B {B}, L {L}, d {d}, proj {proj}, {layers} layers)")
+    print(f"  training step {t_srupp * 1e3:.1f} ms; recurrence fwd+bwd {t_rec * 1e3:.1f} ms x {layers} layers"
+          f" = {layers * t_rec * 1e3:.1f} ms -> share {layers * t_rec / t_srupp:.1%}")
+
+    print(f"\n(c) training step, SRU++ vs 2-layer GRU/LSTM({d}) (B {B}, L {L})")
+    print(f"  {'model':<10} {'ms/step':>9} {'SRU++ / model':>14}")
+    print(f"  {'SRU++':<10} {t_srupp * 1e3:9.1f} {1.0:14.2f}")
+    for cls in (keras.layers.GRU, keras.layers.LSTM):
+        t = train_step_time(rnn_model(cls, d, 2, L), x, y, repeats)
+        print(f"  {cls.__name__:<10} {t * 1e3:9.1f} {t_srupp / t:14.2f}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048])
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--proj", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--step-length", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="lengths 256 1024, 2 repeats")
+    parser.add_argument("--measure-rss", nargs=2, metavar=("VARIANT", "L"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure_rss:
+        print(rss_step_bytes(args.measure_rss[0], int(args.measure_rss[1]), args.batch, args.hidden))
+        return
+    if args.quick:
+        args.lengths, args.repeats = [256, 1024], 2
+    print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}, devices "
+          f"{[d.device_type for d in tf.config.list_physical_devices()]}, {os.cpu_count()} CPUs visible")
+    print_recurrence_table(recurrence_table(args.lengths, args.batch, args.hidden, args.repeats))
+    step_tables(args.batch, args.hidden, args.proj, args.layers, args.step_length, args.repeats)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""gau_keras.recurrence: forward against a numpy loop, gradients against autodiff
+and against numerical differentiation (float64)."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gau_keras.recurrence import sru_recurrence, sru_recurrence_autodiff
+
+
+def numpy_sru(U, x, weight_c, bias, c0, mask_pad, scale_x, dropout_mask, bidirectional):
+    """Direct transcription of DESIGN.md §3, one direction and one step at a time."""
+    B, L, _ = U.shape
+    dirs = 2 if bidirectional else 1
+    d = weight_c.size // (2 * dirs)
+    k = U.shape[-1] // (dirs * d)
+    Uk = U.reshape(B, L, dirs, d, k)
+    w, b = weight_c.reshape(2, dirs, d), bias.reshape(2, dirs, d)
+    m = np.ones((B, dirs, d)) if dropout_mask is None else dropout_mask.reshape(B, dirs, d)
+    pad = np.zeros((B, L), bool) if mask_pad is None else mask_pad
+    scale_x = 1.0 if scale_x is None else scale_x
+    sig = lambda z: 1.0 / (1.0 + np.exp(-z))  # noqa: E731
+    h = np.zeros((B, L, dirs, d))
+    c_last = np.zeros((B, dirs, d))
+    for di in range(dirs):
+        c = c0.reshape(B, dirs, d)[:, di].copy()
+        for t in (range(L) if di == 0 else range(L - 1, -1, -1)):
+            u = Uk[:, t, di]
+            xp = u[..., 3] if k == 4 else x.reshape(B, L, dirs, d)[:, t, di] * scale_x
+            f = sig(u[..., 1] + b[0, di] + w[0, di] * c)
+            r = sig(u[..., 2] + b[1, di] + w[1, di] * c)
+            c_new = u[..., 0] + (c - u[..., 0]) * f
+            h_t = xp + (c_new - xp) * m[:, di] * r
+            keep = ~pad[:, t, None]
+            c = np.where(keep, c_new, c)
+            h[:, t, di] = np.where(keep, h_t, 0.0)
+        c_last[:, di] = c
+    return h.reshape(B, L, dirs * d), c_last.reshape(B, dirs * d)
+
+
+def make_inputs(rng, B=2, L=5, d=3, k=3, bidirectional=False, d_in=None, pad=False,
+                scale=False, dropout=False, dtype=np.float64):
+    dirs = 2 if bidirectional else 1
+    d_in = dirs * d if k == 3 else (d_in or 4)
+    args = dict(
+        U=rng.normal(size=(B, L, dirs * d * k)),
+        x=rng.normal(size=(B, L, d_in)),
+        weight_c=rng.uniform(-1, 1, size=2 * dirs * d),
+        bias=rng.normal(size=2 * dirs * d) * 0.5,
+        c0=rng.normal(size=(B, dirs * d)),
+        mask_pad=None, scale_x=None, dropout_mask=None, bidirectional=bidirectional)
+    if pad:  # right padding for row 0, left padding for row 1
+        mask = np.zeros((B, L), bool)
+        mask[0, L - 2:] = True
+        mask[1, :1] = True
+        args["mask_pad"] = mask
+    if scale:
+        args["scale_x"] = 1.3
+    if dropout:
+        args["dropout_mask"] = (rng.uniform(size=(B, dirs * d)) > 0.3) / 0.7
+    for key in ("U", "x", "weight_c", "bias", "c0", "dropout_mask"):
+        if args[key] is not None:
+            args[key] = args[key].astype(dtype)
+    return args
+
+
+CASES = [dict(k=k, bidirectional=bi, pad=pad, scale=scale, dropout=drop)
+         for k in (3, 4) for bi in (False, True)
+         for pad, scale, drop in ((False, False, False), (True, True, True))]
+
+
+DIFF_ARGS = ("U", "x", "weight_c", "bias", "c0")
+
+
+def _grads(fn, args, weights):
+    tensors = {key: tf.constant(args[key]) for key in DIFF_ARGS}
+    with tf.GradientTape() as tape:
+        tape.watch(list(tensors.values()))
+        h, c = fn(**{**args, **tensors})
+        loss = tf.reduce_sum(h * weights[0]) + tf.reduce_sum(c * weights[1])
+    return tape.gradient(loss, [tensors[key] for key in DIFF_ARGS])
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+def test_forward_matches_numpy_and_gradient_matches_autodiff(rng, case):
+    args = make_inputs(rng, **case)
+    h_ref, c_ref = numpy_sru(**args)
+    for fn in (sru_recurrence, sru_recurrence_autodiff):
+        h, c = fn(**args)
+        np.testing.assert_allclose(h.numpy(), h_ref, rtol=1e-10, atol=1e-10, err_msg=fn.__name__)
+        np.testing.assert_allclose(c.numpy(), c_ref, rtol=1e-10, atol=1e-10, err_msg=fn.__name__)
+    weights = (rng.normal(size=h_ref.shape), rng.normal(size=c_ref.shape))
+    ours = _grads(sru_recurrence, args, weights)
+    ref = _grads(sru_recurrence_autodiff, args, weights)
+    for name, g, g_ref in zip(DIFF_ARGS, ours, ref):
+        as_array = lambda t: np.zeros(args[name].shape) if t is None else t.numpy()  # noqa: E731
+        np.testing.assert_allclose(as_array(g), as_array(g_ref), rtol=1e-9, atol=1e-10, err_msg=name)
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[7]], ids=["uni-k3-pad", "bi-k4-pad"])
+def test_gradient_numerical_float64(rng, case):
+    args = make_inputs(rng, B=2, L=4, d=2, **case)
+    fixed = {key: v for key, v in args.items() if key not in DIFF_ARGS}
+
+    def fn(U, x, weight_c, bias, c0):
+        h, c = sru_recurrence(U, x, weight_c, bias, c0, **fixed)
+        return tf.concat([tf.reshape(h, [-1]), tf.reshape(c, [-1])], 0)
+
+    theoretical, numerical = tf.test.compute_gradient(fn, [tf.constant(args[k]) for k in DIFF_ARGS], delta=1e-6)
+    for name, t, n in zip(DIFF_ARGS, theoretical, numerical):
+        np.testing.assert_allclose(t, n, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def test_gradient_only_through_h(rng):
+    """c_last unused: the upstream gradient for it is absent and must count as zero."""
+    args = make_inputs(rng, bidirectional=True, pad=True)
+    U = tf.constant(args.pop("U"))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(U)
+        h, _ = sru_recurrence(U, **args)
+        h2, _ = sru_recurrence_autodiff(U, **args)
+        loss, loss2 = tf.reduce_sum(h ** 2), tf.reduce_sum(h2 ** 2)
+    np.testing.assert_allclose(tape.gradient(loss, U).numpy(), tape.gradient(loss2, U).numpy(),
+                               rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
+def test_half_precision_computed_in_float32(rng, dtype):
+    args = make_inputs(rng, L=6, bidirectional=True, pad=True, dtype=np.float32)
+    half = {key: (tf.cast(v, dtype) if isinstance(v, np.ndarray) and v.dtype == np.float32 else v)
+            for key, v in args.items()}
+    h, c = sru_recurrence(**half)
+    assert h.dtype == dtype and c.dtype == dtype
+    rounded = {key: (tf.cast(v, tf.float32).numpy().astype(np.float64) if isinstance(v, tf.Tensor) else v)
+               for key, v in half.items()}
+    h_ref, c_ref = numpy_sru(**rounded)
+    tol = 1e-2 if dtype == tf.float16 else 4e-2
+    np.testing.assert_allclose(tf.cast(h, tf.float32).numpy(), h_ref, rtol=tol, atol=tol)
+    np.testing.assert_allclose(tf.cast(c, tf.float32).numpy(), c_ref, rtol=tol, atol=tol)
+
+
+def test_inside_tf_function_with_unknown_length(rng):
+    args = make_inputs(rng, k=4, bidirectional=True, pad=True, dtype=np.float32)
+    spec = lambda a: tf.TensorSpec([None, None, a.shape[-1]], tf.float32)  # noqa: E731
+
+    @tf.function(input_signature=[spec(args["U"]), spec(args["x"])])
+    def run(U, x):
+        with tf.GradientTape() as tape:
+            tape.watch(U)
+            h, _ = sru_recurrence(U, x, args["weight_c"], args["bias"], mask_pad=args["mask_pad"],
+                                  bidirectional=True)
+            loss = tf.reduce_sum(h)
+        return h, tape.gradient(loss, U)
+
+    h, dU = run(args["U"], args["x"])
+    h_ref, _ = numpy_sru(**{**args, "c0": np.zeros_like(args["c0"])})
+    np.testing.assert_allclose(h.numpy(), h_ref, rtol=1e-5, atol=1e-5)
+    assert np.all(np.isfinite(dU.numpy()))
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(weight_c=np.zeros(5)), "weight_c"),
+    (dict(bias=np.zeros(8)), "bias"),
+    (dict(U=np.zeros((2, 5, 10))), "U's last dimension"),
+    (dict(x=np.zeros((2, 5, 4))), "x's last dimension"),
+    (dict(mask_pad=np.zeros((2, 5, 1), bool)), "mask_pad"),
+])
+def test_bad_arguments_are_named(rng, bad, message):
+    args = make_inputs(rng)
+    with pytest.raises(ValueError, match=message):
+        sru_recurrence(**{**args, **bad})
