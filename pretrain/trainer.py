@@ -4,9 +4,12 @@ A plain custom loop (one ``tf.function`` step run by the strategy) rather
 than ``model.fit``, because resuming must restore the data iterator exactly,
 and the MLM loss/accuracy only count masked positions.
 """
+import contextlib
 import json
 import logging
 import os
+import signal
+import threading
 import time
 
 import keras
@@ -199,7 +202,31 @@ class Trainer:
         return self._step_fn(*batch)
 
     # ----------------------------------------------------------- loop
+    @contextlib.contextmanager
+    def _stop_on_signals(self):
+        """SIGINT/SIGTERM end the loop after the current update, which is then
+        checkpointed, so a polite kill loses nothing (SIGKILL loses the
+        updates since the last ``save_every`` checkpoint)."""
+        self._stop_signal = None
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum, frame):
+            self._stop_signal = signum
+
+        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
     def train(self, max_minutes=None):
+        with self._stop_on_signals():
+            self._train(max_minutes)
+
+    def _train(self, max_minutes):
         train = self.config["train"]
         total = train["steps"]
         writer = tf.summary.create_file_writer(os.path.join(self.output_dir, "logs"))
@@ -224,6 +251,9 @@ class Trainer:
                 self.manager.save(checkpoint_number=update)
             if max_minutes is not None and time.time() - start > 60 * max_minutes:
                 print(f"\nstopping after {max_minutes} minutes at update {update}")
+                break
+            if self._stop_signal is not None:
+                print(f"\nsignal {self._stop_signal}: saving update {update} and stopping")
                 break
         progress.close()
         self.manager.save(checkpoint_number=self.updates())

@@ -99,3 +99,22 @@ def test_config_errors_name_the_key(tmp_path, shards):
     bad.write_text(json.dumps(config))
     with pytest.raises(SystemExit, match="vocab_size=7"):
         pretrain.main(["--config", str(bad)])
+
+
+def test_sigterm_saves_the_current_update(tmp_path, shards, monkeypatch):
+    import signal
+    from pretrain.trainer import Trainer
+    trainer = Trainer(config_lib.load(write_config(tmp_path, shards, "term", steps=50, save_every=100)), xla=False)
+    log = Trainer._log
+
+    def log_then_terminate(self, update, *args):
+        record = log(self, update, *args)
+        if update == 3:
+            signal.raise_signal(signal.SIGTERM)
+        return record
+
+    monkeypatch.setattr(Trainer, "_log", log_then_terminate)
+    trainer.train()
+    assert trainer.updates() == 3
+    assert trainer.manager.latest_checkpoint.endswith("ckpt-3")
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
