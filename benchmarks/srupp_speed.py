@@ -16,27 +16,32 @@
 
 Times are medians over ``--repeats`` runs after a warm-up (compilation excluded).
 
-Memory is measured two ways, both for one forward + backward step after a
-warm-up step, both including the gradients themselves and every temporary:
-* "alloc": TensorFlow's allocator statistics,
-  ``tf.config.experimental.get_memory_info("CPU:0")`` (available on the CPU
-  device with oneDNN on, TF's default): peak minus the bytes live before the
-  step.  Exact for what goes through that allocator, but it evidently misses
-  part of what the while-loop autodiff keeps (its RSS grows far more).
-* "rss": in a fresh subprocess per variant and length: after the warm-up step,
-  ``malloc_trim``, then the kernel's peak-RSS counter is reset
-  (``/proc/self/clear_refs`` ← 5) and the measured step's ``VmHWM`` minus the
-  ``VmRSS`` before it is reported.  It sees all memory the step newly touches,
-  but not pages the allocator kept resident from the warm-up step, so it can
-  undercount.  Linux only.
-Neither is exact for both variants; the table prints both.
+Memory: each variant and length in a fresh subprocess with
+``TF_CPU_ALLOCATOR_USE_BFC=true``, which makes TensorFlow's CPU allocator a BFC
+allocator that counts every tensor (XLA's buffers included) in
+``tf.config.experimental.get_memory_info("CPU:0")``.  The loss
+``sum(h * g)`` and the recurrence run as one ``tf.function`` called under a
+``GradientTape`` (second call, after a warm-up call); reported are
+* "kept": the allocator's bytes in use right after the forward pass minus before
+  it, i.e. what is retained for the backward pass (for both variants this
+  includes h itself, which the loss's gradient keeps);
+* "bwd peak": the allocator's peak during ``tape.gradient`` minus the bytes in
+  use before the forward pass (everything kept, the gradients themselves and
+  the backward's temporaries).
+Bytes in use are BFC chunk sizes: a tensor served from a free chunk less than
+twice its size counts as the whole chunk, so a [B, L, d] tensor can count up to
+about twice its bytes (the custom variant keeps exactly h and c, 2 x B*L*d*4
+bytes, yet may show 3 x).  "autodiff" here is the graph while-loop without XLA.
 """
 import argparse
 import os
+import pathlib
 import statistics
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))  # the repository root
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -48,43 +53,42 @@ from gau_keras.recurrence import sru_recurrence, sru_recurrence_autodiff  # noqa
 MiB = 2 ** 20
 
 
-def _proc_status(key):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"/proc/self/status has no {key}")
-
-
-def rss_step_bytes(variant, L, B, d, seed=0):
-    """Runs in a fresh process (``--measure-rss``): resident bytes newly touched
-    by one fwd+bwd step after a warm-up step."""
-    import ctypes
-    import gc
+def memory_bytes(variant, L, B, d, seed=0):
+    """Runs in a fresh process with the BFC CPU allocator (``--measure-memory``):
+    (kept after forward, peak during backward) in bytes, see the module docstring."""
+    if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC") != "true":
+        raise RuntimeError("srupp_speed.py --measure-memory: needs TF_CPU_ALLOCATOR_USE_BFC=true in the "
+                           "environment (set before TensorFlow starts), else the allocator misses tensors")
     rng = np.random.default_rng(seed)
-    fn = {"custom": sru_recurrence, "autodiff": sru_recurrence_autodiff}[variant]
-    args = (tf.constant(rng.normal(size=(B, L, 3 * d)), tf.float32),
-            tf.constant(rng.normal(size=(B, L, d)), tf.float32),
-            tf.constant(rng.uniform(-1, 1, size=2 * d), tf.float32), tf.zeros([2 * d]))
-    step = make_step(fn, tf.constant(rng.normal(size=(B, L, d)), tf.float32), False)
-    out = step(*args)
-    del out
-    gc.collect()
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
-    base = _proc_status("VmRSS")
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    out = step(*args)
-    [t.numpy() for t in out]
-    return _proc_status("VmHWM") - base
+    rec = {"custom": sru_recurrence, "autodiff": sru_recurrence_autodiff}[variant]
+    U, x, w, b, g = (tf.constant(rng.normal(size=(B, L, 3 * d)), tf.float32),
+                     tf.constant(rng.normal(size=(B, L, d)), tf.float32),
+                     tf.constant(rng.uniform(-1, 1, size=2 * d), tf.float32), tf.zeros([2 * d]),
+                     tf.constant(rng.normal(size=(B, L, d)), tf.float32))
+    loss_fn = tf.function(lambda U, x, w, b: tf.reduce_sum(rec(U, x, w, b)[0] * g))
+
+    def once():
+        tf.config.experimental.reset_memory_stats("CPU:0")
+        base = memory()["current"]
+        with tf.GradientTape() as tape:
+            tape.watch([U, x, w, b])
+            loss = loss_fn(U, x, w, b)
+        kept = memory()["current"] - base
+        tf.config.experimental.reset_memory_stats("CPU:0")
+        [t.numpy() for t in tape.gradient(loss, [U, x, w, b])]
+        return kept, memory()["peak"] - base
+
+    once()  # warm-up: tracing and compilation
+    return once()
 
 
-def rss_in_subprocess(variant, L, B, d):
+def memory_in_subprocess(variant, L, B, d):
     import subprocess
-    import sys
-    result = subprocess.run([sys.executable, __file__, "--measure-rss", variant, str(L), "--batch", str(B),
-                             "--hidden", str(d)], capture_output=True, text=True, check=True)
-    return int(result.stdout.strip().splitlines()[-1])
+    env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC="true")
+    result = subprocess.run([sys.executable, __file__, "--measure-memory", variant, str(L), "--batch", str(B),
+                             "--hidden", str(d)], capture_output=True, text=True, check=True, env=env)
+    kept, peak = result.stdout.strip().splitlines()[-1].split()
+    return int(kept), int(peak)
 
 
 def median_time(fn, repeats):
@@ -100,16 +104,6 @@ def median_time(fn, repeats):
 
 def memory():
     return tf.config.experimental.get_memory_info("CPU:0")
-
-
-def peak_bytes(fn):
-    """Allocator peak during fn() above what was live before it."""
-    fn()
-    tf.config.experimental.reset_memory_stats("CPU:0")
-    base = memory()["current"]
-    out = fn()
-    tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, out)
-    return memory()["peak"] - base
 
 
 def make_step(fn, g, jit):
@@ -138,13 +132,12 @@ def recurrence_table(lengths, B, d, repeats, seed=0):
             step = make_step(fn, g, jit)
             args = (U, x, w, b)
             try:
-                results[name] = dict(time=median_time(lambda: step(*args), repeats),
-                                     peak=peak_bytes(lambda: step(*args)))
+                results[name] = dict(time=median_time(lambda: step(*args), repeats))
             except (tf.errors.OpError, ValueError) as err:  # XLA may refuse the autodiff loop
                 print(f"  {name} at L={L} failed: {type(err).__name__}: {str(err).splitlines()[0]}")
         for name in ("custom", "autodiff"):
             if name in results:
-                results[name]["rss"] = rss_in_subprocess(name, L, B, d)
+                results[name]["kept"], results[name]["peak"] = memory_in_subprocess(name, L, B, d)
         rows.append((L, results))
     return rows
 
@@ -152,15 +145,15 @@ def recurrence_table(lengths, B, d, repeats, seed=0):
 def print_recurrence_table(rows):
     print("\n(a) recurrence forward+backward, custom gradient vs autodiff through tf.while_loop")
     print(f"{'L':>5} | {'custom ms':>9} {'autodiff ms':>11} {'ratio':>6} | {'autodiff XLA ms':>15} {'ratio':>6} |"
-          f" {'alloc MiB c/a':>15} {'ratio':>6} | {'rss MiB c/a':>15} {'ratio':>6}")
+          f" {'kept MiB c/a':>15} {'ratio':>6} | {'bwd peak MiB c/a':>16} {'ratio':>6}")
     for L, r in rows:
         c, a = r.get("custom"), r.get("autodiff")
         ax = r.get("autodiff_xla")
         xla = f"{ax['time'] * 1e3:15.1f} {c['time'] / ax['time']:6.2f}" if ax else f"{'n/a':>15} {'':>6}"
         print(f"{L:>5} | {c['time'] * 1e3:9.1f} {a['time'] * 1e3:11.1f} {c['time'] / a['time']:6.2f} | {xla} |"
-              f" {c['peak'] / MiB:7.1f}/{a['peak'] / MiB:7.1f} {c['peak'] / a['peak']:6.2f} |"
-              f" {c['rss'] / MiB:7.1f}/{a['rss'] / MiB:7.1f} {c['rss'] / a['rss']:6.2f}")
-    print("ratio = custom / baseline (lower is better); peak includes the gradients themselves")
+              f" {c['kept'] / MiB:7.1f}/{a['kept'] / MiB:7.1f} {c['kept'] / a['kept']:6.2f} |"
+              f" {c['peak'] / MiB:8.1f}/{a['peak'] / MiB:7.1f} {c['peak'] / a['peak']:6.2f}")
+    print("ratio = custom / baseline (lower is better); memory from the BFC allocator, see the docstring")
 
 
 def train_step_time(model, x, y, repeats):
@@ -231,10 +224,10 @@ def main():
     parser.add_argument("--step-length", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="lengths 256 1024, 2 repeats")
-    parser.add_argument("--measure-rss", nargs=2, metavar=("VARIANT", "L"), help=argparse.SUPPRESS)
+    parser.add_argument("--measure-memory", nargs=2, metavar=("VARIANT", "L"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.measure_rss:
-        print(rss_step_bytes(args.measure_rss[0], int(args.measure_rss[1]), args.batch, args.hidden))
+    if args.measure_memory:
+        print(*memory_bytes(args.measure_memory[0], int(args.measure_memory[1]), args.batch, args.hidden))
         return
     if args.quick:
         args.lengths, args.repeats = [256, 1024], 2
