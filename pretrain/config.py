@@ -19,7 +19,7 @@ DEFAULTS = {
                   "exclude_from_layer_adaptation": ["Norm", "bias"],
                   "gradient_accumulation_steps": 1, "schedule": {"0": 1.0}},
     "train": {"steps": 1000, "save_every": 500, "keep_checkpoints": 3, "log_every": 10,
-              "eval_every": 0, "eval_batches": 20, "output_dir": None, "init_checkpoint": None,
+              "eval_every": 0, "eval_batches": 0, "output_dir": None, "init_checkpoint": None,
               "xla": True, "seed": 42},
 }
 SECTIONS = ("data", "optimizer", "train")

@@ -39,6 +39,8 @@ def parse_args(argv=None):
     parser.add_argument("--no-xla", action="store_true", help="do not jit-compile the training step")
     parser.add_argument("--export-only", action="store_true",
                         help="export the latest checkpoint to the original TF1 format and exit")
+    parser.add_argument("--evaluate-only", action="store_true",
+                        help="evaluate the latest checkpoint on all of data.eval, log it and exit")
     return parser.parse_args(argv)
 
 
@@ -48,6 +50,11 @@ def main(argv=None):
     from pretrain import trainer    # imports TensorFlow
 
     run = trainer.Trainer(config, tpu=args.tpu, xla=not args.no_xla)
+    if args.evaluate_only:
+        if not config["data"]["eval"]:
+            raise SystemExit("error: --evaluate-only needs data.eval (or --eval-data)")
+        run.log_evaluation(batches=0)
+        return 0
     if args.export_only:
         path = run.export()
         print(f"exported step {run.updates()} to {path}")

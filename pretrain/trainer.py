@@ -275,10 +275,14 @@ class Trainer:
         return record
 
     def evaluate(self, batches=None):
-        """Masked-token loss/accuracy on ``data.eval`` and the majority baseline."""
+        """Masked-token loss/accuracy on ``data.eval`` and the majority baseline,
+        over ``batches`` batches (default ``train.eval_batches``; 0 = all)."""
         dataset = self._dataset(self.config["data"]["eval"], repeat=False)
+        batches = self.config["train"]["eval_batches"] if batches is None else batches
+        if batches:
+            dataset = dataset.take(batches)
         sums, counts = np.zeros(3), {}
-        for inputs, labels in dataset.take(batches or self.config["train"]["eval_batches"]):
+        for inputs, labels in dataset:
             logits = self.model(inputs, training=False)     # every masked position counts here
             sums += [float(x) for x in masked_lm_sums(labels, logits)]
             ids, freq = np.unique(labels.numpy()[labels.numpy() > 0], return_counts=True)
@@ -289,8 +293,14 @@ class Trainer:
         return {"eval_loss": sums[0] / n, "eval_masked_accuracy": sums[1] / n,
                 "majority_baseline_accuracy": baseline, "eval_masked_tokens": int(sums[2])}
 
-    def _log_eval(self, update, writer, log_path):
-        record = {"update": update, **self.evaluate()}
+    def log_evaluation(self, update=None, batches=None):
+        """Evaluates, appends the record to log.jsonl and TensorBoard, prints it."""
+        update = self.updates() if update is None else update
+        writer = tf.summary.create_file_writer(os.path.join(self.output_dir, "logs"))
+        self._log_eval(update, writer, os.path.join(self.output_dir, "log.jsonl"), batches)
+
+    def _log_eval(self, update, writer, log_path, batches=None):
+        record = {"update": update, **self.evaluate(batches)}
         with writer.as_default(step=update):
             for key in ("eval_loss", "eval_masked_accuracy", "majority_baseline_accuracy"):
                 tf.summary.scalar(key, record[key])

@@ -59,9 +59,13 @@ def test_two_steps_then_export_loads(tmp_path, shards):
     token_ids, segment_ids = tokenizer.encode(TEXTS[0])
     probs = model.predict([np.array([token_ids]), np.array([segment_ids])], verbose=0)
     np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
+    assert pretrain.main(["--config", path, "--evaluate-only"]) == 0
+    last = json.loads((tmp_path / "run" / "log.jsonl").read_text().splitlines()[-1])
+    assert last["update"] == 2 and last["eval_masked_tokens"] > 0
     bundled = tmp_path / "bundled"
     assert bundle_model.main(["--run-dir", str(tmp_path / "run"), "--config", path, "--output", str(bundled)]) == 0
-    assert "updates: 2 of batch 4" in (bundled / "TRAINING.md").read_text()
+    notes = (bundled / "TRAINING.md").read_text()
+    assert "updates: 2 of batch 4" in notes and "held-out masked-token accuracy" in notes
     assert load_pretrained(str(bundled))[0].output.shape[-1] == 16
     with pytest.raises(SystemExit):   # no silent overwrite
         bundle_model.main(["--run-dir", str(tmp_path / "run"), "--config", path, "--output", str(bundled)])
