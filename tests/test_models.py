@@ -158,6 +158,13 @@ def test_bad_arguments_are_named(tmp_path):
         build_transformer_model(str(broken))
 
 
+def test_bert_config_names_accepted_as_keywords():
+    t = build_transformer_model(model="gau_alpha", vocab_size=30, hidden_size=8, num_hidden_layers=1,
+                                intermediate_size=8, attention_key_size=4, hidden_dropout_prob=0.2,
+                                type_vocab_size=3, return_keras_model=False)
+    assert t.dropout_rate == 0.2 and t.segment_vocab_size == 3
+
+
 def test_model_classes_accepted_directly():
     for cls in (GAU_alpha, RoFormerV2):
         model = build_transformer_model(model=cls, vocab_size=30, hidden_size=8, num_hidden_layers=1,

@@ -103,6 +103,7 @@ def build_transformer_model(config_path=None, checkpoint_path=None, model="gau_a
             the config file; an unknown keyword is an error.
     """
     cls = resolve_model_class(model)
+    kwargs = {CONFIG_ALIASES.get(k, k): v for k, v in kwargs.items()}   # bert_config names work too
     accepted = _accepted_arguments(cls)
     unknown = sorted(set(kwargs) - accepted)
     if unknown:
