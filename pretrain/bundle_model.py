@@ -57,10 +57,12 @@ def training_notes(config_path, train, evals):
         lines.append(f"* held-out masked-token accuracy {last['eval_masked_accuracy']:.4f} "
                      f"(loss {last['eval_loss']:.3f}) vs {last['majority_baseline_accuracy']:.4f} for always "
                      f"predicting the most frequent token, over {last['eval_masked_tokens']} masked tokens")
-        lines += ["", "| update | held-out masked accuracy | majority baseline | held-out loss |",
-                  "|---|---|---|---|"]
+        lines += ["", "Held-out curve (the masked-token count shows how much of the held-out set each "
+                  "evaluation covered; runs may evaluate a prefix during training):", "",
+                  "| update | held-out masked accuracy | majority baseline | held-out loss | masked tokens |",
+                  "|---|---|---|---|---|"]
         lines += [f"| {r['update']} | {r['eval_masked_accuracy']:.4f} | {r['majority_baseline_accuracy']:.4f} "
-                  f"| {r['eval_loss']:.3f} |" for r in evals]
+                  f"| {r['eval_loss']:.3f} | {r['eval_masked_tokens']} |" for r in evals]
     lines += ["", "## Config", "", "```json", json.dumps(config, indent=2, ensure_ascii=False), "```", ""]
     return "\n".join(lines)
 
