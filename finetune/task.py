@@ -4,6 +4,7 @@ A task turns typed CLUE examples (`gau_keras.data.clue`) into model inputs,
 builds its head on the pretrained encoder, turns model outputs back into one
 prediction per example, scores them and renders them for the submission file.
 """
+import abc
 from typing import Any, NamedTuple, Tuple
 
 import keras
@@ -28,7 +29,7 @@ class Feature(NamedTuple):
     meta: Any = None
 
 
-class Task:
+class Task(abc.ABC):
     """Base class of a task module; subclasses fill in the methods below.
 
     Class attributes:
@@ -63,10 +64,12 @@ class Task:
         """Constructor keywords taken from the parsed task-specific options."""
         return {}
 
+    @abc.abstractmethod
     def features(self, example, training):
         """The `Feature`s of one example (``training``: the targets are needed)."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def build_model(self, transformer):
         """The keras.Model to train, from the builder object of the pretrained model."""
         raise NotImplementedError
@@ -74,6 +77,7 @@ class Task:
     def loss(self):
         return heads.sparse_logits_crossentropy()
 
+    @abc.abstractmethod
     def predict(self, example, features, outputs):
         """The prediction for ``example`` from its features and their model outputs."""
         raise NotImplementedError
@@ -90,6 +94,7 @@ class Task:
 class ClassificationTask(Task):
     """[CLS] classification of one text or a text pair into the task's labels."""
 
+    @abc.abstractmethod
     def texts(self, example):
         """(first text, second text or None) of an example."""
         raise NotImplementedError
