@@ -122,3 +122,19 @@ def test_sigterm_saves_the_current_update(tmp_path, shards, monkeypatch):
     assert trainer.updates() == 3
     assert trainer.manager.latest_checkpoint.endswith("ckpt-3")
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+@pytest.mark.parametrize("model, model_config", [
+    ("roformer_v2", {"num_attention_heads": 2, "intermediate_size": 32, "hidden_act": "relu"}),
+    ("srupp", {"proj_size": 8}),
+])
+def test_other_encoders_pretrain(tmp_path, shards, model, model_config):
+    path = write_config(tmp_path, shards, model)
+    config = json.loads(open(path).read())
+    base = {k: config["model_config"][k] for k in ("vocab_size", "hidden_size", "num_hidden_layers")}
+    config["model"], config["model_config"] = model, {**base, **model_config}
+    open(path, "w").write(json.dumps(config))
+    assert pretrain.main(["--config", path]) == 0
+    log = [json.loads(line) for line in (tmp_path / model / "log.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in log] == [1, 2] and all(np.isfinite(r["loss"]) for r in log)
+    assert (tmp_path / model / "export" / "bert_model.ckpt.index").exists()
