@@ -7,7 +7,7 @@ import numpy as np
 
 from gau_keras import checkpoints
 from gau_keras.initializers import ScaledTruncatedNormal
-from gau_keras.layers import AttentionBias, SinusoidalPositionEmbedding
+from gau_keras.layers import AttentionBias, Embedding, SinusoidalPositionEmbedding
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +115,18 @@ class Transformer:
     @property
     def initializer(self):
         return ScaledTruncatedNormal(self.num_hidden_layers, order=self.initializer_order)
+
+    def apply_mlm_head(self, x, width):
+        """The tied MLM head on hidden states of ``width``: (Output-Mapping when
+        width != embedding_size) -> Output-MLM-Dropout -> Embedding-Token
+        (dense) -> Output-MLM-Activation."""
+        if self.embedding_size != width:
+            x = self.apply(x, keras.layers.Dense, units=self.embedding_size, use_bias=False,
+                           kernel_initializer=self.initializer, name="Output-Mapping")
+        x = self.apply(x, keras.layers.Dropout, rate=self.dropout_rate, name="Output-MLM-Dropout")
+        x = self.apply(x, Embedding, arguments={"mode": "dense"}, name="Embedding-Token")
+        activation = "softmax" if self.with_mlm is True else self.with_mlm
+        return self.apply(x, keras.layers.Activation, activation=activation, name="Output-MLM-Activation")
 
     # ------------------------------------------------------------- biases
     def compute_attention_bias(self, inputs=None):

@@ -70,15 +70,7 @@ class RoFormerV2(Transformer):
         return self.residual(x, y, name)
 
     def apply_final_layers(self, x):
-        if not self.with_mlm:
-            return x
-        if self.embedding_size != self.hidden_size:
-            x = self.apply(x, keras.layers.Dense, units=self.embedding_size, use_bias=False,
-                           kernel_initializer=self.initializer, name="Output-Mapping")
-        x = self.apply(x, keras.layers.Dropout, rate=self.dropout_rate, name="Output-MLM-Dropout")
-        x = self.apply(x, Embedding, arguments={"mode": "dense"}, name="Embedding-Token")
-        activation = "softmax" if self.with_mlm is True else self.with_mlm
-        return self.apply(x, keras.layers.Activation, activation=activation, name="Output-MLM-Activation")
+        return self.apply_mlm_head(x, self.hidden_size) if self.with_mlm else x
 
     def mlm_logits(self, hidden, training=False):
         """The tied MLM head on any hidden states [..., H] -> logits [..., V]

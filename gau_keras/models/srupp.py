@@ -138,13 +138,7 @@ class SRUpp(Transformer):
 
     def apply_final_layers(self, x):
         if self.with_mlm:
-            if self.embedding_size != self.output_size:
-                x = self.apply(x, keras.layers.Dense, units=self.embedding_size, use_bias=False,
-                               kernel_initializer=self.initializer, name="Output-Mapping")
-            x = self.apply(x, keras.layers.Dropout, rate=self.dropout_rate, name="Output-MLM-Dropout")
-            x = self.apply(x, Embedding, arguments={"mode": "dense"}, name="Embedding-Token")
-            activation = "softmax" if self.with_mlm is True else self.with_mlm
-            x = self.apply(x, keras.layers.Activation, activation=activation, name="Output-MLM-Activation")
+            x = self.apply_mlm_head(x, self.output_size)
         if self.memory_length:
             return [x] + self.new_memory + self.new_states
         return x
