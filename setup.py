@@ -20,7 +20,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["gau_keras", "gau_keras.*"]),
-    package_data={"gau_keras": ["pretrained/*/*"]},
+    package_data={"gau_keras": ["pretrained/*/*", "kernels/*.cc"]},
     include_package_data=True,
     python_requires=">=3.9",
     install_requires=runtime_requirements(),

@@ -3,14 +3,16 @@
     python3 benchmarks/srupp_speed.py            # B 8, d 512, proj 128, 2 layers
     python3 benchmarks/srupp_speed.py --quick    # shorter lengths, fewer repeats
 
-(a) ``sru_recurrence`` (XLA loops + hand-written gradient) against
+(a) ``sru_recurrence`` with its hand-written gradient, both implementations
+    (the native C++ kernel, the default on CPU, and the XLA loops), against
     ``sru_recurrence_autodiff`` (a plain ``tf.while_loop`` differentiated by
     TensorFlow, in a ``tf.function``; also under XLA), forward + backward of
     ``sum(h * g)`` w.r.t. U, x, weight_c and bias, for several lengths.
 (b) the recurrence's share of a whole SRU++ training step (forward, backward,
     Adam update of an ``SRUpp`` layer) at L = 512: the time of the recurrence's
-    forward + backward on the same shapes, times the number of layers, over the
-    step time.
+    forward + backward on the same shapes (a random upstream gradient for h),
+    times the number of layers, over the step time; for each implementation
+    (the step uses the same one).
 (c) a training step of the SRU++ layer against 2-layer ``keras.layers.GRU(512)``
     and ``LSTM(512)`` stacks on the same input.
 
@@ -34,6 +36,8 @@ about twice its bytes (the custom variant keeps exactly h and c, 2 x B*L*d*4
 bytes, yet may show 3 x).  "autodiff" here is the graph while-loop without XLA.
 """
 import argparse
+import contextlib
+import functools
 import os
 import pathlib
 import statistics
@@ -52,6 +56,13 @@ from gau_keras.recurrence import sru_recurrence, sru_recurrence_autodiff  # noqa
 
 MiB = 2 ** 20
 
+#: the recurrence variants of table (a), by name
+VARIANTS = {
+    "native": functools.partial(sru_recurrence, implementation="native"),
+    "xla": functools.partial(sru_recurrence, implementation="xla"),
+    "autodiff": sru_recurrence_autodiff,
+}
+
 
 def memory_bytes(variant, L, B, d, seed=0):
     """Runs in a fresh process with the BFC CPU allocator (``--measure-memory``):
@@ -60,7 +71,7 @@ def memory_bytes(variant, L, B, d, seed=0):
         raise RuntimeError("srupp_speed.py --measure-memory: needs TF_CPU_ALLOCATOR_USE_BFC=true in the "
                            "environment (set before TensorFlow starts), else the allocator misses tensors")
     rng = np.random.default_rng(seed)
-    rec = {"custom": sru_recurrence, "autodiff": sru_recurrence_autodiff}[variant]
+    rec = VARIANTS[variant]
     U, x, w, b, g = (tf.constant(rng.normal(size=(B, L, 3 * d)), tf.float32),
                      tf.constant(rng.normal(size=(B, L, d)), tf.float32),
                      tf.constant(rng.uniform(-1, 1, size=2 * d), tf.float32), tf.zeros([2 * d]),
@@ -127,15 +138,14 @@ def recurrence_table(lengths, B, d, repeats, seed=0):
         b = tf.constant(np.r_[np.zeros(d), np.full(d, -2.0)], tf.float32)
         g = tf.constant(rng.normal(size=(B, L, d)), tf.float32)
         results = {}
-        for name, fn, jit in (("custom", sru_recurrence, False), ("autodiff", sru_recurrence_autodiff, False),
-                              ("autodiff_xla", sru_recurrence_autodiff, True)):
-            step = make_step(fn, g, jit)
+        for name, jit in (("native", False), ("xla", False), ("autodiff", False), ("autodiff_xla", True)):
+            step = make_step(VARIANTS[name.replace("_xla", "")], g, jit)
             args = (U, x, w, b)
             try:
                 results[name] = dict(time=median_time(lambda: step(*args), repeats))
             except (tf.errors.OpError, ValueError) as err:  # XLA may refuse the autodiff loop
                 print(f"  {name} at L={L} failed: {type(err).__name__}: {str(err).splitlines()[0]}")
-        for name in ("custom", "autodiff"):
+        for name in ("native", "xla", "autodiff"):
             if name in results:
                 results[name]["kept"], results[name]["peak"] = memory_in_subprocess(name, L, B, d)
         rows.append((L, results))
@@ -143,17 +153,21 @@ def recurrence_table(lengths, B, d, repeats, seed=0):
 
 
 def print_recurrence_table(rows):
-    print("\n(a) recurrence forward+backward, custom gradient vs autodiff through tf.while_loop")
-    print(f"{'L':>5} | {'custom ms':>9} {'autodiff ms':>11} {'ratio':>6} | {'autodiff XLA ms':>15} {'ratio':>6} |"
-          f" {'kept MiB c/a':>15} {'ratio':>6} | {'bwd peak MiB c/a':>16} {'ratio':>6}")
+    print("\n(a) recurrence forward+backward: custom gradient (native kernel / XLA loops) vs autodiff through "
+          "tf.while_loop; ratios = custom / autodiff (lower is better)")
+    print(f"{'L':>5} | {'native ms':>9} {'XLA ms':>7} {'autodiff ms':>11} {'autodiff XLA ms':>15} |"
+          f" {'time native':>11} {'time XLA':>8} | {'kept native':>11} {'kept XLA':>8} |"
+          f" {'bwd peak native':>15} {'bwd peak XLA':>12}")
     for L, r in rows:
-        c, a = r.get("custom"), r.get("autodiff")
-        ax = r.get("autodiff_xla")
-        xla = f"{ax['time'] * 1e3:15.1f} {c['time'] / ax['time']:6.2f}" if ax else f"{'n/a':>15} {'':>6}"
-        print(f"{L:>5} | {c['time'] * 1e3:9.1f} {a['time'] * 1e3:11.1f} {c['time'] / a['time']:6.2f} | {xla} |"
-              f" {c['kept'] / MiB:7.1f}/{a['kept'] / MiB:7.1f} {c['kept'] / a['kept']:6.2f} |"
-              f" {c['peak'] / MiB:8.1f}/{a['peak'] / MiB:7.1f} {c['peak'] / a['peak']:6.2f}")
-    print("ratio = custom / baseline (lower is better); memory from the BFC allocator, see the docstring")
+        a, ax = r["autodiff"], r.get("autodiff_xla")
+        ms = lambda name: f"{r[name]['time'] * 1e3:.1f}" if name in r else "n/a"  # noqa: E731
+        ratio = lambda name, key: f"{r[name][key] / a[key]:.2f}"  # noqa: E731
+        print(f"{L:>5} | {ms('native'):>9} {ms('xla'):>7} {ms('autodiff'):>11} {ms('autodiff_xla') if ax else 'n/a':>15} |"
+              f" {ratio('native', 'time'):>11} {ratio('xla', 'time'):>8} | {ratio('native', 'kept'):>11}"
+              f" {ratio('xla', 'kept'):>8} | {ratio('native', 'peak'):>15} {ratio('xla', 'peak'):>12}")
+    print("memory from the BFC allocator (see the docstring); autodiff MiB kept / bwd peak: "
+          + ", ".join(f"L={L}: {r['autodiff']['kept'] / MiB:.0f}/{r['autodiff']['peak'] / MiB:.0f}"
+                      for L, r in rows))
 
 
 def train_step_time(model, x, y, repeats):
@@ -184,29 +198,50 @@ def rnn_model(cls, d, layers, L):
     return keras.Model(inputs, h)
 
 
-def step_tables(B, d, proj, layers, L, repeats, seed=0):
+@contextlib.contextmanager
+def sru_implementation(name):
+    """``$GAU_KERAS_SRU_KERNEL`` while a step is traced (the layer reads it when traced)."""
+    before = os.environ.get("GAU_KERAS_SRU_KERNEL")
+    os.environ["GAU_KERAS_SRU_KERNEL"] = name
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("GAU_KERAS_SRU_KERNEL")
+        else:
+            os.environ["GAU_KERAS_SRU_KERNEL"] = before
+
+
+def step_tables(B, d, proj, layers, L, repeats, seed=0, gru_lstm=True):
     rng = np.random.default_rng(seed)
     x = tf.constant(rng.normal(size=(B, L, d)), tf.float32)
     y = tf.constant(rng.normal(size=(B, L, d)), tf.float32)
-    t_srupp = train_step_time(srupp_model(d, proj, layers, L), x, y, repeats)
-
     U = tf.constant(rng.normal(size=(B, L, 3 * d)), tf.float32)
     w = tf.constant(rng.uniform(-1, 1, size=2 * d), tf.float32)
     b = tf.zeros([2 * d])
 
-    @tf.function
-    def recurrence_step(U, x):
-        with tf.GradientTape() as tape:
-            tape.watch([U, x, w, b])
-            loss = tf.reduce_sum(sru_recurrence(U, x, w, b)[0] * y)
-        return tape.gradient(loss, [U, x, w, b])
-
-    t_rec = median_time(lambda: recurrence_step(U, x), repeats)
     print(f"\n(b) recurrence share of an SRU++ training step (B {B}, L {L}, d {d}, proj {proj}, {layers} layers)")
-    print(f"  training step {t_srupp * 1e3:.1f} ms; recurrence fwd+bwd {t_rec * 1e3:.1f} ms x {layers} layers"
-          f" = {layers * t_rec * 1e3:.1f} ms -> share {layers * t_rec / t_srupp:.1%}")
+    step_times = {}
+    for name in ("native", "xla"):
+        with sru_implementation(name):
+            t_step = train_step_time(srupp_model(d, proj, layers, L), x, y, repeats)
 
-    print(f"\n(c) training step, SRU++ vs 2-layer GRU/LSTM({d}) (B {B}, L {L})")
+            @tf.function
+            def recurrence_step(U, x):  # forward + backward with y as the upstream gradient of h
+                with tf.GradientTape() as tape:
+                    tape.watch([U, x, w, b])
+                    h = sru_recurrence(U, x, w, b)[0]
+                return tape.gradient(h, [U, x, w, b], output_gradients=y)
+
+            t_rec = median_time(lambda: recurrence_step(U, x), repeats)
+        step_times[name] = t_step
+        print(f"  {name:>6}: training step {t_step * 1e3:.1f} ms; recurrence fwd+bwd {t_rec * 1e3:.1f} ms x {layers}"
+              f" layers = {layers * t_rec * 1e3:.1f} ms -> share {layers * t_rec / t_step:.1%}")
+
+    if not gru_lstm:
+        return
+    t_srupp = step_times["native"]
+    print(f"\n(c) training step, SRU++ (native kernel) vs 2-layer GRU/LSTM({d}) (B {B}, L {L})")
     print(f"  {'model':<10} {'ms/step':>9} {'SRU++ / model':>14}")
     print(f"  {'SRU++':<10} {t_srupp * 1e3:9.1f} {1.0:14.2f}")
     for cls in (keras.layers.GRU, keras.layers.LSTM):
@@ -224,6 +259,7 @@ def main():
     parser.add_argument("--step-length", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="lengths 256 1024, 2 repeats")
+    parser.add_argument("--tables", default="abc", help="which of the tables a, b, c to run (default: abc)")
     parser.add_argument("--measure-memory", nargs=2, metavar=("VARIANT", "L"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure_memory:
@@ -233,8 +269,11 @@ def main():
         args.lengths, args.repeats = [256, 1024], 2
     print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}, devices "
           f"{[d.device_type for d in tf.config.list_physical_devices()]}, {os.cpu_count()} CPUs visible")
-    print_recurrence_table(recurrence_table(args.lengths, args.batch, args.hidden, args.repeats))
-    step_tables(args.batch, args.hidden, args.proj, args.layers, args.step_length, args.repeats)
+    if "a" in args.tables:
+        print_recurrence_table(recurrence_table(args.lengths, args.batch, args.hidden, args.repeats))
+    if "b" in args.tables or "c" in args.tables:
+        step_tables(args.batch, args.hidden, args.proj, args.layers, args.step_length, args.repeats,
+                    gru_lstm="c" in args.tables)
 
 
 if __name__ == "__main__":

@@ -1,22 +1,27 @@
 """The SRU elementwise recurrence (DESIGN.md §3) with a hand-written gradient.
 
 The matrix work that produces U stays outside (batched over all steps); here
-only the elementwise recurrence runs, as two loops over time:
+only the elementwise recurrence runs, forward in time and then, for the
+gradient (``tf.custom_gradient``), backward in time, keeping only c between
+the two (the op's own inputs are referenced, not copied; autodiff through a
+``tf.while_loop`` keeps every intermediate of every step).  Two
+implementations of that forward/backward pair:
 
-* forward: the loop carries c and computes only f_t and c_t; r and h are then
-  computed for all steps at once.  Only c [L, B, dirs, d] is kept for the
-  backward pass (the op's own inputs are referenced, not copied);
-* backward (``tf.custom_gradient``): one reverse-time loop that recomputes f
-  and r per step from the saved c and writes dU, dx, dweight_c, dbias and dc0
-  directly (no per-step temporaries stored over the whole sequence; under XLA
-  dU and dx are written in place into their batch-major buffers).
+* native (the default on CPU): ``gau_keras/kernels/sru_ops.cc``, one fused
+  pass over time per (batch row, direction) chain, chains spread over the CPU
+  threads, compiled on first use (`gau_keras.kernels`);
+* XLA: ``tf.function(jit_compile=True)`` loops (plain graph loops where XLA
+  fails; ``GAU_KERAS_SRU_XLA=0`` forces those).  The forward scan carries c and
+  computes only f and c per step, r and h follow batched.  The backward
+  computes every term that does not depend on the carried dc batched, before
+  the loop; the reverse loop then runs only the linear dc recurrence, writes
+  du0 and du1 and sums the weight_c/bias gradients.  Used on GPU/TPU, inside
+  XLA-compiled functions (e.g. a jit-compiled training step), for dtypes the
+  kernel lacks, and when no C++ compiler is available.
 
-Autodiff through a ``tf.while_loop`` instead stores every intermediate of every
-step.  Both loops are ``tf.function``s compiled by XLA (``jit_compile=True``)
-when XLA works on this machine (probed once per dtype and direction count; set
-``GAU_KERAS_SRU_XLA=0`` to disable), else plain graph loops.  Both directions
-of a bidirectional layer advance in the same loop (direction 1 is reversed in
-time before the loop).  float16/bfloat16 are computed in float32, float64 stays float64.
+`kernel_choice` says which one a call uses.  Both directions of a
+bidirectional layer run at once (direction 1 reversed in time).
+float16/bfloat16 are computed in float32, float64 stays float64.
 
 ``sru_recurrence_autodiff`` is the same maths written the straightforward way
 and differentiated by autodiff: the reference for the tests and the baseline
@@ -24,10 +29,13 @@ for ``benchmarks/srupp_speed.py``.
 """
 import functools
 import os
+import warnings
 
 import tensorflow as tf
 
-__all__ = ["sru_recurrence", "sru_recurrence_autodiff"]
+from gau_keras import kernels
+
+__all__ = ["sru_recurrence", "sru_recurrence_autodiff", "kernel_choice"]
 
 _USE_XLA = os.environ.get("GAU_KERAS_SRU_XLA", "1") != "0"
 
@@ -128,92 +136,62 @@ def _forward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, bidirectional):
     return tf.reshape(h, [B, L, dirs * d]), tf.reshape(c_seq[-1], [B, dirs * d]), c_seq
 
 
-def _reader(L, bidirectional):
-    """read(T, t): step t of the scan from batch-major T [B, L, dirs, ...] →
-    [B, dirs, ...]; direction 1 runs backwards, so it reads time L−1−t."""
-    if not bidirectional:
-        return lambda T, t: T[:, t]
-    return lambda T, t: tf.stack([T[:, t, 0], T[:, L - 1 - t, 1]], axis=1)
+def _backward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last, bidirectional):
+    """Every gradient from the saved c_seq (DESIGN.md §3) → (dU, dx, dweight_c,
+    dbias, dc0, dscale_x).
 
-
-def _gates(u, c_prev, v_f, v_r, b_f, b_r):
-    """f_t, r_t and c_t for one step; u: [B, dirs, d, k], c_prev: [B, dirs, d]."""
-    f = tf.sigmoid(u[..., 1] + b_f + v_f * c_prev)
-    r = tf.sigmoid(u[..., 2] + b_r + v_r * c_prev)
-    return f, r, u[..., 0] + (c_prev - u[..., 0]) * f
-
-
-class _StepWriter:
-    """Collects per-step values [B, dirs, ...] of a loop into a batch-major
-    [B, L, dirs, ...] tensor.  Under XLA (``in_place``) a scatter into a
-    loop-carried buffer, which XLA updates in place; otherwise a TensorArray
-    (graph-mode scatter would copy the buffer every step) and one transpose."""
-
-    def __init__(self, B, L, dirs, tail, dtype, bidirectional, in_place):
-        self.L, self.dirs, self.bidirectional, self.in_place = L, dirs, bidirectional, in_place
-        if in_place:
-            self.init = tf.zeros(tf.concat([[B, L, dirs], tail], 0), dtype)
-            self.batch = tf.range(B)[:, None]
-        else:
-            self.init = tf.TensorArray(dtype, size=L, element_shape=[None, dirs] + list(tail))
-
-    def write(self, buf, t, value):
-        if not self.in_place:
-            return buf.write(t, value)
-        times = [t, self.L - 1 - t][:self.dirs]
-        index = tf.concat([tf.concat([self.batch, tf.fill(tf.shape(self.batch), tt),
-                                      tf.fill(tf.shape(self.batch), di)], 1)
-                           for di, tt in enumerate(times)], 0)
-        return tf.tensor_scatter_nd_update(buf, index, tf.concat(tf.unstack(value, axis=1), 0))
-
-    def result(self, buf):
-        return buf if self.in_place else _unflip_time(buf.stack(), self.bidirectional)
-
-
-def _backward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last, bidirectional, in_place):
-    """One reverse-time loop computing every gradient from the saved c_seq
-    (DESIGN.md §3) → (dU, dx, dweight_c, dbias, dc0, dscale_x)."""
+    With c known for all steps, f, r and every term except the carried dc are
+    elementwise over the whole sequence (the prologue, batched).  What remains
+    sequential is linear: with s_t = dc_t + A_t, the total gradient reaching
+    c_t, dc_{t−1} = s_t·F_t + dgr_t·v_r, where A = dh·m·r, G = (c_{t−1} − u0)·f(1−f)
+    (dc_t/d of f's pre-activation), F = f + G·v_f (padding: A = G = dgr = 0,
+    F = 1, so dc passes through).  The reverse loop runs that recurrence in scan
+    order [L, B, dirs, d], writes du0 = s(1−f) and du1 = s·G per step and sums
+    the weight_c and bias gradients on the way, so that what follows it is one
+    interleaving copy into U's layout."""
     B, L = tf.shape(U)[0], tf.shape(U)[1]
     Uk, xp, v_f, v_r, b_f, b_r = _parts(U, x, weight_c, bias, scale_x, bidirectional)
     dirs, d = v_f.shape
     k = U.shape[-1] // (dirs * d)
-    read = _reader(L, bidirectional)
-    pad4, m = pad[:, :, None, None], tf.reshape(mask_c, [B, dirs, d])
-    dh4, c_init = tf.reshape(dh, [B, L, dirs, d]), tf.reshape(c0, [B, dirs, d])
-    du_out = _StepWriter(B, L, dirs, [d, k], U.dtype, bidirectional, in_place)
-    dxp_out = _StepWriter(B, L, dirs, [d], U.dtype, bidirectional, in_place)
+    scan = functools.partial(_flip_time, bidirectional=bidirectional)
+    u0, u1, u2 = (scan(Uk[..., i]) for i in range(3))
+    keep = scan(tf.cast(tf.broadcast_to(tf.logical_not(pad)[:, :, None, None], [B, L, dirs, 1]), U.dtype))
+    dh_s = scan(tf.reshape(dh, [B, L, dirs, d])) * keep  # h = 0 on padding
+    m = tf.reshape(mask_c, [B, dirs, d])
+    c_init = tf.reshape(c0, [B, dirs, d])
+    c_prev = tf.concat([c_init[None], c_seq[:-1]], axis=0)
+    f = tf.sigmoid(u1 + b_f + v_f * c_prev)
+    r = tf.sigmoid(u2 + b_r + v_r * c_prev)
+    A = dh_s * m * r
+    dgr = (A - A * r) * (c_seq - scan(xp))
+    G = (c_prev - u0) * f * (1.0 - f) * keep
+    F = keep * (f + G * v_f) + (1.0 - keep)
+    dxp = _unflip_time(dh_s - A, bidirectional)  # dh·(1 − m·r), batch-major
 
-    def body(t, dc, dv_f, dv_r, db_f, db_r, du_buf, dxp_buf):
-        c_prev = tf.where(t > 0, c_seq[tf.maximum(t - 1, 0)], c_init)
-        f, r, _ = _gates(read(Uk, t), c_prev, v_f, v_r, b_f, b_r)
-        u0, xp_t, pad_t = read(Uk, t)[..., 0], read(xp, t), read(pad4, t)
-        keep = tf.cast(tf.logical_not(pad_t), dc.dtype)
-        dh_t = read(dh4, t) * keep  # h = 0 on padding
-        mr = m * r
-        total = dc + dh_t * mr
-        dgr = dh_t * (c_seq[t] - xp_t) * mr * (1.0 - r)
-        dgf = total * (c_prev - u0) * f * (1.0 - f) * keep
-        dxp = dh_t * (1.0 - mr)
-        du = [total * (1.0 - f) * keep, dgf, dgr] + ([dxp] if k == 4 else [])
-        dc = tf.where(pad_t, total, total * f + dgf * v_f + dgr * v_r)  # padding passes dc through
-        return (t - 1, dc, dv_f + tf.reduce_sum(dgf * c_prev, 0), dv_r + tf.reduce_sum(dgr * c_prev, 0),
-                db_f + tf.reduce_sum(dgf, 0), db_r + tf.reduce_sum(dgr, 0),
-                du_out.write(du_buf, t, tf.stack(du, axis=-1)),
-                dxp_out.write(dxp_buf, t, dxp) if k == 3 else dxp_buf)
+    def body(t, dc, sums, du0, du1):
+        # gathers: XLA's dynamic slice (A[t] compiles to a slower strided slice)
+        a, g, f_gate, dg_r = (tf.gather(T, t) for T in (A, G, F, dgr))
+        cp = tf.where(t > 0, tf.gather(c_seq, tf.maximum(t - 1, 0)), c_init)
+        s = dc + a
+        dg_f = s * g
+        sums = [sums[0] + dg_f * cp, sums[1] + dg_r * cp, sums[2] + dg_f, sums[3] + dg_r]
+        return (t - 1, s * f_gate + dg_r * v_r, sums,
+                du0.write(t, s * (1.0 - f_gate + g * v_f)), du1.write(t, dg_f))  # 1 − f = 1 − F + G·v_f
 
-    zeros = tf.zeros([dirs, d], U.dtype)
-    _, dc0, dv_f, dv_r, db_f, db_r, du_buf, dxp_buf = tf.while_loop(
+    per_step = lambda: tf.TensorArray(U.dtype, size=L, element_shape=[None, dirs, d])  # noqa: E731
+    zeros = tf.zeros_like(c_init)
+    _, dc0, sums, du0, du1 = tf.while_loop(
         lambda t, *_: t >= 0, body,
-        (L - 1, tf.reshape(dc_last, [B, dirs, d]), zeros, zeros, zeros, zeros, du_out.init,
-         dxp_out.init if k == 3 else tf.zeros([0], U.dtype)))
-    dU = tf.reshape(du_out.result(du_buf), tf.shape(U))
+        (L - 1, tf.reshape(dc_last, [B, dirs, d]), [zeros] * 4, per_step(), per_step()))
+    du = [du0.stack(), du1.stack(), dgr] + ([scan(dxp)] if k == 4 else [])
+    dU = tf.reshape(_unflip_time(tf.stack(du, axis=-1), bidirectional), tf.shape(U))
     if k == 3:
-        dxp = dxp_out.result(dxp_buf)
         dx = tf.reshape(dxp * scale_x, tf.shape(x))
         dscale = tf.reduce_sum(dxp * tf.reshape(x, [B, L, dirs, d]))
     else:
         dx, dscale = tf.zeros_like(x), tf.zeros_like(scale_x)
-    return (dU, dx, tf.reshape(tf.stack([dv_f, dv_r]), [-1]), tf.reshape(tf.stack([db_f, db_r]), [-1]),
+    sums = [tf.reduce_sum(t, axis=0) for t in sums]
+    return (dU, dx, tf.reshape(tf.stack(sums[:2]), [-1]), tf.reshape(tf.stack(sums[2:]), [-1]),
             tf.reshape(dc0, tf.shape(c0)), dscale)
 
 
@@ -223,8 +201,7 @@ def _compiled(dtype_name, bidirectional):
     fwd = functools.partial(_forward, bidirectional=bidirectional)
     if _USE_XLA:
         xla = (tf.function(fwd, jit_compile=True),
-               tf.function(functools.partial(_backward, bidirectional=bidirectional, in_place=True),
-                           jit_compile=True))
+               tf.function(functools.partial(_backward, bidirectional=bidirectional), jit_compile=True))
         try:
             with tf.init_scope():  # probe eagerly, even when first called while tracing
                 dirs = 2 if bidirectional else 1
@@ -236,13 +213,77 @@ def _compiled(dtype_name, bidirectional):
             return xla
         except (tf.errors.OpError, NotImplementedError, ValueError):
             pass
-    return tf.function(fwd), tf.function(functools.partial(_backward, bidirectional=bidirectional,
-                                                           in_place=False))
+    return tf.function(fwd), tf.function(functools.partial(_backward, bidirectional=bidirectional))
 
 
-def _core(U, x, weight_c, bias, c0, pad, scale_x, mask_c, bidirectional):
+def _native_pair(bidirectional):
+    """(forward, backward) of the fused C++ kernels (gau_keras/kernels/sru_ops.cc),
+    with the XLA pair's signatures; their c_seq is batch-major [B, L, dirs·d]."""
+    ops = kernels.load()
+
+    def forward(U, x, weight_c, bias, c0, pad, scale_x, mask_c):
+        return ops.gau_keras_sru_forward(U, x, weight_c, bias, c0, pad, scale_x, mask_c,
+                                         bidirectional=bidirectional)
+
+    def backward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last):
+        dU, dx, dw_rows, db_rows, dc0, dscale_rows = ops.gau_keras_sru_backward(
+            U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last, bidirectional=bidirectional)
+        return (dU, dx, tf.reduce_sum(dw_rows, 0), tf.reduce_sum(db_rows, 0), dc0,
+                tf.reduce_sum(dscale_rows) if U.shape[-1] // (c0.shape[-1] or 1) == 3 else tf.zeros_like(scale_x))
+
+    return forward, backward
+
+
+def _in_xla_context():
+    """True while tracing inside an XLA-compiled function (no XLA kernel exists for the native op)."""
+    try:
+        from tensorflow.python.ops import control_flow_util
+
+        return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+    except Exception:  # noqa: BLE001 - a private API: when it is gone, assume XLA and stay safe
+        return True
+
+
+def kernel_choice(dtype=tf.float32, implementation=None):
+    """Which implementation ``sru_recurrence`` uses now: "native" or "xla".
+
+    ``implementation`` (default: ``$GAU_KERAS_SRU_KERNEL``, else "auto"):
+    "auto" uses the native CPU kernel for
+    float32/float64 when no GPU or TPU is visible and the call is not being
+    compiled by XLA, and the XLA loops otherwise (also when the kernel cannot
+    be built here); "native" requires the kernel (raises KernelUnavailable);
+    "xla" always uses the XLA loops (plain graph loops when XLA fails)."""
+    mode = implementation or os.environ.get("GAU_KERAS_SRU_KERNEL") or "auto"
+    if mode not in ("auto", "native", "xla"):
+        source = "implementation" if implementation else "GAU_KERAS_SRU_KERNEL"
+        raise ValueError(f"sru_recurrence: {source}={mode!r}; expected 'auto', 'native' or 'xla'")
+    if mode == "xla":
+        return "xla"
+    if mode == "native":
+        kernels.load()
+        return "native"
+    if (tf.as_dtype(dtype) not in (tf.float32, tf.float64) or _in_xla_context()
+            or tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU")):
+        return "xla"
+    try:
+        kernels.load()
+    except kernels.KernelUnavailable as reason:
+        _warn_once(f"gau_keras: native SRU kernel unavailable, using the XLA loops: {reason}")
+        return "xla"
+    return "native"
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_once(message):
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _core(U, x, weight_c, bias, c0, pad, scale_x, mask_c, bidirectional, implementation=None):
     """Differentiable in U, x, weight_c, bias, c0, scale_x; all in one compute dtype."""
-    fwd, bwd = _compiled(U.dtype.name, bidirectional)
+    if kernel_choice(U.dtype, implementation) == "native":
+        fwd, bwd = _native_pair(bidirectional)
+    else:
+        fwd, bwd = _compiled(U.dtype.name, bidirectional)
 
     @tf.custom_gradient
     def op(U, x, weight_c, bias, c0, scale_x):
@@ -287,7 +328,7 @@ def _prepare(U, x, weight_c, bias, c0, mask_pad, scale_x, dropout_mask, bidirect
 
 
 def sru_recurrence(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,
-                   dropout_mask=None, bidirectional=False):
+                   dropout_mask=None, bidirectional=False, implementation=None):
     """The SRU elementwise recurrence with a fused custom gradient.
 
     Args:
@@ -301,6 +342,9 @@ def sru_recurrence(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,
         scale_x: scalar multiplying the k = 3 skip term (1 when None).
         dropout_mask: [B, dirs·d] multiplier on c in h (1 when None); no gradient.
         bidirectional: the second direction runs t = L−1 … 0.
+        implementation: "auto" (default, or ``$GAU_KERAS_SRU_KERNEL``): the fused
+            C++ kernel on CPU, the XLA loops on GPU/TPU and inside XLA-compiled
+            functions; "native" or "xla" to force one (see ``kernel_choice``).
 
     Returns:
         (h [B, L, dirs·d], c_last [B, dirs·d]) in U's dtype; float16/bfloat16
@@ -308,7 +352,7 @@ def sru_recurrence(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,
     """
     U, x, weight_c, bias, c0, pad, scale, mask_c, out_dtype = _prepare(
         U, x, weight_c, bias, c0, mask_pad, scale_x, dropout_mask, bidirectional)
-    h, c_last = _core(U, x, weight_c, bias, c0, pad, scale, mask_c, bidirectional)
+    h, c_last = _core(U, x, weight_c, bias, c0, pad, scale, mask_c, bidirectional, implementation)
     return tf.cast(h, out_dtype), tf.cast(c_last, out_dtype)
 
 

@@ -1,10 +1,25 @@
 """gau_keras.recurrence: forward against a numpy loop, gradients against autodiff
-and against numerical differentiation (float64)."""
+and against numerical differentiation (float64) — every test for both
+implementations (the native C++ kernel and the XLA loops) — and the choice
+between them."""
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from gau_keras.recurrence import sru_recurrence, sru_recurrence_autodiff
+from gau_keras import kernels, recurrence
+from gau_keras.recurrence import kernel_choice, sru_recurrence, sru_recurrence_autodiff
+
+
+@pytest.fixture(autouse=True, params=["native", "xla"])
+def implementation(request, monkeypatch):
+    """Runs each test once per implementation (through $GAU_KERAS_SRU_KERNEL)."""
+    if request.param == "native":
+        try:
+            kernels.load()
+        except kernels.KernelUnavailable as reason:
+            pytest.skip(f"native SRU kernel not buildable here: {reason}")
+    monkeypatch.setenv("GAU_KERAS_SRU_KERNEL", request.param)
+    return request.param
 
 
 def numpy_sru(U, x, weight_c, bias, c0, mask_pad, scale_x, dropout_mask, bidirectional):
@@ -168,3 +183,60 @@ def test_bad_arguments_are_named(rng, bad, message):
     args = make_inputs(rng)
     with pytest.raises(ValueError, match=message):
         sru_recurrence(**{**args, **bad})
+
+
+def test_the_requested_implementation_runs(implementation, rng):
+    assert kernel_choice(tf.float64) == implementation
+    args = make_inputs(rng)
+    assert kernel_choice(tf.float64, implementation="xla") == "xla"
+    np.testing.assert_allclose(sru_recurrence(**args, implementation="xla")[0].numpy(),
+                               sru_recurrence(**args)[0].numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_auto_uses_xla_inside_xla_compiled_functions(implementation, monkeypatch, rng):
+    monkeypatch.setenv("GAU_KERAS_SRU_KERNEL", "auto")
+    args = make_inputs(rng, pad=True, dtype=np.float32)
+    seen = []
+
+    @tf.function(jit_compile=True)
+    def run(U, x):
+        seen.append(kernel_choice(U.dtype))
+        return sru_recurrence(U, x, args["weight_c"], args["bias"], args["c0"], mask_pad=args["mask_pad"])[0]
+
+    h = run(args["U"], args["x"])
+    assert seen == ["xla"]
+    np.testing.assert_allclose(h.numpy(), numpy_sru(**args)[0], rtol=1e-5, atol=1e-5)
+    assert kernel_choice(tf.float16) == "xla"  # the kernel has float32 and float64 only
+
+
+def test_bad_implementation_is_named(implementation, monkeypatch, rng):
+    with pytest.raises(ValueError, match="implementation='fast'"):
+        sru_recurrence(**make_inputs(rng), implementation="fast")
+    monkeypatch.setenv("GAU_KERAS_SRU_KERNEL", "gpu")
+    with pytest.raises(ValueError, match="GAU_KERAS_SRU_KERNEL='gpu'"):
+        kernel_choice()
+
+
+def test_without_a_compiler_auto_falls_back_and_native_says_why(implementation, monkeypatch, tmp_path, rng):
+    if implementation == "xla":
+        pytest.skip("one run is enough")
+    monkeypatch.setenv("GAU_KERAS_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", "no-such-c++-compiler")
+    with pytest.raises(kernels.KernelUnavailable, match="no-such-c\\+\\+-compiler"):
+        kernels.load.__wrapped__()
+    monkeypatch.setenv("CXX", "false")  # exists, fails every build
+    with pytest.raises(kernels.KernelUnavailable, match="building sru_ops.cc with false failed"):
+        kernels.load.__wrapped__()
+    assert not list(tmp_path.rglob("*.so"))
+
+    def unavailable():
+        raise kernels.KernelUnavailable("test: no compiler")
+
+    monkeypatch.setattr(kernels, "load", unavailable)
+    monkeypatch.setenv("GAU_KERAS_SRU_KERNEL", "auto")
+    recurrence._warn_once.cache_clear()
+    with pytest.warns(RuntimeWarning, match="using the XLA loops: test: no compiler"):
+        assert kernel_choice(tf.float32) == "xla"
+    monkeypatch.setenv("GAU_KERAS_SRU_KERNEL", "native")
+    with pytest.raises(kernels.KernelUnavailable, match="no compiler"):
+        kernel_choice(tf.float32)
