@@ -282,7 +282,7 @@ def train_and_predict(task_cls, args):
     written = write_test_predictions(task, model, args, paths["predictions"])
     if written:
         record.update(predictions=str(paths["predictions"]), predicted_examples=written)
-    record.update(seconds=round(time.time() - started, 1))
+    record.update(seconds=round(time.time() - started, 1), finished=True)
     _write_json(paths["metrics"], record)
     return record
 

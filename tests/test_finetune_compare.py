@@ -1,0 +1,48 @@
+"""finetune.compare: two variants of a tiny tnews run, the summary table, resuming, failures."""
+import json
+
+import pytest
+
+from finetune import compare
+from tests.conftest import REPO_ROOT
+from tests.finetune_utils import tiny_model_dir
+from tests.test_finetune_runner import _small_copy
+
+TINY = "--epochs 1 --batch-size 8 --maxlen 32 --max-train-examples 8 --max-eval-examples 8"
+
+
+def test_two_variants_are_tabulated_and_a_rerun_resumes(tmp_path, shared_data, capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)  # the task scripts run as `python -m finetune.<task>`
+    data_dir, texts = _small_copy(shared_data, tmp_path / "data")
+    model_dir = tiny_model_dir(str(tmp_path / "model"), texts)
+    out = tmp_path / "out"
+    argv = ["--data-dir", str(data_dir), "--out-dir", str(out), "--tasks", "tnews", "--extra", TINY,
+            "--variant", f"pretrained=--model-dir {model_dir}",
+            "--variant", f"scratch=--model-dir {model_dir} --from-scratch"]
+    assert compare.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "| task | metric | pretrained | scratch |" in printed
+    row = next(line for line in printed.splitlines() if line.startswith("| tnews |"))
+    assert row.count("(ep 1,") == 2
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["results"]) == {"pretrained/tnews", "scratch/tnews"}
+    scratch = json.loads((out / "scratch" / "tnews_metrics.json").read_text())
+    assert scratch["finished"] and scratch["args"]["from_scratch"] and scratch["args"]["max_train_examples"] == 8
+    assert (out / "pretrained" / "tnews.log").read_text().count("epoch 1: dev accuracy=") == 1
+
+    assert compare.main(argv) == 0  # everything finished: nothing runs again
+    assert capsys.readouterr().out.count("finished earlier") == 2
+
+
+def test_a_failing_run_is_reported_and_bad_arguments_are_named(tmp_path, shared_data, capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    data_dir, _ = _small_copy(shared_data, tmp_path / "data")
+    argv = ["--data-dir", str(data_dir), "--out-dir", str(tmp_path / "out"), "--tasks", "tnews", "--extra", TINY]
+    assert compare.main(argv + ["--variant", f"broken=--model-dir {tmp_path / 'nowhere'}"]) == 1
+    captured = capsys.readouterr()
+    assert "FAILED" in captured.err and "| tnews | - | failed |" in captured.out
+    assert "nowhere" in (tmp_path / "out" / "broken" / "tnews.log").read_text()
+    assert compare.main(["--data-dir", "x", "--out-dir", "y", "--variant", "a=", "--tasks", "tnews,mnli"]) == 2
+    assert "mnli" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        compare.main(["--data-dir", "x", "--out-dir", "y", "--variant", "no-equals-sign"])
