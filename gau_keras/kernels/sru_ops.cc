@@ -129,6 +129,23 @@ void Sigmoid(T* values, int64 n) {
   t = t.sigmoid();
 }
 
+// One step's gates of a chain from its row of u [m, K] and c_{t-1}: de-interleaves u0 and the skip
+// term x' (u's 4th value, or x·scale_x) into unit-stride buffers and computes f and r.
+template <typename T, int K>
+inline void Gates(const T* __restrict u, const T* __restrict xs, const T* __restrict c_prev, T scale,
+                  const T* vf, const T* bf, const T* vr, const T* br, int64 m, T* __restrict u0,
+                  T* __restrict f, T* __restrict r, T* __restrict xp) {
+#pragma GCC ivdep
+  for (int64 j = 0; j < m; ++j) {
+    u0[j] = u[j * K];
+    f[j] = u[j * K + 1] + vf[j] * c_prev[j] + bf[j];
+    r[j] = u[j * K + 2] + vr[j] * c_prev[j] + br[j];
+    xp[j] = K == 4 ? u[j * K + 3] : xs[j] * scale;
+  }
+  Sigmoid(f, m);
+  Sigmoid(r, m);
+}
+
 void CheckLayout(OpKernelContext* ctx, bool bidirectional, Layout* s) {
   const Tensor& u = ctx->input(0);
   const Tensor& x = ctx->input(1);
@@ -161,14 +178,26 @@ void ForEachUnit(OpKernelContext* ctx, const Layout& s, const std::function<void
   });
 }
 
+// The eight inputs both ops take first (u, x, weight_c, bias, c0, pad, scale_x, mask_c).
 template <typename T>
-struct ForwardArgs {
-  const Layout& s;
+struct Inputs {
   const T *U, *X, *W, *Bias, *C0;
   const bool* Pad;
   T scale;
   const T* M;
+  explicit Inputs(OpKernelContext* ctx)
+      : U(ctx->input(0).flat<T>().data()), X(ctx->input(1).flat<T>().data()), W(ctx->input(2).flat<T>().data()),
+        Bias(ctx->input(3).flat<T>().data()), C0(ctx->input(4).flat<T>().data()),
+        Pad(ctx->input(5).flat<bool>().data()), scale(ctx->input(6).flat<T>()(0)),
+        M(ctx->input(7).flat<T>().data()) {}
+};
+
+template <typename T>
+struct ForwardArgs : Inputs<T> {
+  const Layout& s;
   T *H, *CLast, *CSeq;
+  ForwardArgs(OpKernelContext* ctx, const Layout& layout, T* h, T* c_last, T* c_seq)
+      : Inputs<T>(ctx), s(layout), H(h), CLast(c_last), CSeq(c_seq) {}
 };
 
 // One chain of the forward: batch row b, direction dir, hidden units [j0, j0 + m).
@@ -203,15 +232,7 @@ void ForwardChain(const ForwardArgs<T>& a, int64 b, int64 dir, int64 j0, int64 m
       Prefetch(a.U + (next * n + col) * K, m * K * sizeof(T), false);
       if (K == 3) Prefetch(a.X + next * s.din + col, m * sizeof(T), false);
     }
-#pragma GCC ivdep
-    for (int64 j = 0; j < m; ++j) {
-      u0[j] = u[j * K];
-      f[j] = u[j * K + 1] + vf[j] * c[j] + bf[j];
-      r[j] = u[j * K + 2] + vr[j] * c[j] + br[j];
-      xp[j] = K == 4 ? u[j * K + 3] : xs[j] * a.scale;
-    }
-    Sigmoid(f, m);
-    Sigmoid(r, m);
+    Gates<T, K>(u, xs, c, a.scale, vf, bf, vr, br, m, u0, f, r, xp);
 #pragma GCC ivdep
     for (int64 j = 0; j < m; ++j) {
       const T cn = u0[j] + (c[j] - u0[j]) * f[j];
@@ -226,13 +247,13 @@ void ForwardChain(const ForwardArgs<T>& a, int64 b, int64 dir, int64 j0, int64 m
 }
 
 template <typename T>
-struct BackwardArgs {
+struct BackwardArgs : Inputs<T> {
   const Layout& s;
-  const T *U, *X, *W, *Bias, *C0;
-  const bool* Pad;
-  T scale;
-  const T *M, *CSeq, *DH, *DCLast;
+  const T *CSeq, *DH, *DCLast;
   T *DU, *DX, *DW, *DB, *DC0, *DScale;
+  BackwardArgs(OpKernelContext* ctx, const Layout& layout, T* du, T* dx, T* dw, T* db, T* dc0, T* dscale)
+      : Inputs<T>(ctx), s(layout), CSeq(ctx->input(8).flat<T>().data()), DH(ctx->input(9).flat<T>().data()),
+        DCLast(ctx->input(10).flat<T>().data()), DU(du), DX(dx), DW(dw), DB(db), DC0(dc0), DScale(dscale) {}
 };
 
 // One chain of the backward, in reverse time: recomputes f and r from the saved c and writes du
@@ -281,15 +302,7 @@ void BackwardChain(const BackwardArgs<T>& a, int64 b, int64 dir, int64 j0, int64
       Prefetch(a.CSeq + after * n + col, m * sizeof(T), false);
       if (K == 3) Prefetch(a.X + next * s.din + col, m * sizeof(T), false);
     }
-#pragma GCC ivdep
-    for (int64 j = 0; j < m; ++j) {
-      u0[j] = u[j * K];
-      f[j] = u[j * K + 1] + vf[j] * cp[j] + bf[j];
-      r[j] = u[j * K + 2] + vr[j] * cp[j] + br[j];
-      xp[j] = K == 4 ? u[j * K + 3] : xs[j] * a.scale;
-    }
-    Sigmoid(f, m);
-    Sigmoid(r, m);
+    Gates<T, K>(u, xs, cp, a.scale, vf, bf, vr, br, m, u0, f, r, xp);
 #pragma GCC ivdep
     for (int64 j = 0; j < m; ++j) {
       const T mr = mask[j] * r[j];
@@ -333,37 +346,18 @@ void BackwardChain(const BackwardArgs<T>& a, int64 b, int64 dir, int64 j0, int64
   Fence();
 }
 
-template <typename T>
-class SruForwardOp : public OpKernel {
+// What both ops share: the bidirectional attribute and the layout check.
+class SruOpBase : public OpKernel {
  public:
-  explicit SruForwardOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit SruOpBase(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("bidirectional", &bidirectional_));
   }
 
-  void Compute(OpKernelContext* ctx) override {
-    Layout s;
-    CheckLayout(ctx, bidirectional_, &s);
-    if (!ctx->status().ok()) return;
-    const int64 n = s.dirs * s.d;
-    Tensor *h_t, *c_last_t, *c_seq_t;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({s.B, s.L, n}), &h_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({s.B, n}), &c_last_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({s.B, s.L, n}), &c_seq_t));
-    const T* U = ctx->input(0).flat<T>().data();
-    const T* X = ctx->input(1).flat<T>().data();
-    const T* W = ctx->input(2).flat<T>().data();
-    const T* Bias = ctx->input(3).flat<T>().data();
-    const T* C0 = ctx->input(4).flat<T>().data();
-    const bool* Pad = ctx->input(5).flat<bool>().data();
-    const T scale = ctx->input(6).flat<T>()(0);
-    const T* M = ctx->input(7).flat<T>().data();
-    T* H = h_t->flat<T>().data();
-    T* CLast = c_last_t->flat<T>().data();
-    T* CSeq = c_seq_t->flat<T>().data();
-    const ForwardArgs<T> a{s, U, X, W, Bias, C0, Pad, scale, M, H, CLast, CSeq};
-    ForEachUnit(ctx, s, [&](int64 b, int64 dir, int64 j0, int64 m) {
-      if (s.k == 3) ForwardChain<T, 3>(a, b, dir, j0, m); else ForwardChain<T, 4>(a, b, dir, j0, m);
-    });
+ protected:
+  // The call's layout, checked against every input; false when the op has failed.
+  bool Check(OpKernelContext* ctx, Layout* s) const {
+    CheckLayout(ctx, bidirectional_, s);
+    return ctx->status().ok();
   }
 
  private:
@@ -371,16 +365,33 @@ class SruForwardOp : public OpKernel {
 };
 
 template <typename T>
-class SruBackwardOp : public OpKernel {
+class SruForwardOp : public SruOpBase {
  public:
-  explicit SruBackwardOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("bidirectional", &bidirectional_));
-  }
+  using SruOpBase::SruOpBase;
 
   void Compute(OpKernelContext* ctx) override {
     Layout s;
-    CheckLayout(ctx, bidirectional_, &s);
-    if (!ctx->status().ok()) return;
+    if (!Check(ctx, &s)) return;
+    const int64 n = s.dirs * s.d;
+    Tensor *h_t, *c_last_t, *c_seq_t;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({s.B, s.L, n}), &h_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({s.B, n}), &c_last_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({s.B, s.L, n}), &c_seq_t));
+    const ForwardArgs<T> a(ctx, s, h_t->flat<T>().data(), c_last_t->flat<T>().data(), c_seq_t->flat<T>().data());
+    ForEachUnit(ctx, s, [&](int64 b, int64 dir, int64 j0, int64 m) {
+      if (s.k == 3) ForwardChain<T, 3>(a, b, dir, j0, m); else ForwardChain<T, 4>(a, b, dir, j0, m);
+    });
+  }
+};
+
+template <typename T>
+class SruBackwardOp : public SruOpBase {
+ public:
+  using SruOpBase::SruOpBase;
+
+  void Compute(OpKernelContext* ctx) override {
+    Layout s;
+    if (!Check(ctx, &s)) return;
     const int64 n = s.dirs * s.d;
     OP_REQUIRES(ctx, ctx->input(8).shape() == TensorShape({s.B, s.L, n}) &&
                          ctx->input(9).shape() == TensorShape({s.B, s.L, n}) &&
@@ -393,33 +404,13 @@ class SruBackwardOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({s.B, 2 * n}), &db_t));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(4, TensorShape({s.B, n}), &dc0_t));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(5, TensorShape({s.B, n}), &dscale_t));
-    const T* U = ctx->input(0).flat<T>().data();
-    const T* X = ctx->input(1).flat<T>().data();
-    const T* W = ctx->input(2).flat<T>().data();
-    const T* Bias = ctx->input(3).flat<T>().data();
-    const T* C0 = ctx->input(4).flat<T>().data();
-    const bool* Pad = ctx->input(5).flat<bool>().data();
-    const T scale = ctx->input(6).flat<T>()(0);
-    const T* M = ctx->input(7).flat<T>().data();
-    const T* CSeq = ctx->input(8).flat<T>().data();
-    const T* DH = ctx->input(9).flat<T>().data();
-    const T* DCLast = ctx->input(10).flat<T>().data();
-    T* DU = du_t->flat<T>().data();
-    T* DX = dx_t->flat<T>().data();
-    T* DW = dw_t->flat<T>().data();
-    T* DB = db_t->flat<T>().data();
-    T* DC0 = dc0_t->flat<T>().data();
-    T* DScale = dscale_t->flat<T>().data();
     if (s.k == 4) dx_t->flat<T>().setZero();  // x only feeds the k = 3 skip term
-
-    const BackwardArgs<T> a{s, U, X, W, Bias, C0, Pad, scale, M, CSeq, DH, DCLast, DU, DX, DW, DB, DC0, DScale};
+    const BackwardArgs<T> a(ctx, s, du_t->flat<T>().data(), dx_t->flat<T>().data(), dw_t->flat<T>().data(),
+                            db_t->flat<T>().data(), dc0_t->flat<T>().data(), dscale_t->flat<T>().data());
     ForEachUnit(ctx, s, [&](int64 b, int64 dir, int64 j0, int64 m) {
       if (s.k == 3) BackwardChain<T, 3>(a, b, dir, j0, m); else BackwardChain<T, 4>(a, b, dir, j0, m);
     });
   }
-
- private:
-  bool bidirectional_;
 };
 
 #define REGISTER(T)                                                                                 \
