@@ -21,9 +21,11 @@ import collections
 import math
 import os
 import pathlib
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))  # the repository root
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
