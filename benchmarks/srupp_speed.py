@@ -51,6 +51,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from gau_keras import kernels  # noqa: E402
 from gau_keras.layers import SRUpp  # noqa: E402
 from gau_keras.recurrence import sru_recurrence, sru_recurrence_autodiff  # noqa: E402
 
@@ -62,6 +63,19 @@ VARIANTS = {
     "xla": functools.partial(sru_recurrence, implementation="xla"),
     "autodiff": sru_recurrence_autodiff,
 }
+
+
+NATIVE = True  # set by main(): whether the native kernel builds here
+
+
+def native_available():
+    """True when the native kernel builds here; else says why (its variant is then left out)."""
+    try:
+        kernels.load()
+        return True
+    except kernels.KernelUnavailable as reason:
+        print(f"native kernel unavailable, reporting the XLA loops only: {reason}")
+        return False
 
 
 def memory_bytes(variant, L, B, d, seed=0):
@@ -139,6 +153,8 @@ def recurrence_table(lengths, B, d, repeats, seed=0):
         g = tf.constant(rng.normal(size=(B, L, d)), tf.float32)
         results = {}
         for name, jit in (("native", False), ("xla", False), ("autodiff", False), ("autodiff_xla", True)):
+            if name == "native" and not NATIVE:
+                continue
             step = make_step(VARIANTS[name.replace("_xla", "")], g, jit)
             args = (U, x, w, b)
             try:
@@ -146,7 +162,7 @@ def recurrence_table(lengths, B, d, repeats, seed=0):
             except (tf.errors.OpError, ValueError) as err:  # XLA may refuse the autodiff loop
                 print(f"  {name} at L={L} failed: {type(err).__name__}: {str(err).splitlines()[0]}")
         for name in ("native", "xla", "autodiff"):
-            if name in results:
+            if name in results and not (name == "native" and not NATIVE):
                 results[name]["kept"], results[name]["peak"] = memory_in_subprocess(name, L, B, d)
         rows.append((L, results))
     return rows
@@ -161,7 +177,7 @@ def print_recurrence_table(rows):
     for L, r in rows:
         a, ax = r["autodiff"], r.get("autodiff_xla")
         ms = lambda name: f"{r[name]['time'] * 1e3:.1f}" if name in r else "n/a"  # noqa: E731
-        ratio = lambda name, key: f"{r[name][key] / a[key]:.2f}"  # noqa: E731
+        ratio = lambda name, key: f"{r[name][key] / a[key]:.2f}" if name in r else "n/a"  # noqa: E731
         print(f"{L:>5} | {ms('native'):>9} {ms('xla'):>7} {ms('autodiff'):>11} {ms('autodiff_xla') if ax else 'n/a':>15} |"
               f" {ratio('native', 'time'):>11} {ratio('xla', 'time'):>8} | {ratio('native', 'kept'):>11}"
               f" {ratio('xla', 'kept'):>8} | {ratio('native', 'peak'):>15} {ratio('xla', 'peak'):>12}")
@@ -222,7 +238,7 @@ def step_tables(B, d, proj, layers, L, repeats, seed=0, gru_lstm=True):
 
     print(f"\n(b) recurrence share of an SRU++ training step (B {B}, L {L}, d {d}, proj {proj}, {layers} layers)")
     step_times = {}
-    for name in ("native", "xla"):
+    for name in ("native", "xla") if NATIVE else ("xla",):
         with sru_implementation(name):
             t_step = train_step_time(srupp_model(d, proj, layers, L), x, y, repeats)
 
@@ -240,8 +256,8 @@ def step_tables(B, d, proj, layers, L, repeats, seed=0, gru_lstm=True):
 
     if not gru_lstm:
         return
-    t_srupp = step_times["native"]
-    print(f"\n(c) training step, SRU++ (native kernel) vs 2-layer GRU/LSTM({d}) (B {B}, L {L})")
+    t_srupp = step_times["native" if NATIVE else "xla"]
+    print(f"\n(c) training step, SRU++ ({'native kernel' if NATIVE else 'XLA loops'}) vs 2-layer GRU/LSTM({d}) (B {B}, L {L})")
     print(f"  {'model':<10} {'ms/step':>9} {'SRU++ / model':>14}")
     print(f"  {'SRU++':<10} {t_srupp * 1e3:9.1f} {1.0:14.2f}")
     for cls in (keras.layers.GRU, keras.layers.LSTM):
@@ -265,6 +281,8 @@ def main():
     if args.measure_memory:
         print(*memory_bytes(args.measure_memory[0], int(args.measure_memory[1]), args.batch, args.hidden))
         return
+    global NATIVE
+    NATIVE = native_available()
     if args.quick:
         args.lengths, args.repeats = [256, 1024], 2
     print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}, devices "

@@ -4,10 +4,21 @@ import re
 import subprocess
 import sys
 
+from gau_keras import kernels
 from tests.conftest import REPO_ROOT
 
 
+def _native_builds():
+    try:
+        kernels.load()
+        return True
+    except kernels.KernelUnavailable:
+        return False
+
+
 def test_all_tables_on_tiny_shapes():
+    """Both implementations where the native kernel builds, else the XLA loops alone."""
+    native = _native_builds()
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / "benchmarks" / "srupp_speed.py"), "--lengths", "16", "--batch", "2",
          "--hidden", "8", "--proj", "4", "--step-length", "16", "--repeats", "1"],
@@ -17,7 +28,8 @@ def test_all_tables_on_tiny_shapes():
     rows = [line.split() for line in out.splitlines() if re.match(r"\s*16 \|", line)]
     assert [row[0] for row in rows] == ["16"]
     numbers = [float(cell) for row in rows for cell in row[1:] if re.fullmatch(r"[0-9.]+", cell)]
-    assert len(numbers) == 10 and all(n > 0 for n in numbers)
+    assert len(numbers) == (10 if native else 6) and all(n > 0 for n in numbers)
     shares = re.findall(r"(native|xla): training step ([0-9.]+) ms; .* share ([0-9.]+)%", out)
-    assert [s[0] for s in shares] == ["native", "xla"] and all(float(s[1]) > 0 for s in shares)
+    assert [s[0] for s in shares] == (["native", "xla"] if native else ["xla"])
+    assert all(float(s[1]) > 0 for s in shares)
     assert re.search(r"GRU\s+[0-9.]+\s+[0-9.]+", out) and re.search(r"LSTM\s+[0-9.]+\s+[0-9.]+", out)
