@@ -65,11 +65,9 @@ VARIANTS = {
 }
 
 
-NATIVE = True  # set by main(): whether the native kernel builds here
-
-
+@functools.lru_cache(maxsize=None)
 def native_available():
-    """True when the native kernel builds here; else says why (its variant is then left out)."""
+    """True when the native kernel builds here; else says why, once (its variant is then left out)."""
     try:
         kernels.load()
         return True
@@ -153,7 +151,7 @@ def recurrence_table(lengths, B, d, repeats, seed=0):
         g = tf.constant(rng.normal(size=(B, L, d)), tf.float32)
         results = {}
         for name, jit in (("native", False), ("xla", False), ("autodiff", False), ("autodiff_xla", True)):
-            if name == "native" and not NATIVE:
+            if name == "native" and not native_available():
                 continue
             step = make_step(VARIANTS[name.replace("_xla", "")], g, jit)
             args = (U, x, w, b)
@@ -162,7 +160,7 @@ def recurrence_table(lengths, B, d, repeats, seed=0):
             except (tf.errors.OpError, ValueError) as err:  # XLA may refuse the autodiff loop
                 print(f"  {name} at L={L} failed: {type(err).__name__}: {str(err).splitlines()[0]}")
         for name in ("native", "xla", "autodiff"):
-            if name in results and not (name == "native" and not NATIVE):
+            if name in results:
                 results[name]["kept"], results[name]["peak"] = memory_in_subprocess(name, L, B, d)
         rows.append((L, results))
     return rows
@@ -238,7 +236,7 @@ def step_tables(B, d, proj, layers, L, repeats, seed=0, gru_lstm=True):
 
     print(f"\n(b) recurrence share of an SRU++ training step (B {B}, L {L}, d {d}, proj {proj}, {layers} layers)")
     step_times = {}
-    for name in ("native", "xla") if NATIVE else ("xla",):
+    for name in ("native", "xla") if native_available() else ("xla",):
         with sru_implementation(name):
             t_step = train_step_time(srupp_model(d, proj, layers, L), x, y, repeats)
 
@@ -256,8 +254,8 @@ def step_tables(B, d, proj, layers, L, repeats, seed=0, gru_lstm=True):
 
     if not gru_lstm:
         return
-    t_srupp = step_times["native" if NATIVE else "xla"]
-    print(f"\n(c) training step, SRU++ ({'native kernel' if NATIVE else 'XLA loops'}) vs 2-layer GRU/LSTM({d}) (B {B}, L {L})")
+    t_srupp = step_times["native" if native_available() else "xla"]
+    print(f"\n(c) training step, SRU++ ({'native kernel' if native_available() else 'XLA loops'}) vs 2-layer GRU/LSTM({d}) (B {B}, L {L})")
     print(f"  {'model':<10} {'ms/step':>9} {'SRU++ / model':>14}")
     print(f"  {'SRU++':<10} {t_srupp * 1e3:9.1f} {1.0:14.2f}")
     for cls in (keras.layers.GRU, keras.layers.LSTM):
@@ -281,8 +279,7 @@ def main():
     if args.measure_memory:
         print(*memory_bytes(args.measure_memory[0], int(args.measure_memory[1]), args.batch, args.hidden))
         return
-    global NATIVE
-    NATIVE = native_available()
+    native_available()  # says up front when the native kernel is left out
     if args.quick:
         args.lengths, args.repeats = [256, 1024], 2
     print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}, devices "

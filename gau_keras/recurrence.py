@@ -228,8 +228,8 @@ def _native_pair(bidirectional):
     def backward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last):
         dU, dx, dw_rows, db_rows, dc0, dscale_rows = ops.gau_keras_sru_backward(
             U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last, bidirectional=bidirectional)
-        return (dU, dx, tf.reduce_sum(dw_rows, 0), tf.reduce_sum(db_rows, 0), dc0,
-                tf.reduce_sum(dscale_rows) if U.shape[-1] // (c0.shape[-1] or 1) == 3 else tf.zeros_like(scale_x))
+        # per-batch-row partial sums (dscale_rows is all zeros when k = 4, which has no scale_x term)
+        return (dU, dx, tf.reduce_sum(dw_rows, 0), tf.reduce_sum(db_rows, 0), dc0, tf.reduce_sum(dscale_rows))
 
     return forward, backward
 
