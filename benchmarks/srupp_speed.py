@@ -42,6 +42,7 @@ import os
 import pathlib
 import statistics
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -53,7 +54,7 @@ import tensorflow as tf  # noqa: E402
 
 from gau_keras import kernels  # noqa: E402
 from gau_keras.layers import SRUpp  # noqa: E402
-from gau_keras.recurrence import sru_recurrence, sru_recurrence_autodiff  # noqa: E402
+from gau_keras.recurrence import TRACE_SCOPE, sru_recurrence, sru_recurrence_autodiff  # noqa: E402
 
 MiB = 2 ** 20
 
@@ -120,9 +121,50 @@ def median_time(fn, repeats):
     for _ in range(repeats):
         start = time.perf_counter()
         out = fn()
-        tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, out)
+        # Eager calls return when done; np.asarray only waits, without copying
+        # (``Tensor.numpy()`` copies: megabytes of gradients here, timed as if the op's)
+        tf.nest.map_structure(np.asarray, out)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def trace_share(fn, is_recurrence, repeats):
+    """Share of the wall time of ``repeats`` calls of ``fn`` during which an op
+    that ``is_recurrence(event_name)`` selects was running, from a
+    ``tf.profiler`` trace of those calls (overlapping ops counted once)."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    fn()
+    with tempfile.TemporaryDirectory() as logdir:
+        tf.profiler.experimental.start(logdir)
+        start = time.perf_counter()
+        for _ in range(repeats):
+            tf.nest.map_structure(np.asarray, fn())
+        elapsed = time.perf_counter() - start
+        tf.profiler.experimental.stop()
+        space = xplane_pb2.XSpace()
+        space.ParseFromString(next(pathlib.Path(logdir).rglob("*.xplane.pb")).read_bytes())
+    intervals = sorted(
+        (line.timestamp_ns * 1000 + e.offset_ps, line.timestamp_ns * 1000 + e.offset_ps + e.duration_ps)
+        for plane in space.planes for line in plane.lines for e in line.events
+        if is_recurrence(plane.event_metadata[e.metadata_id].name))
+    busy, end = 0, None
+    for a, b in intervals:  # the union's length
+        if end is None or a > end:
+            busy, end = busy + (b - a), b
+        elif b > end:
+            busy, end = busy + (b - end), b
+    return busy * 1e-12 / elapsed
+
+
+def is_recurrence_op(implementation):
+    """Selects the recurrence's ops in a trace of a (not XLA-compiled) training step:
+    graph nodes under ``recurrence.TRACE_SCOPE`` for the native kernel; for the XLA
+    loops every XLA executable's run (the step itself is not compiled, so those
+    are the recurrence's compiled forward and backward)."""
+    if implementation == "native":
+        return lambda name: TRACE_SCOPE in name and ("GauKerasSru" in name)
+    return lambda name: name == "CpuExecutable::ExecuteAsyncOnStream"
 
 
 def memory():
@@ -184,7 +226,8 @@ def print_recurrence_table(rows):
                       for L, r in rows))
 
 
-def train_step_time(model, x, y, repeats):
+def train_step(model):
+    """A tf.function: one Adam step on the mean squared error of model(x) against y."""
     optimizer = keras.optimizers.Adam(1e-3)
     optimizer.build(model.trainable_variables)
 
@@ -196,7 +239,7 @@ def train_step_time(model, x, y, repeats):
         optimizer.apply(grads, model.trainable_variables)
         return loss
 
-    return median_time(lambda: step(x, y), repeats)
+    return step
 
 
 def srupp_model(d, proj, layers, L):
@@ -238,7 +281,8 @@ def step_tables(B, d, proj, layers, L, repeats, seed=0, gru_lstm=True):
     step_times = {}
     for name in ("native", "xla") if native_available() else ("xla",):
         with sru_implementation(name):
-            t_step = train_step_time(srupp_model(d, proj, layers, L), x, y, repeats)
+            step = train_step(srupp_model(d, proj, layers, L))
+            t_step = median_time(lambda: step(x, y), repeats)
 
             @tf.function
             def recurrence_step(U, x):  # forward + backward with y as the upstream gradient of h
@@ -248,9 +292,11 @@ def step_tables(B, d, proj, layers, L, repeats, seed=0, gru_lstm=True):
                 return tape.gradient(h, [U, x, w, b], output_gradients=y)
 
             t_rec = median_time(lambda: recurrence_step(U, x), repeats)
+            in_step = trace_share(lambda: step(x, y), is_recurrence_op(name), repeats)
         step_times[name] = t_step
         print(f"  {name:>6}: training step {t_step * 1e3:.1f} ms; recurrence fwd+bwd {t_rec * 1e3:.1f} ms x {layers}"
-              f" layers = {layers * t_rec * 1e3:.1f} ms -> share {layers * t_rec / t_step:.1%}")
+              f" layers = {layers * t_rec * 1e3:.1f} ms -> share {layers * t_rec / t_step:.1%};"
+              f" in-step trace share {in_step:.1%}")
 
     if not gru_lstm:
         return
@@ -259,7 +305,8 @@ def step_tables(B, d, proj, layers, L, repeats, seed=0, gru_lstm=True):
     print(f"  {'model':<10} {'ms/step':>9} {'SRU++ / model':>14}")
     print(f"  {'SRU++':<10} {t_srupp * 1e3:9.1f} {1.0:14.2f}")
     for cls in (keras.layers.GRU, keras.layers.LSTM):
-        t = train_step_time(rnn_model(cls, d, 2, L), x, y, repeats)
+        rnn_step = train_step(rnn_model(cls, d, 2, L))
+        t = median_time(lambda: rnn_step(x, y), repeats)
         print(f"  {cls.__name__:<10} {t * 1e3:9.1f} {t_srupp / t:14.2f}")
 
 

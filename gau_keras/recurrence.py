@@ -39,6 +39,10 @@ __all__ = ["sru_recurrence", "sru_recurrence_autodiff", "kernel_choice"]
 
 _USE_XLA = os.environ.get("GAU_KERAS_SRU_XLA", "1") != "0"
 
+#: name scope of the forward and backward ops (graph node names contain it; benchmarks/srupp_speed.py
+#: finds the recurrence's share of a training step by it in a profiler trace)
+TRACE_SCOPE = "sru_recurrence_kernel"
+
 
 # ----------------------------------------------------------------------------
 # argument checking and layout helpers
@@ -136,7 +140,8 @@ def _forward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, bidirectional):
     return tf.reshape(h, [B, L, dirs * d]), tf.reshape(c_seq[-1], [B, dirs * d]), c_seq
 
 
-def _backward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last, bidirectional):
+def _backward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last, bidirectional,
+              in_place=False):
     """Every gradient from the saved c_seq (DESIGN.md §3) → (dU, dx, dweight_c,
     dbias, dc0, dscale_x).
 
@@ -146,9 +151,9 @@ def _backward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last
     c_t, dc_{t−1} = s_t·F_t + dgr_t·v_r, where A = dh·m·r, G = (c_{t−1} − u0)·f(1−f)
     (dc_t/d of f's pre-activation), F = f + G·v_f (padding: A = G = dgr = 0,
     F = 1, so dc passes through).  The reverse loop runs that recurrence in scan
-    order [L, B, dirs, d], writes du0 = s(1−f) and du1 = s·G per step and sums
-    the weight_c and bias gradients on the way, so that what follows it is one
-    interleaving copy into U's layout."""
+    order [L, B, dirs, d], writes each step's row of dU (du0 = s(1−f), du1 = s·G,
+    dgr) and sums the weight_c and bias gradients on the way; dx follows from A.
+    ``in_place`` (XLA only): rows go straight into a batch-major dU buffer."""
     B, L = tf.shape(U)[0], tf.shape(U)[1]
     Uk, xp, v_f, v_r, b_f, b_r = _parts(U, x, weight_c, bias, scale_x, bidirectional)
     dirs, d = v_f.shape
@@ -166,28 +171,43 @@ def _backward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last
     dgr = (A - A * r) * (c_seq - scan(xp))
     G = (c_prev - u0) * f * (1.0 - f) * keep
     F = keep * (f + G * v_f) + (1.0 - keep)
-    dxp = _unflip_time(dh_s - A, bidirectional)  # dh·(1 − m·r), batch-major
 
-    def body(t, dc, sums, du0, du1):
+    # The loop writes dU row by row.  Under XLA into a batch-major buffer updated in
+    # place (no time-major copy to transpose after the loop); in a plain graph that
+    # update would copy the whole buffer every step, so rows go to a TensorArray.
+    if in_place:
+        from tensorflow.compiler.tf2xla.python import xla as tf2xla
+
+    def put(du, t, row):
+        if not in_place:
+            return du.write(t, row)
+        for i, time in enumerate([t, L - 1 - t][:dirs]):  # direction 1 runs back in time
+            start = tf.stack([0, time, i, 0, 0])
+            du = tf2xla.dynamic_update_slice(du, row[:, None, i:i + 1], start)
+        return du
+
+    def body(t, dc, sums, du):
         # gathers: XLA's dynamic slice (A[t] compiles to a slower strided slice)
         a, g, f_gate, dg_r = (tf.gather(T, t) for T in (A, G, F, dgr))
         cp = tf.where(t > 0, tf.gather(c_seq, tf.maximum(t - 1, 0)), c_init)
         s = dc + a
         dg_f = s * g
         sums = [sums[0] + dg_f * cp, sums[1] + dg_r * cp, sums[2] + dg_f, sums[3] + dg_r]
-        return (t - 1, s * f_gate + dg_r * v_r, sums,
-                du0.write(t, s * (1.0 - f_gate + g * v_f)), du1.write(t, dg_f))  # 1 − f = 1 − F + G·v_f
+        row = [s * (1.0 - f_gate + g * v_f), dg_f, dg_r]  # 1 − f = 1 − F + G·v_f
+        if k == 4:
+            row.append(tf.gather(dh_s, t) - a)  # dh·(1 − m·r)
+        return t - 1, s * f_gate + dg_r * v_r, sums, put(du, t, tf.stack(row, -1))
 
-    per_step = lambda: tf.TensorArray(U.dtype, size=L, element_shape=[None, dirs, d])  # noqa: E731
     zeros = tf.zeros_like(c_init)
-    _, dc0, sums, du0, du1 = tf.while_loop(
-        lambda t, *_: t >= 0, body,
-        (L - 1, tf.reshape(dc_last, [B, dirs, d]), [zeros] * 4, per_step(), per_step()))
-    du = [du0.stack(), du1.stack(), dgr] + ([scan(dxp)] if k == 4 else [])
-    dU = tf.reshape(_unflip_time(tf.stack(du, axis=-1), bidirectional), tf.shape(U))
-    if k == 3:
-        dx = tf.reshape(dxp * scale_x, tf.shape(x))
-        dscale = tf.reduce_sum(dxp * tf.reshape(x, [B, L, dirs, d]))
+    du = (tf.zeros([B, L, dirs, d, k], U.dtype) if in_place
+          else tf.TensorArray(U.dtype, size=L, element_shape=[None, dirs, d, k]))
+    _, dc0, sums, du = tf.while_loop(
+        lambda t, *_: t >= 0, body, (L - 1, tf.reshape(dc_last, [B, dirs, d]), [zeros] * 4, du))
+    dU = tf.reshape(du if in_place else _unflip_time(du.stack(), bidirectional), tf.shape(U))
+    if k == 3:  # dx' = dh·(1 − m·r), from A after the loop (fused into dx: no [B, L, d] temporary)
+        dx = tf.reshape(_unflip_time(dh_s - A, bidirectional) * scale_x, tf.shape(x))
+        x_s = scan(tf.reshape(x, [B, L, dirs, d]))
+        dscale = tf.reduce_sum(dh_s * x_s) - tf.reduce_sum(A * x_s)
     else:
         dx, dscale = tf.zeros_like(x), tf.zeros_like(scale_x)
     sums = [tf.reduce_sum(t, axis=0) for t in sums]
@@ -201,7 +221,8 @@ def _compiled(dtype_name, bidirectional):
     fwd = functools.partial(_forward, bidirectional=bidirectional)
     if _USE_XLA:
         xla = (tf.function(fwd, jit_compile=True),
-               tf.function(functools.partial(_backward, bidirectional=bidirectional), jit_compile=True))
+               tf.function(functools.partial(_backward, bidirectional=bidirectional, in_place=True),
+                           jit_compile=True))
         try:
             with tf.init_scope():  # probe eagerly, even when first called while tracing
                 dirs = 2 if bidirectional else 1
@@ -290,11 +311,13 @@ def _core(U, x, weight_c, bias, c0, pad, scale_x, mask_c, bidirectional, impleme
         # Nothing inside is recorded by autodiff (the gradient is ``grad``), which
         # also keeps the compiled loop from exporting its intermediates.
         inputs = [tf.stop_gradient(t) for t in (U, x, weight_c, bias, c0, pad, scale_x, mask_c)]
-        h, c_last, c_seq = fwd(*inputs)
+        with tf.name_scope(TRACE_SCOPE):  # the name profilers find the recurrence's ops by
+            h, c_last, c_seq = fwd(*inputs)
 
         def grad(dh, dc_last):
-            dc_last = tf.zeros_like(c_last) if dc_last is None else dc_last
-            return bwd(*inputs, c_seq, dh, dc_last)
+            with tf.name_scope(TRACE_SCOPE):
+                dc_last = tf.zeros_like(c_last) if dc_last is None else dc_last
+                return bwd(*inputs, c_seq, dh, dc_last)
 
         return (h, c_last), grad
 

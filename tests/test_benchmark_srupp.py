@@ -29,7 +29,10 @@ def test_all_tables_on_tiny_shapes():
     assert [row[0] for row in rows] == ["16"]
     numbers = [float(cell) for row in rows for cell in row[1:] if re.fullmatch(r"[0-9.]+", cell)]
     assert len(numbers) == (10 if native else 6) and all(n > 0 for n in numbers)
-    shares = re.findall(r"(native|xla): training step ([0-9.]+) ms; .* share ([0-9.]+)%", out)
+    shares = re.findall(r"(native|xla): training step ([0-9.]+) ms; .* share ([0-9.]+)%; in-step trace share ([0-9.]+)%",
+                        out)
     assert [s[0] for s in shares] == (["native", "xla"] if native else ["xla"])
     assert all(float(s[1]) > 0 for s in shares)
+    # the trace found the recurrence's ops inside the step (a share of 0 would mean it missed them)
+    assert all(0 < float(s[3]) < 100 for s in shares), out
     assert re.search(r"GRU\s+[0-9.]+\s+[0-9.]+", out) and re.search(r"LSTM\s+[0-9.]+\s+[0-9.]+", out)

@@ -2,6 +2,8 @@
 and against numerical differentiation (float64) — every test for both
 implementations (the native C++ kernel and the XLA loops) — and the choice
 between them."""
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -240,3 +242,24 @@ def test_without_a_compiler_auto_falls_back_and_native_says_why(implementation, 
     monkeypatch.setenv("GAU_KERAS_SRU_KERNEL", "native")
     with pytest.raises(kernels.KernelUnavailable, match="no compiler"):
         kernel_choice(tf.float32)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+def test_xla_in_place_backward_equals_the_plain_graph_one(implementation, rng, case):
+    """The XLA backward writes dU in place; without XLA (GAU_KERAS_SRU_XLA=0, or XLA
+    failing here) rows go through a TensorArray.  Both on the same saved state."""
+    if implementation == "native":
+        pytest.skip("the XLA loops alone")
+    args = make_inputs(rng, **case)
+    U, x, w, b, c0, pad, scale, mask_c, _ = recurrence._prepare(
+        args["U"], args["x"], args["weight_c"], args["bias"], args["c0"], args["mask_pad"], args["scale_x"],
+        args["dropout_mask"], case["bidirectional"])
+    inputs = (U, x, w, b, c0, pad, scale, mask_c)
+    fwd, bwd = recurrence._compiled("float64", case["bidirectional"])
+    if not getattr(bwd, "_jit_compile", False):
+        pytest.skip("XLA does not compile the loops here (the plain graph pair is in use)")
+    h, c_last, c_seq = fwd(*inputs)
+    dh, dc_last = tf.constant(rng.normal(size=h.shape)), tf.constant(rng.normal(size=c_last.shape))
+    plain = tf.function(functools.partial(recurrence._backward, bidirectional=case["bidirectional"]))
+    for ours, ref in zip(bwd(*inputs, c_seq, dh, dc_last), plain(*inputs, c_seq, dh, dc_last)):
+        np.testing.assert_allclose(ours.numpy(), ref.numpy(), rtol=1e-12, atol=1e-12)
