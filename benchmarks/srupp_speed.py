@@ -9,14 +9,19 @@
     TensorFlow, in a ``tf.function``; also under XLA), forward + backward of
     ``sum(h * g)`` w.r.t. U, x, weight_c and bias, for several lengths.
 (b) the recurrence's share of a whole SRU++ training step (forward, backward,
-    Adam update of an ``SRUpp`` layer) at L = 512: the time of the recurrence's
-    forward + backward on the same shapes (a random upstream gradient for h),
-    times the number of layers, over the step time; for each implementation
-    (the step uses the same one).
+    Adam update of an ``SRUpp`` layer) at L = 512, for each implementation (the
+    step uses the same one), measured two ways: the time of the recurrence's
+    forward + backward alone on the same shapes (a random upstream gradient for
+    h), times the number of layers, over the step time; and inside the step,
+    from a ``tf.profiler`` trace of the same steps: the share of their wall time
+    during which one of the recurrence's ops was running (ops running at the
+    same time counted once; an op slowed by one running beside it counts whole).
 (c) a training step of the SRU++ layer against 2-layer ``keras.layers.GRU(512)``
     and ``LSTM(512)`` stacks on the same input.
 
-Times are medians over ``--repeats`` runs after a warm-up (compilation excluded).
+Times are medians over ``--repeats`` runs after a warm-up (compilation excluded);
+outputs are awaited without being copied (``Tensor.numpy()`` copies, which would
+add the copying of the gradients to the recurrence's time).
 
 Memory: each variant and length in a fresh subprocess with
 ``TF_CPU_ALLOCATOR_USE_BFC=true``, which makes TensorFlow's CPU allocator a BFC
