@@ -136,7 +136,8 @@ def median_time(fn, repeats):
 def trace_share(fn, is_recurrence, repeats):
     """Share of the wall time of ``repeats`` calls of ``fn`` during which an op
     that ``is_recurrence(event_name)`` selects was running, from a
-    ``tf.profiler`` trace of those calls (overlapping ops counted once)."""
+    ``tf.profiler`` trace of those calls (overlapping ops counted once); None
+    when the trace has no such op."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     fn()
@@ -153,6 +154,8 @@ def trace_share(fn, is_recurrence, repeats):
         (line.timestamp_ns * 1000 + e.offset_ps, line.timestamp_ns * 1000 + e.offset_ps + e.duration_ps)
         for plane in space.planes for line in plane.lines for e in line.events
         if is_recurrence(plane.event_metadata[e.metadata_id].name))
+    if not intervals:
+        return None  # e.g. on a device whose trace names its XLA runs differently
     busy, end = 0, None
     for a, b in intervals:  # the union's length
         if end is None or a > end:
@@ -168,7 +171,7 @@ def is_recurrence_op(implementation):
     loops every XLA executable's run (the step itself is not compiled, so those
     are the recurrence's compiled forward and backward)."""
     if implementation == "native":
-        return lambda name: TRACE_SCOPE in name and ("GauKerasSru" in name)
+        return lambda name: TRACE_SCOPE in name and "GauKerasSru" in name
     return lambda name: name == "CpuExecutable::ExecuteAsyncOnStream"
 
 
@@ -301,7 +304,7 @@ def step_tables(B, d, proj, layers, L, repeats, seed=0, gru_lstm=True):
         step_times[name] = t_step
         print(f"  {name:>6}: training step {t_step * 1e3:.1f} ms; recurrence fwd+bwd {t_rec * 1e3:.1f} ms x {layers}"
               f" layers = {layers * t_rec * 1e3:.1f} ms -> share {layers * t_rec / t_step:.1%};"
-              f" in-step trace share {in_step:.1%}")
+              f" in-step trace share {'n/a (no recurrence op in the trace)' if in_step is None else f'{in_step:.1%}'}")
 
     if not gru_lstm:
         return

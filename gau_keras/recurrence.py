@@ -204,7 +204,7 @@ def _backward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last
     _, dc0, sums, du = tf.while_loop(
         lambda t, *_: t >= 0, body, (L - 1, tf.reshape(dc_last, [B, dirs, d]), [zeros] * 4, du))
     dU = tf.reshape(du if in_place else _unflip_time(du.stack(), bidirectional), tf.shape(U))
-    if k == 3:  # dx' = dh·(1 − m·r), from A after the loop (fused into dx: no [B, L, d] temporary)
+    if k == 3:  # dx' = dh·(1 − m·r), from A after the loop
         dx = tf.reshape(_unflip_time(dh_s - A, bidirectional) * scale_x, tf.shape(x))
         x_s = scan(tf.reshape(x, [B, L, dirs, d]))
         dscale = tf.reduce_sum(dh_s * x_s) - tf.reduce_sum(A * x_s)
