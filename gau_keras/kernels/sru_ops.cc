@@ -346,18 +346,31 @@ void BackwardChain(const BackwardArgs<T>& a, int64 b, int64 dir, int64 j0, int64
   Fence();
 }
 
-// What both ops share: the bidirectional attribute and the layout check.
+// What both ops share: the bidirectional attribute, the layout check before Run, and running
+// one chain function (its K = 3 or K = 4 instance) over every chain.
 class SruOpBase : public OpKernel {
  public:
   explicit SruOpBase(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("bidirectional", &bidirectional_));
   }
 
+  void Compute(OpKernelContext* ctx) override {
+    Layout s;
+    CheckLayout(ctx, bidirectional_, &s);
+    if (ctx->status().ok()) Run(ctx, s);
+  }
+
  protected:
-  // The call's layout, checked against every input; false when the op has failed.
-  bool Check(OpKernelContext* ctx, Layout* s) const {
-    CheckLayout(ctx, bidirectional_, s);
-    return ctx->status().ok();
+  // The op's work on inputs whose layout has been checked.
+  virtual void Run(OpKernelContext* ctx, const Layout& s) = 0;
+
+  template <typename Args>
+  using Chain = void (*)(const Args&, int64, int64, int64, int64);
+
+  template <typename Args>
+  static void RunChains(OpKernelContext* ctx, const Layout& s, const Args& a, Chain<Args> k3, Chain<Args> k4) {
+    const Chain<Args> chain = s.k == 3 ? k3 : k4;
+    ForEachUnit(ctx, s, [&](int64 b, int64 dir, int64 j0, int64 m) { chain(a, b, dir, j0, m); });
   }
 
  private:
@@ -369,18 +382,15 @@ class SruForwardOp : public SruOpBase {
  public:
   using SruOpBase::SruOpBase;
 
-  void Compute(OpKernelContext* ctx) override {
-    Layout s;
-    if (!Check(ctx, &s)) return;
+ protected:
+  void Run(OpKernelContext* ctx, const Layout& s) override {
     const int64 n = s.dirs * s.d;
     Tensor *h_t, *c_last_t, *c_seq_t;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({s.B, s.L, n}), &h_t));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({s.B, n}), &c_last_t));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({s.B, s.L, n}), &c_seq_t));
     const ForwardArgs<T> a(ctx, s, h_t->flat<T>().data(), c_last_t->flat<T>().data(), c_seq_t->flat<T>().data());
-    ForEachUnit(ctx, s, [&](int64 b, int64 dir, int64 j0, int64 m) {
-      if (s.k == 3) ForwardChain<T, 3>(a, b, dir, j0, m); else ForwardChain<T, 4>(a, b, dir, j0, m);
-    });
+    RunChains<ForwardArgs<T>>(ctx, s, a, ForwardChain<T, 3>, ForwardChain<T, 4>);
   }
 };
 
@@ -389,9 +399,8 @@ class SruBackwardOp : public SruOpBase {
  public:
   using SruOpBase::SruOpBase;
 
-  void Compute(OpKernelContext* ctx) override {
-    Layout s;
-    if (!Check(ctx, &s)) return;
+ protected:
+  void Run(OpKernelContext* ctx, const Layout& s) override {
     const int64 n = s.dirs * s.d;
     OP_REQUIRES(ctx, ctx->input(8).shape() == TensorShape({s.B, s.L, n}) &&
                          ctx->input(9).shape() == TensorShape({s.B, s.L, n}) &&
@@ -407,9 +416,7 @@ class SruBackwardOp : public SruOpBase {
     if (s.k == 4) dx_t->flat<T>().setZero();  // x only feeds the k = 3 skip term
     const BackwardArgs<T> a(ctx, s, du_t->flat<T>().data(), dx_t->flat<T>().data(), dw_t->flat<T>().data(),
                             db_t->flat<T>().data(), dc0_t->flat<T>().data(), dscale_t->flat<T>().data());
-    ForEachUnit(ctx, s, [&](int64 b, int64 dir, int64 j0, int64 m) {
-      if (s.k == 3) BackwardChain<T, 3>(a, b, dir, j0, m); else BackwardChain<T, 4>(a, b, dir, j0, m);
-    });
+    RunChains<BackwardArgs<T>>(ctx, s, a, BackwardChain<T, 3>, BackwardChain<T, 4>);
   }
 };
 
