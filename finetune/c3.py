@@ -7,13 +7,13 @@ Every choice is its own sequence ``[CLS] context [SEP] question choice [SEP]``
 a question; a Dense layer on each [CLS] vector gives one score per choice and
 a softmax over the choices is trained with cross-entropy. Questions with
 fewer choices than the batch's widest (C3 has 2 to 4) get all-padding rows
-that are masked out (`finetune.heads.ChoiceLogits`).
+that are masked out (`gau_keras.layers.heads.ChoiceLogits`).
 """
 import sys
 
 import numpy as np
 
-from finetune import heads
+from gau_keras.layers import heads
 from finetune.batching import pad_stack
 from finetune.runner import run
 from finetune.task import Feature, Task

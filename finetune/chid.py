@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-from finetune import heads
+from gau_keras.layers import heads
 from finetune.batching import pad_stack
 from finetune.runner import run
 from finetune.task import Feature, Task

@@ -6,7 +6,7 @@
 Head: GlobalPointer (`gau_keras.layers.GlobalPointer`), not a CRF. For each
 entity type it scores every (start, end) token pair with a rotary-aware inner
 product, trained with the multi-label cross-entropy of
-`finetune.heads.global_pointer_crossentropy`; every span scoring > 0 is an
+`finetune.losses.global_pointer_crossentropy`; every span scoring > 0 is an
 entity. Why not a CRF:
 
 * the metric is entity-level, and GlobalPointer predicts exactly the scored
@@ -27,7 +27,8 @@ import sys
 import keras
 import numpy as np
 
-from finetune import heads
+from gau_keras import losses
+from gau_keras.layers import heads
 from finetune.runner import run
 from finetune.task import Feature, Task
 from gau_keras import metrics
@@ -72,7 +73,7 @@ class ClueNerTask(Task):
         return keras.Model(encoder.inputs, logits, name="cluener_global_pointer")
 
     def loss(self):
-        return heads.global_pointer_crossentropy
+        return losses.global_pointer_crossentropy
 
     def predict(self, example, features, outputs):
         """Entities (type, start, end, text) with end inclusive, from the spans scoring > 0."""

@@ -18,7 +18,7 @@ import sys
 import keras
 import numpy as np
 
-from finetune import heads
+from gau_keras.layers import heads
 from finetune.runner import run
 from finetune.task import Feature, Task
 from gau_keras import metrics

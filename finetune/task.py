@@ -10,7 +10,8 @@ from typing import Any, NamedTuple, Tuple
 import keras
 import numpy as np
 
-from finetune import heads
+from gau_keras import losses
+from gau_keras.layers import heads
 from gau_keras import metrics
 from gau_keras.data.clue import get_task
 
@@ -75,7 +76,7 @@ class Task(abc.ABC):
         raise NotImplementedError
 
     def loss(self):
-        return heads.sparse_logits_crossentropy()
+        return losses.sparse_logits_crossentropy()
 
     @abc.abstractmethod
     def predict(self, example, features, outputs):

@@ -67,11 +67,13 @@ def attention_normalize(a, mask=None, method="softmax", bias=None, min_len=16):
         min_len: the floor of n for 'softmax_plus' (16 in bert4keras >= 0.11.5,
             1 in the version the released GAU-alpha was trained with).
     Returns:
-        attention weights, same shape as ``a``.
+        attention weights, same shape and dtype as ``a`` (computed in float32).
     """
     if method not in ATTENTION_NORMALIZATIONS:
         raise ValueError(f"attention_normalize: unknown method {method!r}; "
                          f"expected one of {ATTENTION_NORMALIZATIONS}")
+    dtype = a.dtype
+    a = ops.cast(a, "float32")   # float16 logits lose the small differences softmax amplifies
     allowed = None
     if mask is not None:
         allowed = align(ops.cast(mask, "bool"), [0, len(a.shape) - 1], len(a.shape))
@@ -80,13 +82,13 @@ def attention_normalize(a, mask=None, method="softmax", bias=None, min_len=16):
     elif bias is not None:
         a = a + ops.cast(bias, a.dtype)
     if method == "softmax":
-        return ops.softmax(_masked(a, allowed), axis=-1)
+        return ops.cast(ops.softmax(_masked(a, allowed), axis=-1), dtype)
     n = _key_count(a, allowed)
     if method == "squared_relu":
-        return ops.square(ops.relu(_masked(a, allowed))) / n
+        return ops.cast(ops.square(ops.relu(_masked(a, allowed))) / n, dtype)
     n = ops.maximum(n, ops.cast(min_len, n.dtype))
     # scaled before masking: with n = 1 the scale is 0 and -inf * 0 would be nan
-    return ops.softmax(_masked(a * ops.log(n) / math.log(512.0), allowed), axis=-1)
+    return ops.cast(ops.softmax(_masked(a * ops.log(n) / math.log(512.0), allowed), axis=-1), dtype)
 
 
 def _masked(a, allowed):

@@ -23,6 +23,8 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
+from gau_keras import tf_free_children
+
 LAC_INSTALL_HELP = (
     "LAC is not installed. Install it (optional extra) with:\n"
     "    pip install 'setuptools<81'\n"
@@ -202,6 +204,10 @@ class LACSegmenter(Segmenter):
         if in_process:
             self._model = LACModel(model_dir, threads)
         else:
+            # workers are started on demand: they must see the TensorFlow-free mark
+            # for as long as the pool lives
+            self._tf_free = tf_free_children()
+            self._tf_free.__enter__()
             self._pool = ProcessPoolExecutor(max_workers=processes, mp_context=get_context("spawn"),
                                              initializer=_lac_worker_init, initargs=(model_dir, threads))
 
@@ -220,6 +226,7 @@ class LACSegmenter(Segmenter):
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+            self._tf_free.__exit__(None, None, None)
 
 
 SEGMENTERS = {"jieba": JiebaSegmenter, "lac": LACSegmenter}

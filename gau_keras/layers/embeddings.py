@@ -22,7 +22,9 @@ class Embedding(keras.layers.Embedding):
             return super().call(inputs)
         if mode != "dense":
             raise ValueError(f"Embedding {self.name!r}: mode must be 'embedding' or 'dense', got {mode!r}")
-        return ops.matmul(inputs, ops.transpose(ops.cast(self.embeddings, inputs.dtype)))
+        # in float32 under mixed precision: the logits feed a softmax over the vocab
+        x = ops.cast(inputs, "float32")
+        return ops.matmul(x, ops.transpose(ops.cast(self.embeddings, "float32")))
 
     def compute_mask(self, inputs, mask=None):
         if len(inputs.shape) == 2:
@@ -32,7 +34,7 @@ class Embedding(keras.layers.Embedding):
     def compute_output_spec(self, inputs, mode="embedding"):
         if mode == "dense":
             shape = tuple(inputs.shape[:-1]) + (self.input_dim,)
-            return keras.KerasTensor(shape, dtype=self.compute_dtype)
+            return keras.KerasTensor(shape, dtype="float32")
         return keras.KerasTensor(tuple(inputs.shape) + (self.output_dim,), dtype=self.compute_dtype)
 
 

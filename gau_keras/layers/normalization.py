@@ -68,13 +68,15 @@ class LayerNormalization(ScaleOffset):
         self.epsilon = float(epsilon) if epsilon is not None else keras.config.epsilon()
 
     def call(self, inputs):
-        x = inputs
+        # float32 statistics under mixed precision, as Keras's own norms: the
+        # squares of post-norm residual sums (|x| > 256) overflow float16
+        x = ops.cast(inputs, "float32")
         if self.zero_mean:
             x = x - ops.mean(x, axis=-1, keepdims=True)
         if self.unit_variance:
             variance = ops.mean(ops.square(x), axis=-1, keepdims=True)
-            x = x / ops.sqrt(variance + ops.cast(self.epsilon, x.dtype))
-        return super().call(x)
+            x = x / ops.sqrt(variance + self.epsilon)
+        return super().call(ops.cast(x, self.compute_dtype))
 
     def get_config(self):
         config = super().get_config()

@@ -27,13 +27,15 @@ class Transformer:
 
     #: exponent of the depth factor of the initializer (2: RoFormerV2, 3: GAU-alpha)
     initializer_order = 2
+    #: the attention normalisation when the config names none
+    default_normalization = "softmax"
 
     def __init__(self, vocab_size, hidden_size, num_hidden_layers, num_attention_heads=1,
                  intermediate_size=None, hidden_act="relu", dropout_rate=None,
                  attention_dropout_rate=None, embedding_size=None, attention_head_size=None,
                  attention_key_size=None, sequence_length=None, keep_tokens=None,
                  compound_tokens=None, segment_vocab_size=2, max_position=512,
-                 layer_norm_epsilon=None, softmax_plus_min_len=16, with_mlm=False,
+                 layer_norm_epsilon=None, softmax_plus_min_len=16, normalization=None, with_mlm=False,
                  application="encoder", ignore_invalid_weights=False, layers=None,
                  prefix=None, name=None):
         if keep_tokens is not None:
@@ -60,6 +62,7 @@ class Transformer:
         self.max_position = max_position
         self.layer_norm_epsilon = layer_norm_epsilon
         self.softmax_plus_min_len = softmax_plus_min_len
+        self.normalization = normalization or self.default_normalization
         self.application = application
         # bert4keras: LM and UniLM models always have the MLM head
         self.with_mlm = with_mlm or application in ("lm", "unilm")
@@ -126,7 +129,9 @@ class Transformer:
         x = self.apply(x, keras.layers.Dropout, rate=self.dropout_rate, name="Output-MLM-Dropout")
         x = self.apply(x, Embedding, arguments={"mode": "dense"}, name="Embedding-Token")
         activation = "softmax" if self.with_mlm is True else self.with_mlm
-        return self.apply(x, keras.layers.Activation, activation=activation, name="Output-MLM-Activation")
+        # float32 under mixed precision: a softmax over the vocab in float16 is off by ~1e-2
+        return self.apply(x, keras.layers.Activation, activation=activation, dtype="float32",
+                          name="Output-MLM-Activation")
 
     # ------------------------------------------------------------- biases
     def compute_attention_bias(self, inputs=None):
@@ -155,15 +160,16 @@ class Transformer:
     def variable_mapping(self):
         return {}
 
-    def load_embeddings(self, embeddings):
+    def load_embeddings(self, embeddings, where="the checkpoint"):
         """Applies ``keep_tokens`` then ``compound_tokens`` to a [V, E] matrix."""
         if self.keep_tokens is not None:
-            embeddings = embeddings[np.asarray(self.keep_tokens)]
+            embeddings = embeddings[_checked_ids(self.keep_tokens, len(embeddings), "keep_tokens", where)]
         if self.compound_tokens is not None:
             extra = []
             for item in self.compound_tokens:
                 ids, weights = (item, [1.0] * len(item)) if isinstance(item, list) else item
-                extra.append(np.average(embeddings[np.asarray(ids)], axis=0, weights=weights))
+                ids = _checked_ids(ids, len(embeddings), "compound_tokens", where)
+                extra.append(np.average(embeddings[ids], axis=0, weights=weights))
             embeddings = np.concatenate([embeddings, np.asarray(extra, embeddings.dtype)], axis=0)
         return embeddings
 
@@ -199,7 +205,7 @@ class Transformer:
                 raise checkpoints.CheckpointError(message)
             value = reader.get(ckpt_name)
             if ckpt_name in self.embedding_variable_names():
-                value = self.load_embeddings(value)
+                value = self.load_embeddings(value, f"{ckpt_name!r} of {reader.path!r}")
             if tuple(value.shape) != expected:
                 message = (f"layer {layer_name!r} (weight {weight.path}) has shape {expected} but checkpoint "
                            f"variable {ckpt_name!r} in {reader.path!r} has shape {tuple(value.shape)}")
@@ -217,6 +223,16 @@ class Transformer:
         values = {ckpt_name: keras.ops.convert_to_numpy(weight.value)
                   for _, weight, ckpt_name in self._weight_pairs(mapping or self.variable_mapping())}
         return checkpoints.save_checkpoint(filename, values, dtype=dtype)
+
+
+def _checked_ids(ids, rows, argument, where):
+    """``ids`` as an int array, every one a row of an embedding matrix of ``rows`` rows."""
+    array = np.asarray(ids)
+    if array.size and (array.dtype.kind not in "iu" or array.min() < 0 or array.max() >= rows):
+        bad = [i for i in np.ravel(array).tolist() if not isinstance(i, int) or not 0 <= i < rows][:5]
+        raise checkpoints.CheckpointError(f"{argument}: id(s) {bad} are not rows of {where}, which has "
+                                          f"{rows} rows (ids 0..{rows - 1})")
+    return array
 
 
 def _resolve_attr(layer, attr, layer_name):

@@ -1,11 +1,12 @@
-"""finetune.heads: output shapes, masking and losses (numpy references)."""
+"""gau_keras.layers.heads and gau_keras.losses: output shapes, masking and losses (numpy references)."""
 import tempfile
 
 import keras
 import numpy as np
 import pytest
 
-from finetune import heads
+from gau_keras import losses
+from gau_keras.layers import heads
 from gau_keras import build_transformer_model
 from gau_keras.layers.global_pointer import NEG_INF
 from tests.layer_utils import assert_keras_round_trip
@@ -41,7 +42,7 @@ def test_classification_head_reads_the_cls_vector():
     dense = model.get_layer("classifier-dense")
     expected = hidden[:, 0] @ keras.ops.convert_to_numpy(dense.kernel) + keras.ops.convert_to_numpy(dense.bias)
     np.testing.assert_allclose(logits, expected, atol=1e-5)
-    loss = heads.sparse_logits_crossentropy()(np.array([1, 3]), logits)
+    loss = losses.sparse_logits_crossentropy()(np.array([1, 3]), logits)
     np.testing.assert_allclose(float(loss), _sparse_ce([1, 3], logits), rtol=1e-5)
     assert_keras_round_trip(model, [IDS, SEGMENTS], atol=1e-5)
 
@@ -53,7 +54,7 @@ def test_span_head_masks_padding_and_its_loss_is_start_plus_end():
     assert logits.shape == (2, 2, 5)
     assert np.all(logits[1, :, 3:] == NEG_INF) and np.all(logits[0] > NEG_INF)
     targets = np.array([[1, 3], [1, 2]])
-    loss = heads.sparse_logits_crossentropy()(targets, logits)
+    loss = losses.sparse_logits_crossentropy()(targets, logits)
     np.testing.assert_allclose(float(loss), _sparse_ce(targets, logits), rtol=1e-5)
 
 
@@ -67,7 +68,7 @@ def test_multiple_choice_scores_each_choice_alone_and_masks_missing_ones():
     assert logits[0, 2] == NEG_INF and np.all(logits[1] > NEG_INF)
     # a choice's score does not depend on the other choices
     np.testing.assert_allclose(logits[0, :2], logits[1, :2], atol=1e-5)
-    loss = heads.sparse_logits_crossentropy()(np.array([1, 2]), logits)
+    loss = losses.sparse_logits_crossentropy()(np.array([1, 2]), logits)
     np.testing.assert_allclose(float(loss), _sparse_ce([1, 2], logits), rtol=1e-5)
     assert_keras_round_trip(model, [ids, np.zeros_like(ids)], atol=1e-5)
 
@@ -111,7 +112,7 @@ def test_global_pointer_head_and_loss(rng):
     assert np.all(scores[1, :, 3:, :] == NEG_INF) and np.all(scores[:, :, 2, 1] == NEG_INF)
     labels = np.zeros(scores.shape, "int8")
     labels[0, 1, 1, 2] = labels[0, 1, 3, 3] = labels[1, 0, 1, 1] = 1
-    got = float(heads.global_pointer_crossentropy(labels, scores))
+    got = float(losses.global_pointer_crossentropy(labels, scores))
     expected = []
     for row, target in zip(scores.reshape(6, -1).astype(float), labels.reshape(6, -1)):
         negatives, positives = row[target == 0], row[target == 1]

@@ -1,6 +1,7 @@
-"""Task heads on top of an encoder's hidden states [B, L, H], and their losses.
+"""Task heads on top of an encoder's hidden states [B, L, H] (CLUE fine-tuning).
 
-Every head outputs logits; the losses are the matching cross-entropies:
+Every head outputs logits; ``gau_keras.losses`` has the matching losses
+(``sparse_logits_crossentropy`` for all but GlobalPointer):
 
 * `classification_head`: [CLS] vector -> dropout -> Dense -> [B, num_labels];
 * `span_head`: Dense(2) per token -> [B, 2, L] start/end logits (padding NEG_INF);
@@ -9,14 +10,14 @@ Every head outputs logits; the losses are the matching cross-entropies:
 * `candidate_scoring_model`: the MLM head at the [MASK] positions -> mean
   log-probability of each candidate's tokens -> [B, C];
 * `global_pointer_head`: `gau_keras.layers.GlobalPointer` -> [B, T, L, L]
-  with `global_pointer_crossentropy`.
+  with `gau_keras.losses.global_pointer_crossentropy`.
 """
 import keras
 from keras import ops
 
 from gau_keras.layers.global_pointer import NEG_INF, GlobalPointer
 
-PACKAGE = "gau_keras.finetune"
+PACKAGE = "gau_keras"
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -126,36 +127,6 @@ class CandidateScores(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[1][:2])
-
-
-@keras.saving.register_keras_serializable(package=PACKAGE)
-def global_pointer_crossentropy(y_true, y_pred):
-    """Multi-label cross-entropy over all spans of one type (Su's GlobalPointer loss).
-
-    y_true: 0/1 [B, T, L, L]; y_pred: span logits [B, T, L, L]. Per (b, t)
-    with positive set P and negative set N:
-    log(1 + sum_{N} exp(s)) + log(1 + sum_{P} exp(-s)); averaged over B*T.
-    Unlike a sigmoid per span, it does not drown the few positives in the
-    L^2 negatives.
-    """
-    shape = ops.shape(y_pred)
-    y_pred = ops.reshape(y_pred, (shape[0] * shape[1], -1))
-    y_true = ops.reshape(ops.cast(y_true, y_pred.dtype), ops.shape(y_pred))
-    big = ops.cast(-NEG_INF, y_pred.dtype)
-    signed = (1.0 - 2.0 * y_true) * y_pred                # s on negatives, -s on positives
-    # pushing the other set down by `big` (not negating it) keeps masked spans
-    # (s = NEG_INF) at -inf in both terms
-    negatives = signed - y_true * big
-    positives = signed - (1.0 - y_true) * big
-    zeros = ops.zeros_like(y_pred[:, :1])
-    loss = (ops.logsumexp(ops.concatenate([negatives, zeros], axis=-1), axis=-1)
-            + ops.logsumexp(ops.concatenate([positives, zeros], axis=-1), axis=-1))
-    return ops.mean(loss)
-
-
-def sparse_logits_crossentropy():
-    """The loss of every head but GlobalPointer: softmax cross-entropy on integer targets."""
-    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
 def classification_head(hidden, num_labels, dropout_rate=0.1, name="classifier"):
