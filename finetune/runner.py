@@ -135,10 +135,11 @@ def predict(task, model, examples, features, batch_size, desc="predict"):
 def build_transformer(args, task):
     """The builder object of the (pretrained or randomly initialised) model, and its tokenizer."""
     from gau_keras.models.builder import build_transformer_model
-    from gau_keras.pretrained import model_files
+    from gau_keras.pretrained import REQUIRED_TOKENS, check_model_dir
     from gau_keras.tokenizers import Tokenizer
 
-    config, checkpoint, vocab = model_files(args.model_dir)
+    required = REQUIRED_TOKENS + (("[MASK]",) if task.with_mlm else ())
+    config, checkpoint, vocab = check_model_dir(args.model_dir, required)
     kwargs = {"with_mlm": "linear"} if task.with_mlm else {}
     transformer = build_transformer_model(config, None if args.from_scratch else checkpoint,
                                           model=args.model, return_keras_model=False, **kwargs)

@@ -19,6 +19,16 @@ def _fill_mask(args):
     return 0
 
 
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="python -m gau_keras", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -28,7 +38,7 @@ def build_parser():
                       help="directory with bert_config.json, bert_model.ckpt.* and vocab.txt "
                            "(default: the bundled small GAU-alpha)")
     fill.add_argument("--model", default="gau_alpha", help="gau_alpha (default) or roformer_v2")
-    fill.add_argument("--top-k", type=int, default=5)
+    fill.add_argument("--top-k", type=_positive_int, default=5, help="predictions per [MASK] (default 5)")
     fill.add_argument("--softmax-plus-min-len", type=int, default=None,
                       help="floor of softmax_plus's n (16 default; 1 = the released model's training code)")
     fill.set_defaults(run=_fill_mask)

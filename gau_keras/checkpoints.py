@@ -55,7 +55,13 @@ class CheckpointReader:
     def get(self, name):
         if name not in self.shapes:
             raise CheckpointError(f"checkpoint {self.path!r} has no variable {name!r}")
-        return self._reader.get_tensor(name)
+        try:
+            return self._reader.get_tensor(name)
+        except (IndexError, ValueError, tf.errors.OpError) as e:   # a truncated or damaged data file
+            data = tf.io.gfile.glob(self.path + ".data-*")
+            raise CheckpointError(f"checkpoint {self.path!r}: variable {name!r} cannot be read from "
+                                  f"{data[0] if len(data) == 1 else self.path + '.data-*'} "
+                                  f"({type(e).__name__}: {e}); is the file truncated or damaged?") from None
 
 
 def list_variables(path):

@@ -12,6 +12,9 @@ def encode_with_masks(tokenizer, text, maxlen=512):
     pieces = text.split(MASK)
     if len(pieces) == 1:
         raise ValueError(f"fill-mask: the text {text!r} contains no {MASK}")
+    if tokenizer._token_mask not in tokenizer.token_dict:
+        raise ValueError(f"fill-mask: the vocab has no {tokenizer._token_mask} token: predictions would be "
+                         f"made at [UNK] positions")
     tokens = [tokenizer._token_start] if tokenizer._token_start else []
     positions = []
     for i, piece in enumerate(pieces):

@@ -38,14 +38,50 @@ def model_files(model_dir):
     return config, prefix, vocab
 
 
+#: the special tokens every use of a model directory needs ([MASK] too for an MLM head)
+REQUIRED_TOKENS = ("[UNK]", "[CLS]", "[SEP]")
+
+
+def check_model_dir(model_dir, required_tokens=REQUIRED_TOKENS):
+    """``model_files`` plus the checks that catch a mismatched directory early.
+
+    The config must be valid (``gau_keras.models.config``), the vocab must
+    hold ``vocab_size`` tokens (as many rows as the checkpoint's embeddings)
+    and the special tokens, and the checkpoint must be readable. Every error
+    names the file at fault. Returns (config_path, checkpoint_prefix, vocab_path).
+    """
+    from gau_keras.models.config import read_config
+    from gau_keras.tokenizers import load_vocab
+
+    config_path, prefix, vocab_path = model_files(model_dir)
+    config = read_config(config_path)
+    token_dict = load_vocab(vocab_path)
+    size = config.get("vocab_size")
+    if size is not None and size != len(token_dict):
+        raise ValueError(f"{vocab_path} has {len(token_dict)} tokens but {config_path} says vocab_size={size}: "
+                         f"the vocab does not belong to this model")
+    missing = [token for token in required_tokens if token not in token_dict]
+    if missing:
+        raise ValueError(f"{vocab_path} lacks the special token(s) {missing}, which the tokenizer needs")
+    reader = checkpoints.CheckpointReader(prefix)
+    rows = reader.shapes.get("bert/embeddings/word_embeddings")
+    if rows is not None and size is not None and rows[0] != size:
+        raise ValueError(f"checkpoint {prefix!r} has {rows[0]} word-embedding rows but {config_path} says "
+                         f"vocab_size={size}")
+    return config_path, prefix, vocab_path
+
+
 def load_pretrained(model_dir=None, model="gau_alpha", **kwargs):
     """Builds the model of ``model_dir`` (default: the bundled one) and its tokenizer.
 
     Returns ``(keras_model, tokenizer)``; ``kwargs`` go to ``build_transformer_model``.
+    The directory is checked first (``check_model_dir``; [MASK] is required
+    with an MLM head).
     """
     from gau_keras.models.builder import build_transformer_model
     from gau_keras.tokenizers import Tokenizer
 
-    config, checkpoint, vocab = model_files(model_dir or default_model_dir())
+    required = REQUIRED_TOKENS + (("[MASK]",) if kwargs.get("with_mlm") else ())
+    config, checkpoint, vocab = check_model_dir(model_dir or default_model_dir(), required)
     tokenizer = Tokenizer(vocab, do_lower_case=True)
     return build_transformer_model(config, checkpoint, model=model, **kwargs), tokenizer

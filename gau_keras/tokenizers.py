@@ -66,10 +66,35 @@ def stem(token):
     return token[2:] if token[:2] == "##" else token
 
 
+def strip_accents(text):
+    """Drops combining marks (NFD, remove category Mn, NFC again).
+
+    bert4keras and Google's BERT stop after removing the marks, which leaves
+    every Hangul syllable decomposed into its conjoining jamo (they are not
+    marks); recomposing keeps "한" one character, found in the vocab as it is,
+    while "é" still becomes "e".
+    """
+    decomposed = unicodedata.normalize("NFD", text)
+    return unicodedata.normalize("NFC", "".join(ch for ch in decomposed if unicodedata.category(ch) != "Mn"))
+
+
 def lowercase_and_normalize(text):
-    """Lower-case, NFD-decompose and drop combining marks (accents)."""
-    text = unicodedata.normalize("NFD", text.lower())
-    return "".join(ch for ch in text if unicodedata.category(ch) != "Mn")
+    """Lower-case (whole text: a final Σ becomes ς) and strip accents."""
+    return strip_accents(text.lower())
+
+
+def lowercase_per_character(text):
+    """``text.lower()`` cut into the lowering of each character of ``text``.
+
+    Python lowers character by character except for the final-sigma rule,
+    which keeps lengths, so the pieces line up with the original characters.
+    """
+    lowered, pieces, position = text.lower(), [], 0
+    for ch in text:
+        size = len(ch.lower())
+        pieces.append(lowered[position:position + size])
+        position += size
+    return pieces
 
 
 def truncate_sequences(maxlen, indices, *sequences):
@@ -104,13 +129,22 @@ def load_vocab(dict_path, encoding="utf-8", simplified=False, startswith=None):
     original ids of the kept tokens (for ``build_transformer_model(keep_tokens=...)``).
     """
     token_dict = {}
-    with open(dict_path, encoding=encoding) as reader:
-        for line_number, line in enumerate(reader, 1):
-            fields = line.split()
-            token = fields[0] if fields else line.strip("\r\n")
-            if token in token_dict:
-                raise ValueError(f"{dict_path}:{line_number}: duplicate token {token!r} in the vocab")
-            token_dict[token] = len(token_dict)
+    try:
+        with open(dict_path, encoding=encoding) as reader:
+            for line_number, line in enumerate(reader, 1):
+                fields = line.split()
+                token = fields[0] if fields else line.strip("\r\n")
+                if token in token_dict:
+                    raise ValueError(f"{dict_path}:{line_number}: duplicate token {token!r} in the vocab")
+                token_dict[token] = len(token_dict)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"vocab {dict_path}: not {encoding} text (byte {e.start} of the file: {e.reason}); "
+                         f"pass the file's encoding, e.g. load_vocab(path, encoding='gbk') or "
+                         f"Tokenizer(path, encoding='gbk')") from None
+    except LookupError as e:
+        raise ValueError(f"vocab {dict_path}: unknown encoding {encoding!r} ({e})") from None
+    if not token_dict:
+        raise ValueError(f"vocab {dict_path} is empty: one token per line expected")
     if not simplified:
         return token_dict
     new_dict, keep_tokens = {}, []
@@ -136,13 +170,15 @@ class Tokenizer:
         pre_tokenize: optional ``text -> list of words``; words found in the
             vocab are kept whole, the rest are tokenized as usual.
         token_translate: optional ``{token: replacement}`` applied by ``tokenize``.
+        encoding: of the vocab file (a file that is not in it is an error
+            naming the file).
     """
 
     def __init__(self, token_dict, do_lower_case=True, word_maxlen=200,
                  token_start="[CLS]", token_end="[SEP]", pre_tokenize=None,
-                 token_translate=None):
+                 token_translate=None, encoding="utf-8"):
         if isinstance(token_dict, (str, bytes)) or hasattr(token_dict, "__fspath__"):
-            token_dict = load_vocab(token_dict)
+            token_dict = load_vocab(token_dict, encoding=encoding)
         if not isinstance(token_dict, dict) or not token_dict:
             raise ValueError("Tokenizer: token_dict must be a vocab path or a non-empty {token: id} dict")
         self._token_dict = token_dict
@@ -328,9 +364,11 @@ class Tokenizer:
         """For each token, the list of indices of the characters of ``text``
         it covers (``[]`` for special tokens such as ``[CLS]``)."""
         normalized, char_mapping = [], []
-        for i, ch in enumerate(text):
+        # lowered as tokenize lowers (the whole text: final sigma), aligned per character
+        characters = lowercase_per_character(text) if self._do_lower_case else text
+        for i, ch in enumerate(characters):
             if self._do_lower_case:
-                ch = lowercase_and_normalize(ch)
+                ch = strip_accents(ch)
             ch = "".join(c for c in ch if not is_dropped(c))
             normalized.append(ch)
             char_mapping.extend([i] * len(ch))
@@ -346,6 +384,7 @@ class Tokenizer:
                 raise ValueError(f"Tokenizer.rematch: token {token!r} not found in the text after "
                                  f"character {offset}; were the tokens produced from this text?")
             end = start + len(piece)
-            token_mapping.append(char_mapping[start:end])
+            # one original character may normalise to several (e.g. "ﬁ" -> "fi"): each index once
+            token_mapping.append(sorted(set(char_mapping[start:end])))
             offset = end
         return token_mapping

@@ -1,4 +1,6 @@
 """Tokenizer: bert4keras behaviour on a hand-made vocab and on the GAU-α vocab."""
+import json
+import os
 import subprocess
 import sys
 
@@ -162,6 +164,70 @@ def test_real_vocab_truncation(real):
     assert segments == [0] * 4 + [1] * 4
 
 
-def test_import_does_not_load_tensorflow():
+def test_import_does_not_load_tensorflow_in_tf_free_processes():
     code = "import sys, gau_keras.tokenizers, gau_keras.segmenters; assert 'tensorflow' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ, GAU_KERAS_TF_FREE="1"))
+
+
+# -- cases from careful use (issue: faults and bad input) -----------------------
+EDGE_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "οδος", "ας", "cafe", "istanbul", "한", "국", "##국",
+              "中", "国"]
+EDGE_TEXTS = ["ΟΔΟΣ", "ΟΔΟΣ ΑΣ.", "CAFÉ 中国", "İstanbul", "ﬁne", "ΣΑΣ σας"]
+
+
+def _edge_tokenizer():
+    return Tokenizer({token: i for i, token in enumerate(EDGE_VOCAB)}, do_lower_case=True)
+
+
+def test_rematch_after_whole_text_lowering_final_sigma():
+    tokenizer = _edge_tokenizer()
+    tokens = tokenizer.tokenize("ΟΔΟΣ")
+    assert tokens == ["[CLS]", "οδος", "[SEP]"]            # lower() of the whole text: final ς
+    assert tokenizer.rematch("ΟΔΟΣ", tokens) == [[], [0, 1, 2, 3], []]
+    tokens = tokenizer.tokenize("ΣΑΣ σας")
+    assert tokenizer.rematch("ΣΑΣ σας", tokens)[1:-1] == [[0, 1, 2], [4, 5, 6]]
+
+
+def test_rematch_indexes_the_original_text():
+    tokenizer = _edge_tokenizer()
+    # "İ".lower() is two characters ("i" + a combining dot): indices still point into the input
+    assert tokenizer.rematch("İstanbul", tokenizer.tokenize("İstanbul"))[1] == list(range(8))
+
+
+def test_hangul_syllables_stay_syllables():
+    tokenizer = _edge_tokenizer()
+    tokens = tokenizer.tokenize("한국")
+    assert tokens == ["[CLS]", "한", "##국", "[SEP]"]      # NFD alone would leave jamo: [UNK]
+    assert tokenizer.rematch("한국", tokens) == [[], [0], [1], []]
+
+
+def test_rematch_matches_bert4keras_on_edge_texts():
+    from tests.reference.harness import reference_env, require_bert4keras
+
+    require_bert4keras()
+    code = ("import json, sys\nfrom bert4keras.tokenizers import Tokenizer\n"
+            "vocab, texts = json.loads(sys.argv[1]), json.loads(sys.argv[2])\n"
+            "t = Tokenizer({tok: i for i, tok in enumerate(vocab)}, do_lower_case=True)\n"
+            "print(json.dumps([[t.tokenize(x), t.rematch(x, t.tokenize(x))] for x in texts]))\n")
+    texts = [t for t in EDGE_TEXTS if t != "İstanbul"]   # bert4keras shifts the indices after "İ"
+    result = subprocess.run([sys.executable, "-c", code, json.dumps(EDGE_VOCAB), json.dumps(texts)],
+                            env=reference_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    expected = json.loads(result.stdout.strip().splitlines()[-1])
+    tokenizer = _edge_tokenizer()
+    for text, (tokens, mapping) in zip(texts, expected):
+        assert tokenizer.tokenize(text) == tokens, text
+        assert tokenizer.rematch(text, tokens) == mapping, text
+
+
+def test_vocab_encoding_and_empty_file_errors_name_the_file(tmp_path):
+    gbk = tmp_path / "vocab_gbk.txt"
+    gbk.write_bytes("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "中", "国"]).encode("gbk"))
+    with pytest.raises(ValueError, match=r"vocab_gbk\.txt.*not utf-8.*encoding='gbk'"):
+        load_vocab(str(gbk))
+    assert load_vocab(str(gbk), encoding="gbk")["国"] == 5
+    assert Tokenizer(str(gbk), encoding="gbk").tokenize("中国") == ["[CLS]", "中", "国", "[SEP]"]
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    with pytest.raises(ValueError, match=r"empty\.txt is empty"):
+        Tokenizer(str(empty))

@@ -1,9 +1,9 @@
 """``build_transformer_model``: the bert4keras entry point."""
 import inspect
-import json
 import logging
 import os
 
+from gau_keras.models.config import CONFIG_ALIASES, METADATA_KEYS, read_config, validate
 from gau_keras.models.gau_alpha import GAU_alpha
 from gau_keras.models.roformer_v2 import RoFormerV2
 from gau_keras.models.srupp import SRUpp
@@ -20,49 +20,10 @@ MODELS = {
     "srupp": SRUpp,
 }
 
-#: bert_config.json / HF config.json names -> constructor argument names.
-CONFIG_ALIASES = {
-    "max_position_embeddings": "max_position",
-    "hidden_dropout_prob": "dropout_rate",
-    "attention_probs_dropout_prob": "attention_dropout_rate",
-    "type_vocab_size": "segment_vocab_size",
-    "layer_norm_eps": "layer_norm_epsilon",
-}
-
-#: keys of released configs that carry no information for these models.
-METADATA_KEYS = {
-    "architectures", "model_type", "torch_dtype", "transformers_version", "initializer_range",
-    "pad_token_id", "bos_token_id", "eos_token_id", "directionality", "pooler_fc_size",
-    "pooler_num_attention_heads", "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type",
-    "gradient_checkpointing", "use_cache", "norm_type", "classifier_dropout",
-}
-
-#: HF-config keys that must hold these values for the models here.
-REQUIRED_VALUES = {"use_bias": False, "attention_scale": True}
-
-
 def load_config(config_path):
-    """Reads a bert_config.json (or the PyTorch port's HF config.json)."""
-    try:
-        with open(config_path, encoding="utf-8") as f:
-            config = json.load(f)
-    except OSError as e:
-        raise FileNotFoundError(f"cannot read config {config_path!r}: {e}") from e
-    except json.JSONDecodeError as e:
-        raise ValueError(f"config {config_path!r} is not valid JSON: {e}") from e
-    if not isinstance(config, dict):
-        raise ValueError(f"config {config_path!r} must hold a JSON object")
-    for key, value in REQUIRED_VALUES.items():
-        if key in config and config.pop(key) != value:
-            raise ValueError(f"config {config_path!r}: {key}={config.get(key, not value)!r} is not "
-                             f"supported (these models require {key}={value!r})")
-    if config.pop("normalization", "softmax_plus") != "softmax_plus":
-        raise ValueError(f"config {config_path!r}: only normalization='softmax_plus' is supported")
-    for source, target in CONFIG_ALIASES.items():
-        if source in config:
-            value = config.pop(source)
-            config.setdefault(target, value)
-    return config
+    """Reads a bert_config.json (or the PyTorch port's HF config.json) into
+    constructor arguments (see ``gau_keras.models.config.read_config``)."""
+    return read_config(config_path)
 
 
 def _accepted_arguments(cls):
@@ -92,7 +53,8 @@ def build_transformer_model(config_path=None, checkpoint_path=None, model="gau_a
     """Builds a model, optionally loading an original TF1 checkpoint.
 
     Args:
-        config_path: bert_config.json (or HF config.json) path, or None.
+        config_path: bert_config.json (or HF config.json) path, a dict of
+            its keys, or None.
         checkpoint_path: TF1 checkpoint prefix or directory, or None.
         model: 'gau_alpha', 'roformer_v2', ... or a ``Transformer`` subclass.
         application: 'encoder', 'lm' (causal) or 'unilm'.
@@ -111,7 +73,8 @@ def build_transformer_model(config_path=None, checkpoint_path=None, model="gau_a
                         f"accepted: {sorted(accepted)}")
     configs = {}
     if config_path is not None:
-        file_config = load_config(os.fspath(config_path))
+        where = None if isinstance(config_path, dict) else os.fspath(config_path)
+        file_config = read_config(config_path if where is None else where)
         ignored = sorted(k for k in file_config if k not in accepted and k not in METADATA_KEYS)
         if ignored:
             logger.warning("config %s: ignoring key(s) %s that %s does not use", config_path, ignored,
@@ -121,8 +84,10 @@ def build_transformer_model(config_path=None, checkpoint_path=None, model="gau_a
     configs["application"] = application.lower()
     missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers") if k not in configs]
     if missing:
-        where = f"config {config_path!r}" if config_path else "the arguments (no config_path given)"
+        where = (f"config {config_path!r}" if isinstance(config_path, (str, os.PathLike))
+                 else "the config" if config_path else "the arguments (no config_path given)")
         raise ValueError(f"build_transformer_model: {where} lacks {missing}")
+    validate(configs, None if config_path is None or isinstance(config_path, dict) else os.fspath(config_path))
     transformer = cls(**configs)
     transformer.build()
     if checkpoint_path is not None:

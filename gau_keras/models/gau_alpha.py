@@ -13,13 +13,14 @@ class GAU_alpha(RoFormerV2):
     """
 
     initializer_order = 3
+    default_normalization = "softmax_plus"
 
     def apply_main_layers(self, x, index):
         name = f"Transformer-{index}-GatedAttentionUnit"
         inputs, arguments = self.attention_inputs(x, 1)
         y = self.apply(inputs, GatedAttentionUnit, arguments=arguments, units=self.intermediate_size,
                        key_size=self.attention_key_size, activation=self.hidden_act, use_bias=False,
-                       normalization="softmax_plus", attention_dropout=self.attention_dropout_rate,
+                       normalization=self.normalization, attention_dropout=self.attention_dropout_rate,
                        softmax_plus_min_len=self.softmax_plus_min_len,
                        kernel_initializer=self.initializer, name=name)
         return self.residual(x, y, name)

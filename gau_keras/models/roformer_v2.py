@@ -59,7 +59,7 @@ class RoFormerV2(Transformer):
         inputs, arguments = self.attention_inputs(x, 3)
         y = self.apply(inputs, MultiHeadAttention, arguments=arguments, heads=self.num_attention_heads,
                        head_size=self.attention_head_size, out_dim=self.hidden_size,
-                       key_size=self.attention_key_size, use_bias=False,
+                       key_size=self.attention_key_size, use_bias=False, normalization=self.normalization,
                        attention_dropout=self.attention_dropout_rate,
                        softmax_plus_min_len=self.softmax_plus_min_len,
                        kernel_initializer=self.initializer, name=name)

@@ -1,0 +1,100 @@
+"""Mixed precision computes the same model: norms, attention normalisation,
+masking, the MLM head's softmax and the SRU recurrence run in float32.
+
+Checked on trained models (random initialisation keeps activations small and
+hides overflow): the bundled GAU-alpha, and a RoFormerV2 and an SRU++
+pretrained here for 300 updates at a high learning rate. Also: pretraining
+under mixed_float16 with loss scaling tracks the float32 losses.
+"""
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from gau_keras.pretrained import load_pretrained
+from pretrain import pretrain
+from tests.pretrain_utils import TEXTS, losses, make_shards, write_config
+
+#: everyday sentences of several lengths (padded batch: masking is exercised too)
+SENTENCES = TEXTS + ["北京是中国的首都，也是政治和文化中心。", "物流很快，质量也不错，下次还会再来买。",
+                     "今天是星期一。", "这部电影的故事情节非常精彩，演员的表演也很自然，值得一看。",
+                     "我每天早上喝一杯牛奶，然后坐地铁去公司上班。"]
+TOLERANCE = {"mixed_float16": 1e-2, "mixed_bfloat16": 3e-2}
+
+
+@pytest.fixture
+def restore_policy():
+    yield
+    keras.mixed_precision.set_global_policy("float32")
+
+
+def _batch(tokenizer, texts):
+    rows = [tokenizer.encode(text)[0] for text in texts]
+    ids = np.zeros((len(rows), max(map(len, rows))), "int32")
+    for i, row in enumerate(rows):
+        ids[i, :len(row)] = row
+    return ids
+
+
+def _probabilities(model_dir, model, policy, texts):
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        network, tokenizer = load_pretrained(model_dir, model=model, with_mlm=True)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    ids = _batch(tokenizer, texts)
+    probs = network.predict([ids, np.zeros_like(ids)], verbose=0)
+    assert probs.dtype == np.float32
+    return probs, ids > 0
+
+
+@pytest.fixture(scope="module")
+def trained_dirs(tmp_path_factory):
+    """RoFormerV2 and SRU++ exports after 300 updates at a high learning rate."""
+    root = tmp_path_factory.mktemp("trained")
+    shards = make_shards(root)
+    dirs = {}
+    for model, extra in (("roformer_v2", {"num_attention_heads": 2, "intermediate_size": 32, "hidden_act": "relu"}),
+                         ("srupp", {"proj_size": 8})):
+        path = write_config(root, shards, model, steps=300, save_every=300, log_every=50)
+        config = json.loads(open(path).read())
+        base = {k: config["model_config"][k] for k in ("vocab_size", "hidden_size", "num_hidden_layers")}
+        config.update(model=model, model_config={**base, **extra})
+        config["optimizer"].update(learning_rate=3e-2, gradient_accumulation_steps=1, schedule={"0": 1})
+        open(path, "w").write(json.dumps(config))
+        assert pretrain.main(["--config", path]) == 0
+        dirs[model] = str(root / model / "export")
+    return dirs
+
+
+@pytest.mark.parametrize("policy", sorted(TOLERANCE))
+def test_bundled_gau_alpha_probabilities(restore_policy, policy):
+    reference, keep = _probabilities(None, "gau_alpha", "float32", SENTENCES)
+    got, _ = _probabilities(None, "gau_alpha", policy, SENTENCES)
+    assert np.abs(got - reference)[keep].max() < TOLERANCE[policy]
+
+
+@pytest.mark.parametrize("policy", sorted(TOLERANCE))
+@pytest.mark.parametrize("model", ["roformer_v2", "srupp"])
+def test_trained_roformer_v2_and_srupp_probabilities(restore_policy, trained_dirs, model, policy):
+    reference, keep = _probabilities(trained_dirs[model], model, "float32", TEXTS)
+    assert reference[keep].max() > 0.3          # trained: confident predictions, not a uniform guess
+    got, _ = _probabilities(trained_dirs[model], model, policy, TEXTS)
+    assert np.abs(got - reference)[keep].max() < TOLERANCE[policy]
+
+
+def test_pretraining_under_mixed_float16_tracks_float32(tmp_path, restore_policy):
+    shards = make_shards(tmp_path)
+    runs = {}
+    for precision in ("float32", "mixed_float16"):
+        path = write_config(tmp_path, shards, precision, steps=30, save_every=30, precision=precision)
+        config = json.loads(open(path).read())
+        config["optimizer"].update(learning_rate=1e-2, gradient_accumulation_steps=1, schedule={"0": 1})
+        open(path, "w").write(json.dumps(config))
+        assert pretrain.main(["--config", path]) == 0
+        runs[precision] = np.array(losses(tmp_path, precision))
+    assert len(runs["float32"]) == 30 and np.isfinite(runs["mixed_float16"]).all()
+    np.testing.assert_allclose(runs["mixed_float16"], runs["float32"], rtol=2e-2)
+    log = [json.loads(line) for line in (tmp_path / "mixed_float16" / "log.jsonl").read_text().splitlines()]
+    assert all(record["loss_scale"] > 1 for record in log if "loss" in record)
