@@ -345,7 +345,11 @@ def _prepare(U, x, weight_c, bias, c0, mask_pad, scale_x, dropout_mask, bidirect
         pad = tf.cast(pad, tf.bool)
     scale = cast(1.0 if scale_x is None else scale_x)
     if scale.shape.rank != 0:
-        raise ValueError(f"sru_recurrence: scale_x must be a scalar, got shape {scale.shape}")
+        # any one-element tensor will do, e.g. the official package's scale_x buffer of shape (1,)
+        if scale.shape.num_elements() != 1:
+            raise ValueError(f"sru_recurrence: scale_x must hold one value (a scalar or a tensor of shape "
+                             f"(1,), ...), got shape {scale.shape}")
+        scale = tf.reshape(scale, [])
     mask_c = tf.ones_like(c0) if dropout_mask is None else cast(dropout_mask)
     return U, x, weight_c, bias, c0, pad, scale, mask_c, out_dtype
 
@@ -362,7 +366,8 @@ def sru_recurrence(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,
         weight_c, bias: [2·dirs·d], laid out [2, dirs, d] (forget then reset).
         c0: [B, dirs·d] initial state, zeros when None.
         mask_pad: [B, L] bool, True = padding (state carried, output 0).
-        scale_x: scalar multiplying the k = 3 skip term (1 when None).
+        scale_x: one value (a scalar or any one-element tensor) multiplying the
+            k = 3 skip term (1 when None).
         dropout_mask: [B, dirs·d] multiplier on c in h (1 when None); no gradient.
         bidirectional: the second direction runs t = L−1 … 0.
         implementation: "auto" (default, or ``$GAU_KERAS_SRU_KERNEL``): the fused

@@ -187,6 +187,23 @@ def test_bad_arguments_are_named(rng, bad, message):
         sru_recurrence(**{**args, **bad})
 
 
+def test_scale_x_may_be_any_one_element_tensor(rng):
+    """The official package keeps scale_x as a buffer of shape (1,)."""
+    args = make_inputs(rng, scale=True)
+    h_ref, c_ref = numpy_sru(**args)
+    for shaped in (np.array([1.3]), np.array([[1.3]]), tf.constant([1.3], tf.float64)):
+        h, c = sru_recurrence(**{**args, "scale_x": shaped})
+        np.testing.assert_allclose(h.numpy(), h_ref, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(c.numpy(), c_ref, rtol=1e-10, atol=1e-10)
+    scale = tf.Variable([1.3], dtype=tf.float64)
+    with tf.GradientTape() as tape:
+        h, _ = sru_recurrence(**{**args, "scale_x": scale})
+        loss = tf.reduce_sum(h)
+    assert tape.gradient(loss, scale).shape == (1,)
+    with pytest.raises(ValueError, match="scale_x must hold one value"):
+        sru_recurrence(**{**args, "scale_x": np.array([1.3, 1.0])})
+
+
 def test_the_requested_implementation_runs(implementation, rng):
     assert kernel_choice(tf.float64) == implementation
     args = make_inputs(rng)

@@ -7,6 +7,9 @@ compile and link flags, into a cache folder keyed by the source, TensorFlow's
 version, the compiler and the CPU's vector extensions:
 ``$GAU_KERAS_KERNEL_CACHE`` or ``~/.cache/gau_keras/kernels``.  Concurrent
 first uses (e.g. test workers) wait on a file lock instead of compiling twice.
+A SHA-256 of the library is written beside it after a successful build and
+checked before every load: a truncated or otherwise damaged library (which
+``dlopen`` would map and crash on with a bus error) is rebuilt instead.
 When no compiler is available or the build fails, ``load()`` raises
 `KernelUnavailable` with the compiler's message; `gau_keras.recurrence` then
 uses its XLA loops.
@@ -21,6 +24,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import warnings
 
 SOURCE = pathlib.Path(__file__).with_name("sru_ops.cc")
 
@@ -64,19 +68,56 @@ def library_path(compiler):
     return _cache_dir() / key.hexdigest()[:16] / "sru_ops.so"
 
 
+def checksum_path(target):
+    """The file beside a cached library that holds its SHA-256."""
+    return target.with_name(target.name + ".sha256")
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _damage(target):
+    """Why the cached library cannot be loaded safely, or None if it is intact."""
+    if not target.exists():
+        return "missing"
+    checksum = checksum_path(target)
+    if not checksum.exists():
+        return f"{target} has no checksum file {checksum.name} (an interrupted or older build)"
+    recorded = checksum.read_text(encoding="ascii", errors="replace").strip()
+    actual = _sha256(target)
+    if recorded != actual:
+        return f"{target} does not match its checksum (size {target.stat().st_size} bytes; damaged or truncated)"
+    return None
+
+
 def _compile(compiler, target):
+    """Builds the library at ``target`` unless an intact one is there (rebuilding a damaged one)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / "build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same library
-        if target.exists():
+        damage = _damage(target)
+        if damage is None:
             return
+        if damage != "missing":
+            warnings.warn(f"gau_keras: kernel cache: {damage}; rebuilding it", RuntimeWarning, stacklevel=3)
+            target.unlink(missing_ok=True)
+        checksum_path(target).unlink(missing_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             partial = pathlib.Path(tmp) / target.name
             result = subprocess.run(_build_command(compiler, partial), capture_output=True, text=True)
             if result.returncode != 0:
                 raise KernelUnavailable(f"building {SOURCE.name} with {compiler} failed (exit {result.returncode}):\n"
                                         + result.stderr[-3000:])
+            digest = _sha256(partial)
             os.replace(partial, target)  # atomic: readers never see a half-written library
+            partial_checksum = pathlib.Path(tmp) / "checksum"
+            partial_checksum.write_text(digest + "\n", encoding="ascii")
+            os.replace(partial_checksum, checksum_path(target))
 
 
 @functools.lru_cache(maxsize=None)
@@ -89,7 +130,7 @@ def load():
         raise KernelUnavailable(f"no C++ compiler {compiler!r} on PATH (set $CXX)")
     try:
         target = library_path(compiler)
-        if not target.exists():
+        if _damage(target) is not None:
             _compile(compiler, target)
         return tf.load_op_library(str(target))
     except (OSError, tf.errors.OpError) as error:
