@@ -33,12 +33,17 @@ try:
 except ImportError:  # run as a script from a checkout that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gau_keras.data.mlm import MaskStats, WholeWordMLM  # noqa: E402
+from gau_keras import tf_free_children  # noqa: E402
+from gau_keras.data.mlm import MaskStats, SequencePacker, WholeWordMLM  # noqa: E402
 from gau_keras.segmenters import SEGMENTERS, get_segmenter, restore_default_sigterm  # noqa: E402
 from gau_keras.tokenizers import Tokenizer  # noqa: E402
 
 SHARD_GLOB = "shard-*-of-*.tfrecord"  # = tfrecord.SHARD_PATTERN (not imported here: TensorFlow)
-SKIP_REASONS = ("undecodable", "invalid_json", "no_text_key", "empty", "no_tokens")
+SKIP_REASONS = ("binary", "undecodable", "invalid_json", "no_text_key", "empty", "no_tokens")
+#: the files a run writes besides its shards
+SUMMARY, SKIPPED_LOG = "summary.json", "skipped.log"
+#: a run whose input is mostly unusable fails (exit status 1) after writing its summary
+MAX_SKIPPED_SHARE = 0.5
 
 
 def parse_args(argv=None):
@@ -58,6 +63,13 @@ def parse_args(argv=None):
     parser.add_argument("--dynamic-mask", action="store_true",
                         help="store word starts instead of fixed masks (mask at training time)")
     parser.add_argument("--mask-prob", type=float, default=0.15, help="share of words selected")
+    parser.add_argument("--mask-ratio", type=float, default=0.8,
+                        help="of the selected words, the share replaced by [MASK]")
+    parser.add_argument("--random-ratio", type=float, default=0.1,
+                        help="of the selected words, the share replaced by random tokens")
+    parser.add_argument("--pack", action="store_true",
+                        help="pack consecutive documents into sequences of up to --maxlen tokens "
+                             "([CLS] a [SEP] b [SEP] ...) instead of one padded sequence each")
     parser.add_argument("--no-lower-case", action="store_true", help="keep case (default: lower-case)")
     parser.add_argument("--docs-per-task", type=int, default=256, help="documents sent to a worker at once")
     parser.add_argument("--overwrite", action="store_true", help="replace existing shards in --output-dir")
@@ -67,10 +79,20 @@ def parse_args(argv=None):
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.maxlen < 3:
         parser.error(f"--maxlen must be >= 3, got {args.maxlen}")
+    if not (0 <= args.mask_prob <= 1 and args.mask_ratio >= 0 and args.random_ratio >= 0
+            and args.mask_ratio + args.random_ratio <= 1):
+        parser.error(f"need 0 <= --mask-prob <= 1 and --mask-ratio + --random-ratio <= 1 (both >= 0), got "
+                     f"{args.mask_prob}, {args.mask_ratio}, {args.random_ratio}")
     if not os.path.isfile(args.vocab):
         parser.error(f"--vocab {args.vocab}: no such file")
     args.files = expand_inputs(args.inputs, parser)
     return args
+
+
+def masking_args(args):
+    """The whole-word masking parameters, as recorded in summary.json (and read
+    back by ``tfrecord.load_dataset`` when masks are drawn at training time)."""
+    return {"mask_prob": args.mask_prob, "mask_ratio": args.mask_ratio, "random_ratio": args.random_ratio}
 
 
 def expand_inputs(patterns, parser):
@@ -87,6 +109,9 @@ def expand_inputs(patterns, parser):
 
 def parse_line(raw, is_json, text_key):
     """``(text, None)`` for a usable line, ``(None, (reason, detail))`` otherwise."""
+    nul = raw.find(b"\x00")
+    if nul >= 0:     # text never holds NUL bytes; executables and archives do
+        return None, ("binary", f"NUL byte at byte {nul}")
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -125,13 +150,15 @@ def read_documents(files, is_json, text_key):
 _WORKER = {}
 
 
-def _init_worker(vocab, lower_case, segmenter, maxlen, mask_prob, dynamic, seed):
+def _init_worker(vocab, lower_case, segmenter, maxlen, mask_prob, dynamic, seed, mask_ratio=0.8,
+                 random_ratio=0.1):
     tokenizer = Tokenizer(vocab, do_lower_case=lower_case)
     kwargs = {"in_process": True} if segmenter == "lac" else {}
     segmenter = get_segmenter(segmenter, **kwargs)
     restore_default_sigterm()
     _WORKER.update(segmenter=segmenter, seed=seed,
-                   mlm=WholeWordMLM(tokenizer, maxlen=maxlen, mask_prob=mask_prob, dynamic=dynamic))
+                   mlm=WholeWordMLM(tokenizer, maxlen=maxlen, dynamic=dynamic, mask_prob=mask_prob,
+                                    mask_ratio=mask_ratio, random_ratio=random_ratio))
 
 
 def process_batch(batch):
@@ -152,14 +179,46 @@ def process_batch(batch):
 
 # -- orchestration (main process) -----------------------------------------------
 
+def _files_of_earlier_run(gfile, output_dir):
+    """Names of the files an earlier run wrote into ``output_dir`` (its summary.json lists them)."""
+    path = gfile.join(output_dir, SUMMARY)
+    if not gfile.exists(path):
+        return set()
+    try:
+        with gfile.GFile(path) as f:
+            summary = json.load(f)
+        return set(summary["shards"]) | {SUMMARY, SKIPPED_LOG}
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+        return set()
+
+
 def check_output_dir(gfile, output_dir, overwrite):
-    existing = gfile.glob(gfile.join(output_dir, SHARD_GLOB)) if gfile.exists(output_dir) else []
-    existing += [path for path in (gfile.join(output_dir, "summary.json"),) if gfile.exists(path)]
+    """Refuses to write where it would replace a file it did not create, or
+    (without ``overwrite``) an earlier run's output; with ``overwrite`` the
+    earlier run's files are removed."""
+    if gfile.exists(output_dir) and not gfile.isdir(output_dir):
+        raise SystemExit(f"prepare_corpus: --output-dir {output_dir} is a file, not a folder")
+    if not gfile.exists(output_dir):
+        return
+    existing = gfile.glob(gfile.join(output_dir, SHARD_GLOB))
+    existing += [p for p in (gfile.join(output_dir, n) for n in (SUMMARY, SKIPPED_LOG)) if gfile.exists(p)]
+    ours = _files_of_earlier_run(gfile, output_dir)
+    foreign = [p for p in existing if os.path.basename(p) not in ours]
+    if foreign:
+        raise SystemExit(f"prepare_corpus: {output_dir} already holds {foreign[0]}"
+                         + (f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else "")
+                         + f", which no {SUMMARY} there lists as written by prepare_corpus; move it away or "
+                           "choose another --output-dir (--overwrite only replaces an earlier run's files)")
     if existing and not overwrite:
         raise SystemExit(f"prepare_corpus: {output_dir} already holds {len(existing)} shard/summary files "
                          f"(e.g. {existing[0]}); pass --overwrite to replace them")
     for path in existing:
         gfile.remove(path)
+
+
+def _write_json(gfile, path, value):
+    with gfile.GFile(path, "w") as f:
+        json.dump(value, f, ensure_ascii=False, indent=2)
 
 
 def batches_of_documents(args, skipped):
@@ -183,17 +242,26 @@ def batches_of_documents(args, skipped):
 
 def process_corpus(args, writer, stats, skipped, progress):
     """Feeds document batches to the worker pool and writes the results in
-    input order; at most 2 batches per worker are in flight."""
+    input order; at most 2 batches per worker are in flight. The workers may
+    run paddle (LAC), so they are marked TensorFlow-free for as long as the
+    pool lives (a worker the pool restarts inherits the mark too)."""
+    with tf_free_children():
+        _process_corpus(args, writer, stats, skipped, progress)
+
+
+def _process_corpus(args, writer, stats, skipped, progress):
     init_args = (args.vocab, not args.no_lower_case, args.segmenter, args.maxlen, args.mask_prob,
-                 args.dynamic_mask, args.seed)
+                 args.dynamic_mask, args.seed, args.mask_ratio, args.random_ratio)
     pool = multiprocessing.get_context("spawn").Pool(args.workers, initializer=_init_worker, initargs=init_args)
     pending = collections.deque()
+    packer = SequencePacker(args.maxlen) if args.pack else None
 
     def collect():
         result, n_bytes = pending.popleft()
         examples, batch_stats, batch_skipped = result.get()
         for features in examples:
-            writer.write(features)
+            for sequence in (packer.add(features) if packer else [features]):
+                writer.write(sequence)
         stats.add(MaskStats(**batch_stats))
         skipped.extend(batch_skipped)
         progress.update(n_bytes)
@@ -206,6 +274,8 @@ def process_corpus(args, writer, stats, skipped, progress):
                 collect()
         while pending:
             collect()
+        for sequence in (packer.flush() if packer else []):
+            writer.write(sequence)
         pool.close()  # let the workers finish normally rather than be terminated
     except BaseException:
         pool.terminate()
@@ -222,19 +292,34 @@ def run(args):
     from gau_keras.data.tfrecord import ShardedWriter
 
     start = time.time()
-    check_output_dir(tf.io.gfile, args.output_dir, args.overwrite)
+    gfile = tf.io.gfile
+    check_output_dir(gfile, args.output_dir, args.overwrite)
     skipped, stats = [], MaskStats()
     total_bytes = sum(os.path.getsize(path) for path in args.files)
-    with tqdm(total=total_bytes, unit="B", unit_scale=True, desc="prepare_corpus", file=sys.stderr) as progress, \
-            ShardedWriter(args.output_dir, args.shards) as writer:
-        process_corpus(args, writer, stats, skipped, progress)
-    summary = make_summary(args, stats, skipped, writer.paths, time.time() - start)
-    with tf.io.gfile.GFile(tf.io.gfile.join(args.output_dir, "skipped.log"), "w") as f:
+    with ShardedWriter(args.output_dir, args.shards) as writer:
+        # written first, so that an interrupted run's files are known as ours (--overwrite replaces them)
+        _write_json(gfile, gfile.join(args.output_dir, SUMMARY),
+                    {"status": "running", "shards": [os.path.basename(p) for p in writer.paths]})
+        with tqdm(total=total_bytes, unit="B", unit_scale=True, desc="prepare_corpus", file=sys.stderr) as progress:
+            process_corpus(args, writer, stats, skipped, progress)
+    summary = make_summary(args, stats, skipped, writer.paths, time.time() - start, writer.count)
+    with gfile.GFile(gfile.join(args.output_dir, SKIPPED_LOG), "w") as f:
         f.write("".join(f"{location}: {reason}: {detail}\n"
                         for location, reason, detail in sorted(skipped, key=_loc_key)))
-    with tf.io.gfile.GFile(tf.io.gfile.join(args.output_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, ensure_ascii=False, indent=2)
+    _write_json(gfile, gfile.join(args.output_dir, SUMMARY), summary)
     return summary
+
+
+def usable_input_problem(summary):
+    """Why the input was unusable (None when it was fine)."""
+    read, used = summary["documents_read"], summary["documents_used"]
+    if used == 0:
+        return f"no usable document in {read} line(s) read"
+    if summary["documents_skipped"] > MAX_SKIPPED_SHARE * read:
+        reasons = ", ".join(f"{r} {n}" for r, n in summary["skipped_by_reason"].items() if n)
+        return (f"{summary['documents_skipped']} of {read} lines ({summary['documents_skipped'] / read:.0%}) were "
+                f"skipped ({reasons}): is the input a text corpus (one document per line, UTF-8)?")
+    return None
 
 
 def _loc_key(item):
@@ -242,7 +327,7 @@ def _loc_key(item):
     return path, int(line)
 
 
-def make_summary(args, stats, skipped, shard_paths, seconds):
+def make_summary(args, stats, skipped, shard_paths, seconds, sequences):
     reasons = collections.Counter(reason for _, reason, _ in skipped)
     content = max(stats.content_tokens, 1)
     selected = max(stats.selected_tokens, 1)
@@ -251,12 +336,14 @@ def make_summary(args, stats, skipped, shard_paths, seconds):
         "vocab": args.vocab,
         "segmenter": args.segmenter,
         "mode": "dynamic" if args.dynamic_mask else "static",
-        "seed": args.seed, "workers": args.workers, "maxlen": args.maxlen, "mask_prob": args.mask_prob,
+        "seed": args.seed, "workers": args.workers, "maxlen": args.maxlen, **masking_args(args),
         "documents_read": stats.documents + len(skipped),
         "documents_used": stats.documents,
         "documents_skipped": len(skipped),
         "skipped_by_reason": {reason: reasons.get(reason, 0) for reason in SKIP_REASONS},
         "examples": stats.examples,
+        "packed": args.pack,
+        "sequences": sequences,
         "tokens": stats.tokens,
         "content_tokens": stats.content_tokens,
         "words": stats.words,
@@ -269,6 +356,7 @@ def make_summary(args, stats, skipped, shard_paths, seconds):
             "mask": stats.mask_tokens / selected, "random": stats.random_tokens / selected,
             "unchanged": stats.kept_tokens / selected},
         "shards": [os.path.basename(path) for path in shard_paths],
+        "status": "done",
         "seconds": round(seconds, 2),
     }
 
@@ -278,7 +366,9 @@ def print_summary(summary, output_dir):
         f"documents read {summary['documents_read']}, used {summary['documents_used']}, "
         f"skipped {summary['documents_skipped']} ("
         + ", ".join(f"{reason} {count}" for reason, count in summary["skipped_by_reason"].items()) + ")",
-        f"examples {summary['examples']} in {len(summary['shards'])} shards, tokens {summary['tokens']} "
+        f"examples {summary['examples']} "
+        + (f"packed into {summary['sequences']} sequences " if summary["packed"] else "")
+        + f"in {len(summary['shards'])} shards, tokens {summary['tokens']} "
         f"({summary['content_tokens']} without [CLS]/[SEP]), words {summary['words']}",
     ]
     if summary["mode"] == "static":
@@ -296,6 +386,9 @@ def main(argv=None):
     args = parse_args(argv)
     summary = run(args)
     print_summary(summary, args.output_dir)
+    problem = usable_input_problem(summary)
+    if problem:
+        raise SystemExit(f"prepare_corpus: error: {problem} (see {args.output_dir}/{SKIPPED_LOG})")
     return summary
 
 

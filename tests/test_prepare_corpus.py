@@ -2,6 +2,7 @@
 overwrite protection, dynamic mode."""
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -56,7 +57,7 @@ def _records(directory):
 def test_summary_counts_log_and_determinism(tmp_path, capsys):
     summary = _run(tmp_path, "a", "--workers", "2", "--seed", "1")
     assert summary["documents_read"] == 38 + 8
-    assert summary["skipped_by_reason"] == {"undecodable": 2, "invalid_json": 1, "no_text_key": 1,
+    assert summary["skipped_by_reason"] == {"binary": 0, "undecodable": 2, "invalid_json": 1, "no_text_key": 1,
                                             "empty": 3, "no_tokens": 1}
     assert summary["documents_used"] == 38 + 8 - 8 == summary["documents_read"] - summary["documents_skipped"]
     # one example per short document, three for LONG (72 tokens, 30 per example)
@@ -99,7 +100,9 @@ def test_worker_side_never_imports_tensorflow(tmp_path):
             f"pc._init_worker({str(vocab)!r}, True, 'jieba', 32, 0.15, False, 0);"
             "pc.process_batch([(0, 'x:1', '我爱北京天安门')]);"
             "assert 'tensorflow' not in sys.modules, 'worker imported tensorflow'")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT)
+    # the pool's workers inherit GAU_KERAS_TF_FREE=1 (process_corpus sets it while the pool lives)
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT,
+                   env=dict(os.environ, GAU_KERAS_TF_FREE="1"))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("LAC") is None or importlib.util.find_spec("paddle") is None,
@@ -108,3 +111,96 @@ def test_lac_segmenter_in_workers(tmp_path):
     summary = _run(tmp_path, "lac", "--workers", "1", "--segmenter", "lac")
     assert summary["segmenter"] == "lac" and summary["documents_used"] == 38
     assert summary["examples"] == len(_records(tmp_path / "lac"))
+
+
+def _argv(tmp_path, inputs, out, *extra):
+    return [str(i) for i in inputs] + ["--vocab", str(_vocab(tmp_path / "vocab.txt")), "--output-dir",
+                                       str(tmp_path / out), "--maxlen", "32", "--shards", "2",
+                                       "--workers", "1"] + list(extra)
+
+
+def test_empty_or_binary_input_fails_after_the_summary(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    with pytest.raises(SystemExit, match="no usable document in 0 line"):
+        prepare_corpus.main(_argv(tmp_path, [empty], "empty"))
+    binary = tmp_path / "program.bin"
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(b for b in range(256) if b != 10) * 8 + b"\n" + SENTENCES[0].encode()
+                       + b"\n" + b"\x00\x01\x02\n" * 5)
+    with pytest.raises(SystemExit, match=r"6 of 7 lines \(86%\) were skipped \(binary 6"):
+        prepare_corpus.main(_argv(tmp_path, [binary], "binary"))
+    assert "documents read 7, used 1, skipped 6" in capsys.readouterr().out   # the summary is still printed
+    assert json.loads((tmp_path / "binary" / "summary.json").read_text())["skipped_by_reason"]["binary"] == 6
+
+
+def test_never_replaces_a_file_it_did_not_write(tmp_path):
+    corpus = _corpus(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "skipped.log").write_text("my notes\n")
+    for extra in ([], ["--overwrite"]):
+        with pytest.raises(SystemExit, match=r"skipped\.log, which no summary\.json there lists"):
+            prepare_corpus.main(_argv(tmp_path, corpus, "out", *extra))
+    assert (out / "skipped.log").read_text() == "my notes\n"
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    with pytest.raises(SystemExit, match="is a file, not a folder"):
+        prepare_corpus.main(_argv(tmp_path, corpus, "a_file"))
+
+
+def test_overwrite_replaces_an_interrupted_runs_files(tmp_path):
+    corpus = _corpus(tmp_path)
+    prepare_corpus.main(_argv(tmp_path, corpus, "out"))
+    summary = tmp_path / "out" / "summary.json"
+    summary.write_text(json.dumps({"status": "running", "shards": ["shard-00000-of-00002.tfrecord",
+                                                                   "shard-00001-of-00002.tfrecord"]}))
+    (tmp_path / "out" / "skipped.log").unlink()                # killed before writing it
+    with pytest.raises(SystemExit, match="--overwrite"):
+        prepare_corpus.main(_argv(tmp_path, corpus, "out"))
+    assert prepare_corpus.main(_argv(tmp_path, corpus, "out", "--overwrite"))["status"] == "done"
+
+
+def test_dynamic_masking_parameters_are_carried_into_training(tmp_path):
+    corpus = _corpus(tmp_path)
+    summary = prepare_corpus.main(_argv(tmp_path, corpus, "dyn", "--dynamic-mask", "--mask-prob", "0.5",
+                                        "--mask-ratio", "1.0", "--random-ratio", "0.0"))
+    assert (summary["mask_prob"], summary["mask_ratio"], summary["random_ratio"]) == (0.5, 1.0, 0.0)
+    batches = load_dataset(str(tmp_path / "dyn" / "shard-*"), batch_size=64, maxlen=32, mask_token_id=4,
+                           random_token_ids=np.arange(5, 20), shuffle=False)
+    tokens, labels = (np.concatenate(parts) for parts in zip(*[(x["Input-Token"].numpy(), y.numpy())
+                                                              for x, y in batches]))
+    content = (tokens > 4).sum() + (labels > 0).sum()
+    assert 0.4 < (labels > 0).sum() / content < 0.6           # half the words, not the default 15%
+    assert ((tokens == 4) == (labels > 0)).all()             # mask_ratio 1: every selected token is [MASK]
+    with pytest.raises(ValueError, match=r"mask_prob=0.15 but the shards' summary.json .* records mask_prob=0.5"):
+        load_dataset(str(tmp_path / "dyn" / "shard-*"), batch_size=8, maxlen=32, mask_token_id=4,
+                     random_token_ids=np.arange(5, 20), mask_prob=0.15)
+
+
+def test_packing_joins_documents_without_splitting_them(tmp_path):
+    corpus = _corpus(tmp_path)
+    plain = prepare_corpus.main(_argv(tmp_path, corpus, "plain", "--seed", "4"))
+    packed = prepare_corpus.main(_argv(tmp_path, corpus, "packed", "--seed", "4", "--pack"))
+    assert packed["packed"] and packed["sequences"] < plain["sequences"] == plain["examples"]
+    records = [tf.train.Example.FromString(r).features.feature for r in _records(tmp_path / "packed")]
+    ids = [list(r["token_ids"].int64_list.value) for r in records]
+    labels = [list(r["labels"].int64_list.value) for r in records]
+    assert all(len(x) <= 32 and x[0] == 2 and x[-1] == 3 for x in ids)           # [CLS] ... [SEP]
+    joined = sorted(tuple(seq[1:-1]) for x in ids for seq in [x] for _ in [0])
+    pieces = sorted(p for x in ids for p in _split_at_sep(x))
+    plain_pieces = sorted(p for r in _records(tmp_path / "plain")
+                          for p in _split_at_sep(list(tf.train.Example.FromString(r)
+                                                      .features.feature["token_ids"].int64_list.value)))
+    assert pieces == plain_pieces and joined                    # same documents, same masks, none split
+    assert sum(len(x) for x in labels) == sum(len(x) for x in ids)
+
+
+def _split_at_sep(ids, sep=3):
+    pieces, current = [], []
+    for token in ids[1:]:
+        if token == sep:
+            pieces.append(tuple(current))
+            current = []
+        else:
+            current.append(token)
+    return pieces

@@ -160,12 +160,62 @@ class WholeWordMLM:
                 "labels": [0] + labels.tolist() + [0]}
 
 
+class SequencePacker:
+    """Packs consecutive examples into sequences of at most ``maxlen`` tokens.
+
+    An example is ``[CLS] a [SEP]``; packed, ``[CLS] a [SEP] b [SEP] c [SEP]``
+    (as RoBERTa's full-sentence inputs): every feature of a joined example
+    loses its first entry (the ``[CLS]`` slot) and is appended. Short
+    documents (news titles, reviews) otherwise leave most of each padded
+    sequence empty. Examples are never split; the order is kept.
+
+        packer = SequencePacker(128)
+        for features in examples:
+            for packed in packer.add(features):
+                write(packed)
+        for packed in packer.flush():
+            write(packed)
+    """
+
+    def __init__(self, maxlen):
+        self.maxlen = maxlen
+        self._current = None
+        self.sequences = 0
+
+    def add(self, features):
+        """Adds one example (``{name: list}``); returns the sequences completed."""
+        length = len(features["token_ids"])
+        if length > self.maxlen:
+            raise ValueError(f"SequencePacker: an example of {length} tokens exceeds maxlen={self.maxlen}")
+        done = []
+        if self._current is not None and len(self._current["token_ids"]) + length - 1 > self.maxlen:
+            done = self.flush()
+        if self._current is None:
+            self._current = {name: list(values) for name, values in features.items()}
+        else:
+            if set(features) != set(self._current):
+                raise ValueError(f"SequencePacker: features {sorted(features)} differ from "
+                                 f"{sorted(self._current)}")
+            for name, values in features.items():
+                self._current[name].extend(values[1:])
+        return done
+
+    def flush(self):
+        """The sequence in progress (as a one-element list), or ``[]``."""
+        if self._current is None:
+            return []
+        done, self._current = [self._current], None
+        self.sequences += 1
+        return done
+
+
 def dynamic_whole_word_mask(token_ids, word_starts, seed, mask_token_id, random_token_ids,
                             mask_prob=0.15, mask_ratio=0.8, random_ratio=0.1):
     """Whole-word MLM masking in TensorFlow ops (``tf.data``-mappable).
 
     Args:
-        token_ids: int ``[L]`` or ``[B, L]``, ``[CLS] … [SEP]`` then 0-padding.
+        token_ids: int ``[L]`` or ``[B, L]``, ``[CLS] … [SEP]`` then 0-padding
+            (packed: ``[CLS] a [SEP] b [SEP]``; no [SEP] is ever selected).
         word_starts: int ``[L]`` or ``[B, L]``, 1 at each word's first token,
             0 elsewhere ([CLS], [SEP], continuations, padding).
         seed: int ``[2]`` stateless seed; equal seeds give equal masks.
@@ -183,7 +233,9 @@ def dynamic_whole_word_mask(token_ids, word_starts, seed, mask_token_id, random_
     word_index = tf.cumsum(tf.cast(word_starts, tf.int32), axis=-1)  # 0 = before the first word
     length = tf.reduce_sum(tf.cast(token_ids != 0, tf.int32), axis=-1, keepdims=True)
     position = tf.range(tf.shape(token_ids)[-1])
-    in_word = (word_index > 0) & (position < length - 1)  # the last real token is [SEP]
+    # the last real token is [SEP]; packed sequences hold more of them, all outside words
+    sep = tf.gather(token_ids, tf.maximum(length - 1, 0), batch_dims=rank - 1)
+    in_word = (word_index > 0) & (position < length - 1) & (token_ids != sep)
 
     per_word_shape = tf.concat([tf.shape(token_ids)[:-1], tf.shape(token_ids)[-1:] + 1], 0)
     seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 3)

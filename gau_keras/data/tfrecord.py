@@ -9,11 +9,18 @@ and either ``labels`` (static masks) or ``word_starts`` (dynamic masks, see
     dataset = load_dataset("out/shard-*.tfrecord", batch_size=32, maxlen=512)
     # batches: ({'Input-Token': [B, 512], 'Input-Segment': [B, 512]}, labels [B, 512])
 """
+import json
+import os
+
 import tensorflow as tf
 
 from gau_keras.data.mlm import dynamic_whole_word_mask
 
 SHARD_PATTERN = "shard-*-of-*.tfrecord"
+#: what prepare_corpus writes beside the shards (its summary, with the masking parameters)
+SUMMARY_NAME = "summary.json"
+#: whole-word masking parameters and their defaults (GAU-alpha's recipe)
+MASKING_DEFAULTS = {"mask_prob": 0.15, "mask_ratio": 0.8, "random_ratio": 0.1}
 
 
 def shard_name(index, shards):
@@ -69,10 +76,56 @@ def _check_length(features, maxlen):
         return {name: tf.identity(value) for name, value in features.items()}
 
 
-def load_dataset(file_pattern, batch_size, maxlen=512, dynamic_mask=False, shuffle=True,
+def shard_format(files):
+    """``'static'`` or ``'dynamic'``: which label feature the first record of
+    ``files`` holds (``labels`` or ``word_starts``)."""
+    for record in tf.data.TFRecordDataset(files[:1]).take(1):
+        features = tf.train.Example.FromString(record.numpy()).features.feature
+        if "word_starts" in features:
+            return "dynamic"
+        if "labels" in features:
+            return "static"
+        raise ValueError(f"load_dataset: {files[0]}: a record has neither 'labels' nor 'word_starts' "
+                         f"(features {sorted(features)}); not an MLM shard of prepare_corpus")
+    raise ValueError(f"load_dataset: {files[0]} holds no record")
+
+
+def masking_of_shards(files):
+    """The masking parameters recorded in the ``summary.json`` beside ``files``
+    (``{}`` when there is none); shards from different runs must agree."""
+    found = {}
+    for directory in sorted({os.path.dirname(path) for path in files}):
+        path = tf.io.gfile.join(directory, SUMMARY_NAME)
+        if not tf.io.gfile.exists(path):
+            continue
+        try:
+            with tf.io.gfile.GFile(path) as f:
+                summary = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"load_dataset: {path} is not valid JSON: {e}") from e
+        masking = {k: summary[k] for k in MASKING_DEFAULTS if isinstance(summary, dict) and k in summary}
+        if found and masking and masking != found:
+            raise ValueError(f"load_dataset: {path} records masking {masking}, other shards {found}")
+        found = found or masking
+    return found
+
+
+def _masking(files, mask_prob, mask_ratio, random_ratio):
+    recorded = masking_of_shards(files)
+    given = {"mask_prob": mask_prob, "mask_ratio": mask_ratio, "random_ratio": random_ratio}
+    values = {}
+    for key, default in MASKING_DEFAULTS.items():
+        if given[key] is not None and key in recorded and abs(given[key] - recorded[key]) > 1e-12:
+            raise ValueError(f"load_dataset: {key}={given[key]} but the shards' {SUMMARY_NAME} "
+                             f"({os.path.dirname(files[0])}) records {key}={recorded[key]}")
+        values[key] = given[key] if given[key] is not None else recorded.get(key, default)
+    return values["mask_prob"], values["mask_ratio"], values["random_ratio"]
+
+
+def load_dataset(file_pattern, batch_size, maxlen=512, dynamic_mask=None, shuffle=True,
                  shuffle_buffer=10000, seed=0, repeat=False, drop_remainder=False,
-                 mask_token_id=None, random_token_ids=None, mask_prob=0.15,
-                 mask_ratio=0.8, random_ratio=0.1):
+                 mask_token_id=None, random_token_ids=None, mask_prob=None,
+                 mask_ratio=None, random_ratio=None):
     """MLM batches from TFRecord shards.
 
     Args:
@@ -82,7 +135,12 @@ def load_dataset(file_pattern, batch_size, maxlen=512, dynamic_mask=False, shuff
         dynamic_mask: the shards hold ``word_starts`` and masks are drawn here
             (needs ``mask_token_id`` and ``random_token_ids``, e.g. from
             ``tokenizer.token_mask_id`` and ``mlm.random_token_ids(vocab)``);
-            otherwise they hold fixed ``labels``.
+            False: they hold fixed ``labels``; None (default): whichever the
+            shards hold.
+        mask_prob, mask_ratio, random_ratio: dynamic masking's parameters;
+            None (default) takes those recorded in the shards' summary.json
+            (prepare_corpus ``--mask-prob`` ...), else 0.15 / 0.8 / 0.1. A
+            value that contradicts the recorded one is an error.
         shuffle, shuffle_buffer, seed: file order and example shuffling; the
             order is a function of ``seed`` (and so are the dynamic masks, which
             differ per example and per epoch).
@@ -96,8 +154,15 @@ def load_dataset(file_pattern, batch_size, maxlen=512, dynamic_mask=False, shuff
     files = sorted(path for pattern in patterns for path in tf.io.gfile.glob(pattern))
     if not files:
         raise FileNotFoundError(f"load_dataset: no files match file_pattern={file_pattern!r}")
+    found = shard_format(files)
+    if dynamic_mask is not None and found != ("dynamic" if dynamic_mask else "static"):
+        raise ValueError(f"load_dataset: dynamic_mask={dynamic_mask} but {files[0]} holds {found} masks "
+                         f"({'word_starts' if found == 'dynamic' else 'labels'}); leave dynamic_mask unset "
+                         f"to follow the shards")
+    dynamic_mask = found == "dynamic"
     if dynamic_mask and (mask_token_id is None or random_token_ids is None):
-        raise ValueError("load_dataset: dynamic_mask=True needs mask_token_id and random_token_ids")
+        raise ValueError("load_dataset: dynamic masks need mask_token_id and random_token_ids")
+    mask_prob, mask_ratio, random_ratio = _masking(files, mask_prob, mask_ratio, random_ratio)
     label_key = "word_starts" if dynamic_mask else "labels"
 
     dataset = tf.data.Dataset.from_tensor_slices(files)
