@@ -11,7 +11,7 @@ DEFAULTS = {
     "model_config": None,            # bert_config.json keys, inline
     "model_config_path": None,       # or a bert_config.json file
     "vocab": None,
-    "data": {"train": None, "eval": None, "maxlen": 512, "batch_size": 128, "dynamic_mask": False,
+    "data": {"train": None, "eval": None, "maxlen": 512, "batch_size": 128, "dynamic_mask": None,
              "shuffle_buffer": 10000, "seed": 0, "max_predictions": None},
     "optimizer": {"learning_rate": 1.76e-3, "weight_decay_rate": 0.01, "epsilon": 1e-6,
                   "beta_1": 0.9, "beta_2": 0.999, "bias_correction": False,
@@ -20,9 +20,67 @@ DEFAULTS = {
                   "gradient_accumulation_steps": 1, "schedule": {"0": 1.0}},
     "train": {"steps": 1000, "save_every": 500, "keep_checkpoints": 3, "log_every": 10,
               "eval_every": 0, "eval_batches": 0, "output_dir": None, "init_checkpoint": None,
-              "xla": True, "seed": 42},
+              "xla": None, "precision": "auto", "seed": 42},
 }
 SECTIONS = ("data", "optimizer", "train")
+
+INT, NUMBER, BOOL, TEXT = "an integer", "a number", "true or false", "a string"
+#: (section, key) -> (kind, least value or None, may be null)
+SCHEMA = {
+    ("data", "maxlen"): (INT, 3, False), ("data", "batch_size"): (INT, 1, False),
+    ("data", "shuffle_buffer"): (INT, 1, False), ("data", "seed"): (INT, None, False),
+    ("data", "max_predictions"): (INT, 1, True), ("data", "dynamic_mask"): (BOOL, None, True),
+    ("data", "train"): (TEXT, None, False), ("data", "eval"): (TEXT, None, True),
+    ("optimizer", "learning_rate"): (NUMBER, 0, False), ("optimizer", "weight_decay_rate"): (NUMBER, 0, False),
+    ("optimizer", "epsilon"): (NUMBER, 0, False), ("optimizer", "beta_1"): (NUMBER, 0, False),
+    ("optimizer", "beta_2"): (NUMBER, 0, False), ("optimizer", "bias_correction"): (BOOL, None, False),
+    ("optimizer", "gradient_accumulation_steps"): (INT, 1, True),
+    ("train", "steps"): (INT, 1, False), ("train", "save_every"): (INT, 1, False),
+    ("train", "keep_checkpoints"): (INT, 1, False), ("train", "log_every"): (INT, 1, False),
+    ("train", "eval_every"): (INT, 0, False), ("train", "eval_batches"): (INT, 0, False),
+    ("train", "output_dir"): (TEXT, None, False), ("train", "init_checkpoint"): (TEXT, None, True),
+    ("train", "xla"): (BOOL, None, True), ("train", "precision"): (TEXT, None, False),
+    ("train", "seed"): (INT, None, False),
+}
+
+
+def _fits(value, kind):
+    if kind == INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == NUMBER:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == BOOL:
+        return isinstance(value, bool)
+    return isinstance(value, str)
+
+
+def validate(config, where):
+    """Type and range of every known value; errors name the file and the key."""
+    for (section, key), (kind, least, nullable) in SCHEMA.items():
+        value = config[section][key]
+        if value is None and nullable:
+            continue
+        if value is None and kind == TEXT:
+            continue      # required paths are checked by REQUIRED
+        if not _fits(value, kind) or (least is not None and value < least):
+            bound = f" >= {least}" if least is not None and kind in (INT, NUMBER) else ""
+            raise ValueError(f"{where}: {section}.{key} must be {kind}{bound}{' or null' if nullable else ''}, "
+                             f"got {json.dumps(value)}")
+    for key in ("beta_1", "beta_2"):
+        if not config["optimizer"][key] < 1:
+            raise ValueError(f"{where}: optimizer.{key} must be < 1, got {config['optimizer'][key]}")
+    for key in ("exclude_from_weight_decay", "exclude_from_layer_adaptation"):
+        patterns = config["optimizer"][key]
+        if patterns is not None and (not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns)):
+            raise ValueError(f"{where}: optimizer.{key} must be a list of strings, got {json.dumps(patterns)}")
+    if not isinstance(config["optimizer"]["schedule"], dict) or not config["optimizer"]["schedule"]:
+        raise ValueError(f"{where}: optimizer.schedule must be an object {{step: multiplier}}, "
+                         f"got {json.dumps(config['optimizer']['schedule'])}")
+    for key in ("vocab", "model_config_path"):
+        if config[key] is not None and not isinstance(config[key], str):
+            raise ValueError(f"{where}: {key} must be a string path, got {json.dumps(config[key])}")
+    if config["model_config"] is not None and not isinstance(config["model_config"], dict):
+        raise ValueError(f"{where}: model_config must be an object of bert_config.json keys")
 REQUIRED = [("vocab",), ("data", "train"), ("train", "output_dir")]
 
 
@@ -76,6 +134,10 @@ def load(path, args=None):
             raise SystemExit(f"error: config {path!r} must set {'.'.join(keys)}")
     if (config["model_config"] is None) == (config["model_config_path"] is None):
         raise SystemExit(f"error: config {path!r} must set exactly one of model_config, model_config_path")
+    try:
+        validate(config, path)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
     config["config_path"] = path
     return config
 

@@ -36,7 +36,13 @@ def parse_args(argv=None):
     parser.add_argument("--max-minutes", type=float, help="stop (after saving) once this wall time is spent")
     parser.add_argument("--init-checkpoint", help="override train.init_checkpoint (TF1 checkpoint to start from)")
     parser.add_argument("--tpu", help="TPU name or address: use TPUStrategy and bfloat16")
-    parser.add_argument("--no-xla", action="store_true", help="do not jit-compile the training step")
+    xla = parser.add_mutually_exclusive_group()
+    xla.add_argument("--xla", dest="xla", action="store_true", default=None,
+                     help="jit-compile the training step (default: train.xla, else on for TPU/GPU, off on CPU)")
+    xla.add_argument("--no-xla", dest="xla", action="store_false", help="do not jit-compile the training step")
+    parser.add_argument("--restart", action="store_true",
+                        help="move an earlier run in the output dir aside (restarted-<time>/) and start "
+                             "from update 0; without it an earlier run is resumed")
     parser.add_argument("--export-only", action="store_true",
                         help="export the latest checkpoint to the original TF1 format and exit")
     parser.add_argument("--evaluate-only", action="store_true",
@@ -49,17 +55,18 @@ def main(argv=None):
     config = config_lib.load(args.config, args)
     from pretrain import trainer    # imports TensorFlow
 
-    run = trainer.Trainer(config, tpu=args.tpu, xla=not args.no_xla)
-    if args.evaluate_only:
-        if not config["data"]["eval"]:
-            raise SystemExit("error: --evaluate-only needs data.eval (or --eval-data)")
-        run.log_evaluation(batches=0)
-        return 0
-    if args.export_only:
-        path = run.export()
-        print(f"exported step {run.updates()} to {path}")
-        return 0
-    run.train(max_minutes=args.max_minutes)
+    if args.evaluate_only and not config["data"]["eval"]:
+        raise SystemExit("error: --evaluate-only needs data.eval (or --eval-data)")
+    run = trainer.Trainer(config, tpu=args.tpu, xla=args.xla, restart=args.restart)
+    try:
+        if args.evaluate_only:
+            run.log_evaluation(batches=0)
+        elif args.export_only:
+            print(f"exported step {run.updates()} to {run.export()}")
+        else:
+            run.train(max_minutes=args.max_minutes)
+    finally:
+        run.close()
     return 0
 
 

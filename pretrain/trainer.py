@@ -2,13 +2,15 @@
 
 A plain custom loop (one ``tf.function`` step run by the strategy) rather
 than ``model.fit``, because resuming must restore the data iterator exactly,
-and the MLM loss/accuracy only count masked positions.
+and the MLM loss/accuracy only count masked positions. The run directory's
+lock, checkpoint discovery and log continuity live in ``pretrain.run_dir``.
 """
 import contextlib
 import json
 import logging
 import os
 import signal
+import tempfile
 import threading
 import time
 
@@ -19,71 +21,104 @@ from tqdm import tqdm
 
 from gau_keras.data import tfrecord
 from gau_keras.data.mlm import random_token_ids
-from gau_keras.models.builder import CONFIG_ALIASES, build_transformer_model
+from gau_keras.losses import masked_lm_sums, masked_positions
+from gau_keras.models.builder import build_transformer_model
+from gau_keras.models.config import ConfigError, read_config
 from gau_keras.optimizers import LAMB, PiecewiseLinearDecay
 from gau_keras.tokenizers import Tokenizer, load_vocab
 from pretrain import config as config_lib
+from pretrain import run_dir
 
 logger = logging.getLogger("pretrain")
 
+PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
+
 
 def choose_strategy(tpu=None):
-    """TPU if asked; multi-worker with TF_CONFIG; mirrored with >1 GPU; else default."""
+    """(strategy, device kind): TPU if asked; multi-worker with a TF_CONFIG
+    of several workers; mirrored with more than one GPU; else the default."""
     if tpu:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
-        return tf.distribute.TPUStrategy(resolver), "mixed_bfloat16"
+        return tf.distribute.TPUStrategy(resolver), "tpu"
+    gpus = tf.config.list_logical_devices("GPU")
+    kind = "gpu" if gpus else "cpu"
     tf_config = json.loads(os.environ.get("TF_CONFIG", "{}"))
     if len(tf_config.get("cluster", {}).get("worker", [])) > 1:
-        gpus = tf.config.list_logical_devices("GPU")
-        return tf.distribute.MultiWorkerMirroredStrategy(), "mixed_float16" if gpus else None
-    gpus = tf.config.list_logical_devices("GPU")
+        return tf.distribute.MultiWorkerMirroredStrategy(), kind
     if len(gpus) > 1:
-        return tf.distribute.MirroredStrategy(), "mixed_float16"
-    return tf.distribute.get_strategy(), None
+        return tf.distribute.MirroredStrategy(), kind
+    return tf.distribute.get_strategy(), kind
 
 
-def masked_lm_sums(labels, logits):
-    """Summed cross-entropy, correct predictions and count over masked positions.
-
-    labels [B, L] (0 = not masked), logits [B, L, V] -> three scalars.
-    """
-    weights = tf.cast(labels > 0, tf.float32)
-    logits = tf.cast(logits, tf.float32)
-    losses = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-    correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=labels.dtype), labels), tf.float32)
-    return tf.reduce_sum(losses * weights), tf.reduce_sum(correct * weights), tf.reduce_sum(weights)
+def default_precision(kind, replicas):
+    """bfloat16 on TPU, float16 (with loss scaling) on several GPUs, else float32."""
+    if kind == "tpu":
+        return "mixed_bfloat16"
+    if kind == "gpu" and replicas > 1:
+        return "mixed_float16"
+    return "float32"
 
 
-def masked_positions(labels, k):
-    """The first ``k`` masked positions of each row (static shape for XLA).
+def default_xla(kind):
+    """XLA where it is faster: TPU and GPU. On CPU it made the tiny configs'
+    update several times slower (benchmarks/pretrain_throughput.py)."""
+    return kind in ("tpu", "gpu")
 
-    labels [B, L] -> (positions [B, k], their labels [B, k]); rows with fewer
-    than k masked tokens are filled with unmasked positions (label 0), rows
-    with more lose the excess (counted by the caller).
-    """
-    masked = tf.cast(labels > 0, tf.float32)
-    _, positions = tf.math.top_k(masked, k=k, sorted=True)   # ties keep index order
-    return positions, tf.gather(labels, positions, batch_dims=1)
+
+@contextlib.contextmanager
+def _global_policy(name):
+    """Keras's global dtype policy set to ``name`` while the model is built
+    (layers keep the policy they were built with), then restored."""
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(name)
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
 
 
 class Trainer:
-    def __init__(self, config, tpu=None, xla=True):
+    """One pretraining run of ``config`` (see ``pretrain.config``).
+
+    Args:
+        tpu: TPU name/address (TPUStrategy).
+        xla: compile the step with XLA; None = the config's ``train.xla``,
+            whose default (null) is ``default_xla`` of the device.
+        restart: move an earlier run's checkpoints and log aside and start
+            from update 0 (otherwise an earlier run is resumed, and a run
+            directory whose checkpoints all fail to restore is an error).
+    """
+
+    def __init__(self, config, tpu=None, xla=None, restart=False):
         self.config = config
-        self.xla = xla and config["train"]["xla"]
         self.output_dir = config["train"]["output_dir"]
-        self.strategy, policy = choose_strategy(tpu)
-        if policy:
-            keras.mixed_precision.set_global_policy(policy)
-        self.loss_scaling = policy == "mixed_float16"
+        self.strategy, self.device_kind = choose_strategy(tpu)
+        self.is_chief = self._is_chief()
+        self.xla = self._choose(xla, config["train"]["xla"], default_xla(self.device_kind))
+        self.precision = self._choose_precision()
+        self.loss_scaling = self.precision == "mixed_float16"
+        self.lock = run_dir.RunLock(self.output_dir).acquire() if self.is_chief else None
+        try:
+            self._set_up(restart)
+        except BaseException:
+            self.close()
+            raise
+
+    def _set_up(self, restart):
+        config = self.config
+        if restart and self.is_chief:
+            moved = run_dir.move_previous_run(self.output_dir)
+            if moved:
+                print(f"--restart: moved the earlier run to {moved}")
         keras.utils.set_random_seed(config["train"]["seed"])
         self.token_dict = load_vocab(config["vocab"])
         self.tokenizer = Tokenizer(self.token_dict)
         self.model_config = self._model_config()
-        with self.strategy.scope():
+        with self.strategy.scope(), _global_policy(self.precision):
             self.transformer = build_transformer_model(
-                model=config["model"], with_mlm="linear", return_keras_model=False, **self.model_config)
+                self.model_config, model=config["model"], with_mlm="linear", return_keras_model=False)
             self.model = self.transformer.model
             self.optimizer = self._optimizer()
             self.optimizer.build(self.model.trainable_variables)
@@ -94,7 +129,7 @@ class Trainer:
                             if hasattr(self.transformer, "mlm_logits") else None)
         data = config["data"]
         self.max_predictions = min(data["max_predictions"] or -(-data["maxlen"] // 4), data["maxlen"])
-        self.dataset = self._dataset(config["data"]["train"], repeat=True)
+        self.dataset = self._dataset(data["train"], repeat=True, dynamic_mask=data["dynamic_mask"])
         self.iterator = iter(self.strategy.experimental_distribute_dataset(self.dataset))
         # Dropout's random state lives in Keras SeedGenerators, which tf.train
         # does not track through the model: save it explicitly so a resumed run
@@ -104,19 +139,61 @@ class Trainer:
         self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
                                               iterator=self.iterator, micro_step=self.micro_step,
                                               seed_states=self.seed_states)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, os.path.join(self.output_dir, "checkpoints"),
-                                                  max_to_keep=config["train"]["keep_checkpoints"])
+        self.checkpoint_dir = self._checkpoint_dir()
         self._restore_or_initialise()
+        self.manager = tf.train.CheckpointManager(self.checkpoint, self.checkpoint_dir,
+                                                  max_to_keep=config["train"]["keep_checkpoints"])
+        self._micro = int(self.micro_step.numpy())
         self._step_fn = None
+        self._eval_fn = None
+        self._window = None
+        self._stop_signal = None
 
-    # ----------------------------------------------------------- building
+    # ----------------------------------------------------------- set-up
+    @staticmethod
+    def _choose(explicit, configured, default):
+        if explicit is not None:
+            return bool(explicit)
+        return default if configured is None else bool(configured)
+
+    def _choose_precision(self):
+        precision = self.config["train"]["precision"]
+        if precision not in PRECISIONS:
+            raise SystemExit(f"error: {self.config['config_path']}: train.precision must be one of "
+                             f"{PRECISIONS}, got {precision!r}")
+        if precision == "auto":
+            return default_precision(self.device_kind, self.strategy.num_replicas_in_sync)
+        return precision
+
+    def _is_chief(self):
+        resolver = getattr(self.strategy, "cluster_resolver", None)
+        if resolver is None or not getattr(resolver, "task_type", None):
+            return True
+        return resolver.task_type == "chief" or (resolver.task_type == "worker" and resolver.task_id == 0
+                                                 and "chief" not in resolver.cluster_spec().as_dict())
+
+    def _checkpoint_dir(self):
+        """The chief's checkpoints/; the other workers of a multi-worker run
+        must save too (the save is collective) but into a scratch folder."""
+        directory = os.path.join(self.output_dir, "checkpoints")
+        if self.is_chief:
+            return directory
+        resolver = self.strategy.cluster_resolver
+        return os.path.join(tempfile.gettempdir(), f"gau_keras_worker_{resolver.task_id}_{os.getpid()}")
+
     def _model_config(self):
+        """The run's bert_config.json keys, validated by the reader
+        ``build_transformer_model`` uses (errors name the key and the file)."""
+        where = self.config["model_config_path"] or self.config["config_path"]
         raw = config_lib.model_config(self.config)
-        configs = {CONFIG_ALIASES.get(k, k): v for k, v in raw.items()}
+        try:
+            configs = read_config(raw, where=where)
+        except ConfigError as e:
+            raise SystemExit(f"error: {e}") from None
         if configs.get("vocab_size") != len(self.token_dict):
-            raise SystemExit(f"error: {self.config['config_path']}: model vocab_size={configs.get('vocab_size')} "
+            raise SystemExit(f"error: {where}: model vocab_size={configs.get('vocab_size')} "
                              f"but vocab {self.config['vocab']!r} has {len(self.token_dict)} tokens")
-        return configs
+        return raw
 
     def _optimizer(self):
         opt = dict(self.config["optimizer"])
@@ -128,25 +205,34 @@ class Trainer:
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         return optimizer
 
-    def _dataset(self, pattern, repeat):
+    def _dataset(self, pattern, repeat, dynamic_mask=None):
         data = self.config["data"]
         batch = data["batch_size"]
         if batch % self.strategy.num_replicas_in_sync:
             raise SystemExit(f"error: data.batch_size={batch} is not divisible by the "
                              f"{self.strategy.num_replicas_in_sync} replicas")
-        return tfrecord.load_dataset(
-            pattern, batch, maxlen=data["maxlen"], dynamic_mask=data["dynamic_mask"], shuffle=repeat,
-            shuffle_buffer=data["shuffle_buffer"], seed=data["seed"], repeat=repeat, drop_remainder=True,
-            mask_token_id=self.tokenizer._token_mask_id, random_token_ids=random_token_ids(self.token_dict))
+        try:
+            return tfrecord.load_dataset(
+                pattern, batch, maxlen=data["maxlen"], dynamic_mask=dynamic_mask, shuffle=repeat,
+                shuffle_buffer=data["shuffle_buffer"], seed=data["seed"], repeat=repeat, drop_remainder=True,
+                mask_token_id=self.tokenizer.token_mask_id, random_token_ids=random_token_ids(self.token_dict))
+        except (FileNotFoundError, ValueError) as e:
+            raise SystemExit(f"error: {self.config['config_path']}: {e}") from None
 
     def _restore_or_initialise(self):
-        latest = self.manager.latest_checkpoint
-        if latest:
-            self.checkpoint.restore(latest).assert_existing_objects_matched()
-            print(f"resumed from {latest}: update {self.updates()} (micro-step {int(self.micro_step.numpy())})")
+        # every worker restores the chief's checkpoints; only the chief repairs the folder
+        restored = run_dir.restore_newest(self.checkpoint, os.path.join(self.output_dir, "checkpoints"),
+                                          repair=self.is_chief)
+        if restored:
+            print(f"resumed from {restored}: update {self.updates()} (micro-step {int(self.micro_step.numpy())})")
         elif self.config["train"]["init_checkpoint"]:
             n = self.transformer.load_weights_from_checkpoint(self.config["train"]["init_checkpoint"])
             print(f"initialised {n} weights from {self.config['train']['init_checkpoint']}")
+        if self.is_chief:
+            dropped = run_dir.continue_log(os.path.join(self.output_dir, "log.jsonl"), self.updates())
+            if dropped:
+                print(f"log.jsonl: removed {dropped} record(s) after update {self.updates()} "
+                      f"(those updates are run again)")
 
     def accumulation(self):
         return self.config["optimizer"]["gradient_accumulation_steps"] or 1
@@ -187,19 +273,43 @@ class Trainer:
         return step
 
     def train_step(self, batch):
-        """One micro-step; compiles with XLA first and falls back without it."""
+        """One micro-step; compiles with XLA first and falls back without it.
+        Returns the batch's summed (loss, correct, counted, all masked) tensors."""
         if self._step_fn is None:
             if self.xla:
                 try:
                     step = self._make_step(True)
                     result = step(*batch)
                     self._step_fn = step
+                    self._micro += 1
                     return result
                 except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError,
                         tf.errors.InternalError) as e:
                     print(f"XLA compilation failed, training without it: {str(e).splitlines()[0]}")
             self._step_fn = self._make_step(False)
-        return self._step_fn(*batch)
+        result = self._step_fn(*batch)
+        self._micro += 1
+        return result
+
+    def advance(self):
+        """Runs the micro-steps of one optimizer update and its bookkeeping
+        (log, evaluation, checkpoint on their schedules); returns the update number."""
+        while True:
+            sums = self.train_step(next(self.iterator))
+            self._window = sums if self._window is None else [a + b for a, b in zip(self._window, sums)]
+            if self._micro % self.accumulation() == 0:
+                break
+        train = self.config["train"]
+        update = self._micro // self.accumulation()
+        if update % train["log_every"] == 0 or update == train["steps"]:
+            self._last_record = self._log(update, [float(x) for x in self._window])
+            self._window = None
+        if (train["eval_every"] and (update % train["eval_every"] == 0 or update == train["steps"])
+                and self.config["data"]["eval"]):
+            self._log_eval(update)
+        if update % train["save_every"] == 0:
+            self.manager.save(checkpoint_number=update)
+        return update
 
     # ----------------------------------------------------------- loop
     @contextlib.contextmanager
@@ -223,33 +333,40 @@ class Trainer:
                 signal.signal(s, h)
 
     def train(self, max_minutes=None):
-        with self._stop_on_signals():
-            self._train(max_minutes)
+        """Trains to ``train.steps`` updates (or for ``max_minutes``), then
+        checkpoints; exports when the last update is done."""
+        try:
+            with self._stop_on_signals():
+                self._train(max_minutes)
+        finally:
+            self.close()
+
+    def close(self):
+        """Releases the run directory's lock."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def _open_logs(self):
+        if self.is_chief:
+            tf.io.gfile.makedirs(self.output_dir)
+        self._writer = tf.summary.create_file_writer(os.path.join(self.output_dir, "logs")) \
+            if self.is_chief else tf.summary.create_noop_writer()
+        self._start = time.time()
 
     def _train(self, max_minutes):
-        train = self.config["train"]
-        total = train["steps"]
-        writer = tf.summary.create_file_writer(os.path.join(self.output_dir, "logs"))
-        log_path = os.path.join(self.output_dir, "log.jsonl")
-        tf.io.gfile.makedirs(self.output_dir)
-        start, window = time.time(), np.zeros(4)
+        total = self.config["train"]["steps"]
+        self._open_logs()
         progress = tqdm(total=total, initial=self.updates(), desc="pretrain", unit="update",
-                        dynamic_ncols=True, mininterval=2.0)
-        while self.updates() < total:
-            window += [float(x) for x in self.train_step(next(self.iterator))]
-            if int(self.micro_step.numpy()) % self.accumulation():
-                continue
-            update = self.updates()
+                        dynamic_ncols=True, mininterval=2.0, disable=not self.is_chief)
+        self._last_record = None
+        while self._micro // self.accumulation() < total:
+            update = self.advance()
             progress.update(1)
-            if update % train["log_every"] == 0 or update == total:
-                record = self._log(update, window, writer, log_path, start)
-                progress.set_postfix(loss=f"{record['loss']:.3f}", acc=f"{record['masked_accuracy']:.3f}")
-                window = np.zeros(4)
-            if train["eval_every"] and update % train["eval_every"] == 0 and self.config["data"]["eval"]:
-                self._log_eval(update, writer, log_path)
-            if update % train["save_every"] == 0:
-                self.manager.save(checkpoint_number=update)
-            if max_minutes is not None and time.time() - start > 60 * max_minutes:
+            if self._last_record is not None and self._last_record["update"] == update:
+                progress.set_postfix(loss=f"{self._last_record['loss']:.3f}",
+                                     acc=f"{self._last_record['masked_accuracy']:.3f}")
+            if max_minutes is not None and time.time() - self._start > 60 * max_minutes:
                 print(f"\nstopping after {max_minutes} minutes at update {update}")
                 break
             if self._stop_signal is not None:
@@ -257,22 +374,36 @@ class Trainer:
                 break
         progress.close()
         self.manager.save(checkpoint_number=self.updates())
-        if self.updates() >= total:
+        if self.updates() >= total and self.is_chief:
             print(f"exported to {self.export()}")
 
-    def _log(self, update, window, writer, log_path, start):
+    def _append_log(self, record):
+        if not self.is_chief:
+            return
+        with tf.io.gfile.GFile(os.path.join(self.output_dir, "log.jsonl"), "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def _log(self, update, window):
         loss_sum, correct, n, all_masked = window
         lr = float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))
         record = {"update": update, "loss": loss_sum / max(n, 1), "masked_accuracy": correct / max(n, 1),
                   "learning_rate": lr, "masked_tokens": int(n),
                   "beyond_max_predictions": round(1 - n / max(all_masked, 1), 4),
-                  "elapsed_s": round(time.time() - start, 1)}
-        with writer.as_default(step=update):
+                  "elapsed_s": round(time.time() - self._start, 1)}
+        if self.loss_scaling:
+            record["loss_scale"] = float(keras.ops.convert_to_numpy(self.optimizer.scale_loss(1.0)))
+        with self._writer.as_default(step=update):
             for key in ("loss", "masked_accuracy", "learning_rate"):
                 tf.summary.scalar(key, record[key])
-        with tf.io.gfile.GFile(log_path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        self._append_log(record)
         return record
+
+    # ----------------------------------------------------------- evaluation
+    def _eval_sums(self, inputs, labels):
+        if self._eval_fn is None:
+            self._eval_fn = tf.function(lambda x, y: masked_lm_sums(y, self.model(x, training=False)),
+                                        jit_compile=self.xla, reduce_retracing=True)
+        return self._eval_fn(inputs, labels)
 
     def evaluate(self, batches=None):
         """Masked-token loss/accuracy on ``data.eval`` and the majority baseline,
@@ -283,8 +414,7 @@ class Trainer:
             dataset = dataset.take(batches)
         sums, counts = np.zeros(3), {}
         for inputs, labels in dataset:
-            logits = self.model(inputs, training=False)     # every masked position counts here
-            sums += [float(x) for x in masked_lm_sums(labels, logits)]
+            sums += [float(x) for x in self._eval_sums(inputs, labels)]   # every masked position counts here
             ids, freq = np.unique(labels.numpy()[labels.numpy() > 0], return_counts=True)
             for i, c in zip(ids, freq):
                 counts[i] = counts.get(i, 0) + c
@@ -295,17 +425,15 @@ class Trainer:
 
     def log_evaluation(self, update=None, batches=None):
         """Evaluates, appends the record to log.jsonl and TensorBoard, prints it."""
-        update = self.updates() if update is None else update
-        writer = tf.summary.create_file_writer(os.path.join(self.output_dir, "logs"))
-        self._log_eval(update, writer, os.path.join(self.output_dir, "log.jsonl"), batches)
+        self._open_logs()
+        self._log_eval(self.updates() if update is None else update, batches)
 
-    def _log_eval(self, update, writer, log_path, batches=None):
+    def _log_eval(self, update, batches=None):
         record = {"update": update, **self.evaluate(batches)}
-        with writer.as_default(step=update):
+        with self._writer.as_default(step=update):
             for key in ("eval_loss", "eval_masked_accuracy", "majority_baseline_accuracy"):
                 tf.summary.scalar(key, record[key])
-        with tf.io.gfile.GFile(log_path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        self._append_log(record)
         print(f"\n[eval] update {update}: " + ", ".join(f"{k}={v:.4f}" for k, v in record.items()
                                                           if isinstance(v, float)))
 

@@ -6,46 +6,13 @@ import numpy as np
 import pytest
 
 from pretrain import config as config_lib
-from pretrain import bundle_model, prepare_corpus, pretrain
-
-TEXTS = ["今天天气很好，我们去公园散步吧！", "机器学习是人工智能的一个分支。", "他说：这本书真好看。",
-         "我爱北京天安门，天安门上太阳升。", "小明和小红一起去学校上课。", "这家餐厅的菜很好吃，服务也不错。"]
+from pretrain import bundle_model, pretrain
+from tests.pretrain_utils import TEXTS, losses, make_shards, write_config
 
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
-    root = tmp_path_factory.mktemp("corpus")
-    chars = sorted(set("".join(TEXTS)))
-    vocab = root / "vocab.txt"
-    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + chars) + "\n", encoding="utf-8")
-    corpus = root / "corpus.txt"
-    corpus.write_text("\n".join(TEXTS * 8) + "\n", encoding="utf-8")
-    summary = prepare_corpus.main([str(corpus), "--vocab", str(vocab), "--output-dir", str(root / "mlm"),
-                                    "--maxlen", "24", "--shards", "2", "--workers", "1", "--seed", "3"])
-    assert summary["examples"] == 48
-    return vocab, str(root / "mlm" / "shard-*.tfrecord"), len(chars) + 5
-
-
-def write_config(tmp_path, shards, name="run", **train):
-    vocab, pattern, vocab_size = shards
-    config = {
-        "model": "gau_alpha", "vocab": str(vocab),
-        "model_config": {"vocab_size": vocab_size, "hidden_size": 16, "num_hidden_layers": 2,
-                         "intermediate_size": 24, "attention_key_size": 8, "hidden_act": "swish",
-                         "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1},
-        "data": {"train": pattern, "eval": pattern, "maxlen": 24, "batch_size": 4, "shuffle_buffer": 50},
-        "optimizer": {"learning_rate": 5e-3, "gradient_accumulation_steps": 2, "schedule": {"0": 1, "10": 0.1}},
-        "train": {"steps": 2, "save_every": 1, "log_every": 1, "eval_every": 0,
-                  "output_dir": str(tmp_path / name), "xla": False, **train},
-    }
-    path = tmp_path / f"{name}.json"
-    path.write_text(json.dumps(config), encoding="utf-8")
-    return str(path)
-
-
-def losses(tmp_path, name):
-    lines = (tmp_path / name / "log.jsonl").read_text().splitlines()
-    return [json.loads(line)["loss"] for line in lines if "loss" in json.loads(line)]
+    return make_shards(tmp_path_factory.mktemp("corpus"))
 
 
 def test_two_steps_then_export_loads(tmp_path, shards):
@@ -138,3 +105,29 @@ def test_other_encoders_pretrain(tmp_path, shards, model, model_config):
     log = [json.loads(line) for line in (tmp_path / model / "log.jsonl").read_text().splitlines()]
     assert [r["update"] for r in log] == [1, 2] and all(np.isfinite(r["loss"]) for r in log)
     assert (tmp_path / model / "export" / "bert_model.ckpt.index").exists()
+
+
+@pytest.mark.parametrize("section, key, value, message", [
+    ("data", "batch_size", 0, "data.batch_size must be an integer >= 1, got 0"),
+    ("train", "steps", "80", 'train.steps must be an integer >= 1, got "80"'),
+    ("optimizer", "learning_rate", -1, "optimizer.learning_rate must be a number >= 0, got -1"),
+    ("optimizer", "beta_2", 1.0, "optimizer.beta_2 must be < 1"),
+    ("train", "xla", "yes", 'train.xla must be true or false or null, got "yes"'),
+    ("model_config", "hidden_size", -1, "hidden_size must be an integer >= 1, got -1"),
+])
+def test_config_values_are_validated(tmp_path, shards, section, key, value, message):
+    path = write_config(tmp_path, shards)
+    config = json.loads(open(path).read())
+    config[section][key] = value
+    open(path, "w").write(json.dumps(config))
+    with pytest.raises(SystemExit, match=message) as error:
+        pretrain.main(["--config", path])
+    assert path in str(error.value)
+
+
+def test_every_builder_key_pretrains(tmp_path, shards):
+    path = write_config(tmp_path, shards)
+    config = json.loads(open(path).read())
+    config["model_config"].update(initializer_range=0.02, layer_norm_eps=1e-6, architectures=["GAUAlpha"])
+    open(path, "w").write(json.dumps(config))
+    assert pretrain.main(["--config", path]) == 0

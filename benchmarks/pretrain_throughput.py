@@ -1,0 +1,338 @@
+"""Seconds per update: pretrain.py's own loop vs a bare compiled step, and the
+fine-tuning runner's ``model.fit`` vs a bare step, XLA on and off.
+
+Pretraining, for each config (default: the tiny GAU-alpha and RoFormerV2):
+  * loop: ``pretrain.trainer.Trainer`` on TFRecord shards, timed through
+    ``Trainer.advance`` (the loop's own update: data pipeline with its
+    dynamic masking, distribution strategy, micro-steps, logging every
+    ``log_every`` updates; checkpoints and evaluation off);
+  * bare: the same model (``build_transformer_model``), batch shape, tied MLM
+    head on the first ``maxlen/4`` masked positions, masked cross-entropy and
+    ``LAMB``, as one ``tf.function`` on a batch already in memory: no data
+    pipeline, no strategy, no logging.
+Both with ``jit_compile`` on and off. The shards are synthetic (random ids,
+dense sequences of ``maxlen`` tokens, whole-word masks at 15% redrawn per
+epoch), written to a temporary folder with the config's vocab size: speed
+does not depend on the text.
+
+Fine-tuning (``--finetune``, default on): the runner's tnews head on the
+config's GAU-alpha (``finetune.tnews``, the runner's AdamW schedule and loss),
+batches from the runner's ``PaddedBatches`` over synthetic titles of 8-62
+characters (each batch padded to its longest, as the runner does):
+  * fit: ``model.fit`` on the runner's ``tf_dataset``, ``jit_compile`` on/off;
+  * bare: one ``tf.function`` train step on the same batches.
+The first pass over the batches (XLA compiles every new batch length) is the
+warm-up and reported as such; timed rounds reuse the same batches.
+
+Every variant runs in its own worker process; the parent alternates them
+round by round (order flipped each round, ``_common.run_side_by_side``), so
+machine noise hits all alike. Reported: median seconds per update, and the
+ratio loop/bare measured round by round against the faster bare step.
+
+Usage: python3 benchmarks/pretrain_throughput.py [--configs pretrain/configs/tiny.json,...]
+    [--updates 20] [--repeats 5] [--no-finetune] [--quick]
+"""
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import tempfile
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(REPO))
+
+import _common  # noqa: E402  (path set above)
+
+DEFAULT_CONFIGS = ("pretrain/configs/tiny.json", "pretrain/configs/tiny_roformer_v2.json")
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+#: --quick: a smoke test of the machinery, not a measurement
+QUICK_MODEL = {"hidden_size": 16, "num_hidden_layers": 1, "intermediate_size": 24, "attention_key_size": 8,
+               "num_attention_heads": 1}
+
+
+# ---------------------------------------------------------------- synthetic data
+def synthetic_vocab(path, size):
+    """A vocab of ``size`` tokens: the specials, then CJK characters."""
+    tokens = SPECIALS + [chr(0x4E00 + i) for i in range(size - len(SPECIALS))]
+    pathlib.Path(path).write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def synthetic_shards(directory, vocab_size, maxlen, sequences, seed=0):
+    """Dynamic-mask shards of dense random sequences; returns their pattern."""
+    import numpy as np
+
+    from gau_keras.data.tfrecord import ShardedWriter
+
+    rng = np.random.default_rng(seed)
+    with ShardedWriter(directory, 2) as writer:
+        for _ in range(sequences):
+            ids = rng.integers(len(SPECIALS), vocab_size, size=maxlen - 2).tolist()
+            starts = (rng.random(maxlen - 2) < 0.6).astype(int).tolist()
+            starts[0] = 1
+            writer.write({"token_ids": [2] + ids + [3], "word_starts": [0] + starts + [0]})
+    return str(pathlib.Path(directory) / "shard-*.tfrecord")
+
+
+def run_config(spec, scratch):
+    """The config of ``spec['config']`` pointed at synthetic data in ``scratch``."""
+    from pretrain import config as config_lib
+
+    config = config_lib.load(str(REPO / spec["config"]))
+    model_config = config_lib.model_config(config)
+    if spec["quick"]:
+        model_config.update(QUICK_MODEL, num_attention_heads=1 if config["model"] == "gau_alpha" else 2)
+    config.update(model_config=model_config, model_config_path=None)
+    maxlen = config["data"]["maxlen"] if not spec["quick"] else 16
+    config["vocab"] = synthetic_vocab(pathlib.Path(scratch) / "vocab.txt", model_config["vocab_size"])
+    config["data"].update(train=synthetic_shards(pathlib.Path(scratch) / "shards", model_config["vocab_size"],
+                                                 maxlen, 4 * config["data"]["batch_size"]),
+                          eval=None, maxlen=maxlen, dynamic_mask=None)
+    config["train"].update(output_dir=str(pathlib.Path(scratch) / "run"), steps=10 ** 9, save_every=10 ** 9,
+                           eval_every=0, xla=spec["xla"])
+    return config
+
+
+# ---------------------------------------------------------------- workers
+def loop_setup(spec):
+    from pretrain.trainer import Trainer
+
+    scratch = tempfile.mkdtemp(prefix="pretrain_throughput_")
+    trainer = Trainer(run_config(spec, scratch), xla=spec["xla"])
+    trainer._open_logs()
+    updates = spec["updates"]
+
+    def step():
+        for _ in range(updates):
+            trainer.advance()
+        trainer.micro_step.numpy()   # the last update has finished
+    return {"params": int(trainer.model.count_params()), "xla": trainer.xla}, step
+
+
+def bare_setup(spec):
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from gau_keras.data.tfrecord import load_dataset
+    from gau_keras.models.builder import build_transformer_model
+    from gau_keras.optimizers import LAMB, PiecewiseLinearDecay
+    from gau_keras.losses import masked_lm_sums, masked_positions
+
+    scratch = tempfile.mkdtemp(prefix="pretrain_throughput_")
+    config = run_config(spec, scratch)
+    keras.utils.set_random_seed(config["train"]["seed"])
+    data = config["data"]
+    transformer = build_transformer_model(config["model_config"], model=config["model"], with_mlm="linear",
+                                          return_keras_model=False)
+    model = transformer.model
+    encoder = keras.Model(model.inputs, transformer.encoder_output)
+    opt = dict(config["optimizer"])
+    schedule = PiecewiseLinearDecay(opt.pop("learning_rate"), opt.pop("schedule"))
+    opt["gradient_accumulation_steps"] = None
+    optimizer = LAMB(learning_rate=schedule, **opt)
+    inputs, labels = next(iter(load_dataset(data["train"], data["batch_size"], maxlen=data["maxlen"],
+                                            mask_token_id=4, random_token_ids=np.arange(5, 64))))
+    k = -(-data["maxlen"] // 4)
+    variables = model.trainable_variables
+
+    @tf.function(jit_compile=spec["xla"])
+    def train_step(inputs, labels):
+        positions, kept = masked_positions(labels, k)
+        with tf.GradientTape() as tape:
+            hidden = tf.gather(encoder(inputs, training=True), positions, batch_dims=1)
+            loss_sum, _, count = masked_lm_sums(kept, transformer.mlm_logits(hidden, training=True))
+            loss = loss_sum / tf.maximum(count, 1.0)
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return loss
+
+    updates = spec["updates"]
+
+    def step():
+        for _ in range(updates):
+            loss = train_step(inputs, labels)
+        np.asarray(loss)
+    return {"params": int(model.count_params()), "xla": spec["xla"]}, step
+
+
+def finetune_batches(spec, tokenizer, task):
+    import numpy as np
+
+    from finetune.batching import PaddedBatches
+    from gau_keras.data.clue.examples import TextExample
+
+    rng = np.random.default_rng(0)
+    chars = [t for t in tokenizer.token_dict if len(t) == 1 and "\u4e00" <= t <= "\u9fff"]
+    features = []
+    for _ in range(spec["updates"] * spec["batch_size"]):
+        text = "".join(rng.choice(chars, size=int(rng.integers(8, 63))))
+        example = TextExample(id=0, text=text, label=int(rng.integers(0, task.spec.num_labels)))
+        features.extend(task.features(example, training=True))
+    return PaddedBatches(features, spec["batch_size"], shuffle=False)
+
+
+def finetune_model(spec):
+    import keras
+
+    from finetune.runner import make_optimizer
+    from finetune.tnews import TnewsTask
+    from gau_keras.models.builder import build_transformer_model
+    from gau_keras.pretrained import default_model_dir, model_files
+    from gau_keras.tokenizers import Tokenizer
+
+    keras.utils.set_random_seed(0)
+    config, _, vocab = model_files(default_model_dir())
+    overrides = QUICK_MODEL if spec["quick"] else {}
+    transformer = build_transformer_model(config, model="gau_alpha", return_keras_model=False, **overrides)
+    tokenizer = Tokenizer(vocab, do_lower_case=True)
+    task = TnewsTask("tnews", tokenizer, 64)
+    model = task.build_model(transformer)
+    batches = finetune_batches(spec, tokenizer, task)
+    optimizer = make_optimizer(1e-3, 0.01, 10 ** 6)
+    return model, task, batches, optimizer
+
+
+def fit_setup(spec):
+    model, task, batches, optimizer = finetune_model(spec)
+    model.compile(optimizer=optimizer, loss=task.loss(), jit_compile=spec["xla"])
+    dataset = batches.tf_dataset()
+
+    def step():
+        model.fit(dataset, epochs=1, verbose=0, shuffle=False)
+    return {"params": int(model.count_params()), "xla": spec["xla"]}, step
+
+
+def finetune_bare_setup(spec):
+    import numpy as np
+    import tensorflow as tf
+
+    model, task, batches, optimizer = finetune_model(spec)
+    loss_fn = task.loss()
+    variables = model.trainable_variables
+    data = [batches[i] for i in range(len(batches))]
+
+    @tf.function(jit_compile=spec["xla"], reduce_retracing=True)
+    def train_step(inputs, labels):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, model(inputs, training=True))
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return loss
+
+    def step():
+        for inputs, labels in data:
+            loss = train_step(inputs, labels)
+        np.asarray(loss)
+    return {"params": int(model.count_params()), "xla": spec["xla"]}, step
+
+
+SETUPS = {"loop": loop_setup, "bare": bare_setup, "fit": fit_setup, "finetune_bare": finetune_bare_setup}
+
+
+def worker_main(spec_json):
+    spec = json.loads(spec_json)
+    _common.serve(lambda: SETUPS[spec["kind"]](spec))
+
+
+# ---------------------------------------------------------------- parent
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
+                        help="comma-separated pretraining configs (default: the two tiny ones)")
+    parser.add_argument("--updates", type=int, help="updates per timed round (default 20; --quick: 2)")
+    parser.add_argument("--repeats", type=int, help="timed rounds after the warm-up (default 5; --quick: 1)")
+    parser.add_argument("--xla", default="off,on", help="comma-separated: off, on")
+    parser.add_argument("--no-finetune", action="store_true", help="skip the fine-tuning comparison")
+    parser.add_argument("--quick", action="store_true", help="tiny model and data: a smoke test, not a measurement")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return args
+    args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    for config in args.configs:
+        if not (REPO / config).is_file():
+            parser.error(f"--configs: {config} does not exist (paths are relative to the repository)")
+    args.xla = [{"off": False, "on": True}[x.strip()] for x in args.xla.split(",") if x.strip()] \
+        if set(x.strip() for x in args.xla.split(",")) <= {"off", "on"} else parser.error("--xla: off and/or on")
+    args.updates = args.updates or (2 if args.quick else 20)
+    args.repeats = args.repeats or (1 if args.quick else 5)
+    if args.updates < 1 or args.repeats < 1:
+        parser.error("--updates and --repeats must be >= 1")
+    return args
+
+
+def worker_argv(**spec):
+    return [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", json.dumps(spec)]
+
+
+def measure(argvs, repeats, warmup=1):
+    workers, ready = _common.start_workers(argvs)
+    try:
+        results = _common.run_side_by_side(workers, repeats, warmup=warmup)
+    finally:
+        for worker in workers.values():
+            worker.close()
+    for label in results:
+        results[label].update(ready[label])
+    return results
+
+
+def table_rows(results, per_round, pairs):
+    """One row per (loop-like, bare-like) pair: medians and the round-by-round ratio."""
+    f = _common.format_number
+    rows = []
+    fastest_bare = min(statistics.median(results[b]["seconds"]) for _, b in pairs)
+    fastest = min((b for _, b in pairs), key=lambda b: statistics.median(results[b]["seconds"]))
+    for loop, bare in pairs:
+        loop_s = [s / per_round for s in results[loop]["seconds"]]
+        bare_s = [s / per_round for s in results[bare]["seconds"]]
+        fast_s = [s / per_round for s in results[fastest]["seconds"]]
+        rows.append([loop, f(statistics.median(loop_s)), f(statistics.median(bare_s)),
+                     f(_common.median_ratio(loop_s, bare_s)), f(_common.median_ratio(loop_s, fast_s))])
+    return rows, fastest_bare / per_round
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.worker:
+        worker_main(args.worker)
+        return
+    xla_name = {False: "xla off", True: "xla on"}
+    for config in args.configs:
+        print(f"[pretrain] {config} ...", file=sys.stderr, flush=True)
+        argvs = {}
+        for xla in args.xla:
+            for kind in ("loop", "bare"):
+                argvs[f"{kind}, {xla_name[xla]}"] = worker_argv(kind=kind, config=config, xla=xla,
+                                                                updates=args.updates, quick=args.quick)
+        results = measure(argvs, args.repeats)
+        pairs = [(f"loop, {xla_name[x]}", f"bare, {xla_name[x]}") for x in args.xla]
+        rows, _ = table_rows(results, args.updates, pairs)
+        params = results[pairs[0][0]]["params"]
+        print(f"\n{config}: {params:,} parameters, {args.updates} updates per round, {args.repeats} rounds "
+              f"after 1 warm-up round; device: {results[pairs[0][0]]['device']}")
+        print(_common.markdown_table(["variant", "s/update", "bare s/update", "loop / bare (same XLA)",
+                                      "loop / fastest bare"], rows))
+    if args.no_finetune:
+        return
+    print("[finetune] tnews head on the bundled GAU-alpha ...", file=sys.stderr, flush=True)
+    argvs = {}
+    for xla in args.xla:
+        argvs[f"fit, {xla_name[xla]}"] = worker_argv(kind="fit", xla=xla, updates=args.updates, batch_size=32,
+                                                     quick=args.quick)
+        argvs[f"bare, {xla_name[xla]}"] = worker_argv(kind="finetune_bare", xla=xla, updates=args.updates,
+                                                      batch_size=32, quick=args.quick)
+    results = measure(argvs, args.repeats)
+    pairs = [(f"fit, {xla_name[x]}", f"bare, {xla_name[x]}") for x in args.xla]
+    rows, _ = table_rows(results, args.updates, pairs)
+    print(f"\nfine-tuning (finetune.tnews head, batch 32, titles of 8-62 characters): "
+          f"{results[pairs[0][0]]['params']:,} parameters, {args.updates} steps per round (one pass over the "
+          f"same batches), {args.repeats} rounds after 1 warm-up round")
+    print(_common.markdown_table(["variant", "s/step", "bare s/step", "fit / bare (same XLA)",
+                                  "fit / fastest bare"], rows))
+
+
+if __name__ == "__main__":
+    main()

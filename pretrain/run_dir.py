@@ -1,0 +1,213 @@
+"""A pretraining run directory: one trainer at a time, resume from the newest
+checkpoint that restores, a log that continues without repeats.
+
+    output_dir/
+      .lock                 held (flock) by the trainer using the directory
+      checkpoints/          ckpt-N.{index,data-*} + the 'checkpoint' state file
+      checkpoints/unrestorable/   checkpoints that failed to restore, moved aside
+      log.jsonl             one JSON record per logged update / evaluation
+      restarted-<time>/     what --restart moved aside
+
+Checkpoints are found by scanning ``ckpt-N.index`` files, not only through the
+state file, so a deleted or garbled state file never makes a run start over;
+the state file is rewritten from the scan. Restoring tries the newest first
+and falls back to older ones with a warning naming the file.
+"""
+import json
+import os
+import re
+import socket
+import sys
+import time
+
+import tensorflow as tf
+
+CHECKPOINT_RE = re.compile(r"^ckpt-(\d+)\.index$")
+#: what a restore of a damaged checkpoint raises (truncated data: IndexError / DataLossError)
+RESTORE_ERRORS = (tf.errors.OpError, ValueError, IndexError, AssertionError, KeyError)
+
+
+def warn(message):
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def is_local(path):
+    return "://" not in path
+
+
+class RunLock:
+    """An exclusive ``flock`` on ``output_dir/.lock``; the file names the holder.
+
+    The kernel drops the lock when the holding process dies (even by SIGKILL),
+    so a crashed run never leaves a stale lock. Remote (``gs://``) run
+    directories cannot be locked; a warning says so.
+    """
+
+    def __init__(self, output_dir):
+        self.path = os.path.join(output_dir, ".lock")
+        self._fd = None
+
+    def acquire(self):
+        import fcntl
+
+        directory = os.path.dirname(self.path)
+        if not is_local(directory):
+            warn(f"{directory} is not a local directory: no lock guards it against a second trainer")
+            return self
+        os.makedirs(directory, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
+            raise SystemExit(f"error: run directory {directory} is in use by {holder} (lock file {self.path}); "
+                             f"wait for that run to end or give another train.output_dir") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
+                     .encode())
+        os.fsync(fd)
+        self._fd = fd
+        return self
+
+    def release(self):
+        if self._fd is not None:
+            os.close(self._fd)     # closing drops the flock
+            self._fd = None
+
+
+def checkpoint_number(prefix):
+    match = CHECKPOINT_RE.match(os.path.basename(prefix) + ".index")
+    return int(match.group(1)) if match else None
+
+
+def scan_checkpoints(directory):
+    """Prefixes of the ``ckpt-N`` checkpoints in ``directory``, oldest first."""
+    if not tf.io.gfile.isdir(directory):
+        return []
+    found = []
+    for name in tf.io.gfile.listdir(directory):
+        match = CHECKPOINT_RE.match(name)
+        if match:
+            found.append((int(match.group(1)), os.path.join(directory, name[: -len(".index")])))
+    return [prefix for _, prefix in sorted(found)]
+
+
+def _state_file_problem(directory, prefixes):
+    """Why the state file cannot be trusted (or None): missing, unparsable,
+    or naming a checkpoint other than the newest one on disk."""
+    path = os.path.join(directory, "checkpoint")
+    if not tf.io.gfile.exists(path):
+        return f"{path} is missing"
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            text = f.read()
+        from google.protobuf import text_format
+        from tensorflow.python.checkpoint.checkpoint_management import CheckpointState
+
+        state = text_format.Parse(text, CheckpointState())
+    except Exception as e:  # noqa: BLE001 - garbled text, bytes, protobuf errors alike
+        return f"{path} is unreadable ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+    latest = os.path.basename(state.model_checkpoint_path)
+    if prefixes and latest != os.path.basename(prefixes[-1]):
+        return f"{path} names {latest!r}, not the newest checkpoint {os.path.basename(prefixes[-1])!r}"
+    return None
+
+
+def write_state_file(directory, prefixes):
+    """Rewrites the state file so that it lists ``prefixes`` (newest last)."""
+    tf.compat.v1.train.update_checkpoint_state(
+        directory, prefixes[-1], all_model_checkpoint_paths=prefixes,
+        all_model_checkpoint_timestamps=[time.time()] * len(prefixes))
+
+
+def _move_aside(prefix, folder):
+    tf.io.gfile.makedirs(folder)
+    for path in tf.io.gfile.glob(prefix + ".*"):
+        tf.io.gfile.rename(path, os.path.join(folder, os.path.basename(path)), overwrite=True)
+
+
+def restore_newest(checkpoint, directory, repair=True):
+    """Restores ``checkpoint`` (a ``tf.train.Checkpoint``) from the newest
+    ``ckpt-N`` in ``directory`` that restores.
+
+    Checkpoints that fail are moved to ``directory/unrestorable/`` with a
+    warning naming them, and the state file is rewritten to list those that
+    remain (not with ``repair=False``: another process owns the folder).
+    Returns the restored prefix, or None when there was none;
+    raises SystemExit when checkpoints exist but none restores.
+    """
+    prefixes = scan_checkpoints(directory)
+    if not prefixes:
+        return None
+    problem = _state_file_problem(directory, prefixes)
+    if problem and repair:
+        warn(f"{problem}; resuming from the checkpoint files found in {directory}")
+    failed = []
+    for prefix in reversed(prefixes):
+        try:
+            checkpoint.restore(prefix).assert_existing_objects_matched()
+        except RESTORE_ERRORS as e:
+            detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if repair:
+                warn(f"checkpoint {prefix} does not restore ({type(e).__name__}: {detail}); "
+                     f"trying the previous one")
+            failed.append(prefix)
+            continue
+        if repair:
+            for bad in failed:
+                _move_aside(bad, os.path.join(directory, "unrestorable"))
+                warn(f"moved the unrestorable {bad}.* to {os.path.join(directory, 'unrestorable')}")
+            if problem or failed:
+                write_state_file(directory, [p for p in prefixes if p not in failed])
+        return prefix
+    raise SystemExit(f"error: none of the {len(prefixes)} checkpoints in {directory} restores (newest "
+                     f"{prefixes[-1]}); fix or remove them, or pass --restart to move them aside and "
+                     f"start from update 0")
+
+
+def has_previous_run(output_dir):
+    """Whether ``output_dir`` holds a run's checkpoints or log."""
+    return bool(scan_checkpoints(os.path.join(output_dir, "checkpoints"))
+                or tf.io.gfile.exists(os.path.join(output_dir, "log.jsonl")))
+
+
+def move_previous_run(output_dir):
+    """--restart: moves checkpoints/, logs/, log.jsonl and export/ into
+    ``restarted-<time>/`` (nothing is deleted); returns that folder or None."""
+    names = [n for n in ("checkpoints", "logs", "log.jsonl", "export")
+             if tf.io.gfile.exists(os.path.join(output_dir, n))]
+    if not names:
+        return None
+    target = os.path.join(output_dir, time.strftime("restarted-%Y%m%d-%H%M%S"))
+    tf.io.gfile.makedirs(target)
+    for name in names:
+        tf.io.gfile.rename(os.path.join(output_dir, name), os.path.join(target, name))
+    return target
+
+
+def continue_log(path, update):
+    """Drops the records of ``log.jsonl`` after ``update`` (a resumed run
+    redoes those updates, so they would appear twice) and any torn last line
+    of a killed run. Returns the number of records dropped."""
+    if not tf.io.gfile.exists(path):
+        return 0
+    with tf.io.gfile.GFile(path) as f:
+        lines = f.read().splitlines()
+    kept, dropped = [], 0
+    for line in lines:
+        try:
+            record = json.loads(line)
+            keep = int(record["update"]) <= update
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            keep = False
+        if keep:
+            kept.append(line)
+        else:
+            dropped += 1
+    if dropped:
+        tmp = path + ".tmp"
+        with tf.io.gfile.GFile(tmp, "w") as f:
+            f.write("".join(line + "\n" for line in kept))
+        tf.io.gfile.rename(tmp, path, overwrite=True)
+    return dropped

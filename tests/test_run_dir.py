@@ -1,0 +1,122 @@
+"""pretrain.run_dir through pretrain.py: resume never silently starts over,
+damaged checkpoints fall back with a warning, one trainer per directory,
+log.jsonl without repeated updates."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pretrain import pretrain, run_dir
+from tests.conftest import REPO_ROOT
+from tests.pretrain_utils import losses, make_shards, write_config
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    return make_shards(tmp_path_factory.mktemp("corpus"))
+
+
+def updates_logged(tmp_path, name):
+    lines = (tmp_path / name / "log.jsonl").read_text().splitlines()
+    return [json.loads(line)["update"] for line in lines if '"loss"' in line]
+
+
+def checkpoint_files(tmp_path, name):
+    return sorted(os.listdir(tmp_path / name / "checkpoints"))
+
+
+def straight_losses(tmp_path, shards, steps=4):
+    path = write_config(tmp_path, shards, "straight", steps=steps)
+    assert pretrain.main(["--config", path]) == 0
+    return losses(tmp_path, "straight")
+
+
+@pytest.mark.parametrize("damage", ["garbled", "deleted"])
+def test_damaged_state_file_resumes_from_the_files(tmp_path, shards, capsys, damage):
+    expected = straight_losses(tmp_path, shards)
+    path = write_config(tmp_path, shards, "run", steps=4, keep_checkpoints=5)
+    assert pretrain.main(["--config", path, "--steps", "2"]) == 0
+    state = tmp_path / "run" / "checkpoints" / "checkpoint"
+    if damage == "garbled":
+        state.write_bytes(b"\x00\xffnot a proto {{{")
+    else:
+        state.unlink()
+    capsys.readouterr()
+    assert pretrain.main(["--config", path]) == 0
+    out = capsys.readouterr()
+    assert "resumed from" in out.out and "ckpt-2" in out.out
+    assert str(state) in out.err and ("unreadable" in out.err or "missing" in out.err)
+    assert updates_logged(tmp_path, "run") == [1, 2, 3, 4]
+    assert losses(tmp_path, "run") == pytest.approx(expected, rel=1e-5)
+    assert {"ckpt-1.index", "ckpt-2.index", "ckpt-4.index"} <= set(checkpoint_files(tmp_path, "run"))
+
+
+@pytest.mark.parametrize("part", ["index", "data"])
+def test_truncated_newest_checkpoint_falls_back_to_the_previous(tmp_path, shards, capsys, part):
+    expected = straight_losses(tmp_path, shards)
+    path = write_config(tmp_path, shards, "run", steps=4, keep_checkpoints=5)
+    assert pretrain.main(["--config", path, "--steps", "3"]) == 0
+    name = "ckpt-3.index" if part == "index" else "ckpt-3.data-00000-of-00001"
+    damaged = tmp_path / "run" / "checkpoints" / name
+    damaged.write_bytes(damaged.read_bytes()[: len(damaged.read_bytes()) // 2])
+    capsys.readouterr()
+    assert pretrain.main(["--config", path]) == 0
+    out = capsys.readouterr()
+    assert "ckpt-3" in out.err and "does not restore" in out.err
+    assert "resumed from" in out.out and "ckpt-2" in out.out
+    assert (tmp_path / "run" / "checkpoints" / "unrestorable" / name).exists()
+    assert updates_logged(tmp_path, "run") == [1, 2, 3, 4]     # update 3 logged once, though run twice
+    assert losses(tmp_path, "run") == pytest.approx(expected, rel=1e-5)
+
+
+def test_killed_after_last_checkpoint_log_has_no_repeats(tmp_path, shards):
+    path = write_config(tmp_path, shards, "run", steps=5, save_every=2, keep_checkpoints=5)
+    assert pretrain.main(["--config", path, "--steps", "3"]) == 0
+    for name in os.listdir(tmp_path / "run" / "checkpoints"):   # as if killed before saving update 3
+        if name.startswith("ckpt-3."):
+            os.remove(tmp_path / "run" / "checkpoints" / name)
+    with open(tmp_path / "run" / "log.jsonl", "a") as f:
+        f.write('{"update": 3, "loss": 1.')                       # a torn last line
+    assert pretrain.main(["--config", path]) == 0
+    assert updates_logged(tmp_path, "run") == [1, 2, 3, 4, 5]
+
+
+def test_no_restorable_checkpoint_refuses_unless_restart(tmp_path, shards, capsys):
+    path = write_config(tmp_path, shards, "run", steps=2)
+    assert pretrain.main(["--config", path]) == 0
+    for name in os.listdir(tmp_path / "run" / "checkpoints"):
+        if ".index" in name:
+            (tmp_path / "run" / "checkpoints" / name).write_bytes(b"broken")
+    with pytest.raises(SystemExit, match="--restart"):
+        pretrain.main(["--config", path])
+    assert pretrain.main(["--config", path, "--restart"]) == 0
+    out = capsys.readouterr().out
+    moved = [p for p in os.listdir(tmp_path / "run") if p.startswith("restarted-")]
+    assert len(moved) == 1 and moved[0] in out
+    assert (tmp_path / "run" / moved[0] / "log.jsonl").exists()            # the earlier run is kept
+    assert updates_logged(tmp_path, "run") == [1, 2]
+
+
+def test_second_trainer_on_the_same_directory_is_refused(tmp_path, shards):
+    path = write_config(tmp_path, shards, "run", steps=2)
+    lock = run_dir.RunLock(str(tmp_path / "run")).acquire()
+    try:
+        code = f"from pretrain import pretrain; pretrain.main(['--config', {path!r}])"
+        result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode != 0
+        assert "is in use by pid" in result.stderr and str(os.getpid()) in result.stderr
+        assert not (tmp_path / "run" / "checkpoints").exists()
+    finally:
+        lock.release()
+    assert pretrain.main(["--config", path]) == 0     # free again once the holder is gone
+
+
+def test_continue_log_drops_later_and_torn_records(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text("\n".join(json.dumps({"update": u, "loss": 1.0}) for u in (1, 2, 3)) + '\n{"upd')
+    assert run_dir.continue_log(str(log), 2) == 2
+    assert [json.loads(line)["update"] for line in log.read_text().splitlines()] == [1, 2]
+    assert run_dir.continue_log(str(log), 2) == 0
