@@ -19,8 +19,10 @@ setup(
     description="GAU-alpha, RoFormerV2 and SRU++ for Keras 3 / TensorFlow 2, bert4keras-compatible.",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    packages=find_packages(include=["gau_keras", "gau_keras.*"]),
-    package_data={"gau_keras": ["pretrained/*/*", "kernels/*.cc"]},
+    # pretrain/ and finetune/ are packages too, so `from pretrain import trainer` and
+    # `python -m finetune.tnews` work from anywhere once installed
+    packages=find_packages(include=["gau_keras", "gau_keras.*", "pretrain", "finetune"]),
+    package_data={"gau_keras": ["pretrained/*/*", "kernels/*.cc"], "pretrain": ["configs/*.json"]},
     include_package_data=True,
     python_requires=">=3.9",
     install_requires=runtime_requirements(),

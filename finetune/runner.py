@@ -13,6 +13,9 @@ is the best so far. The best weights then predict the test split, written in
 the CLUE submission format. Outputs in ``--out-dir``:
 
 * ``<task>_best.weights.h5``: the best epoch's weights (``model.save_weights``);
+* ``<task>_best.keras``: the best epoch's whole model (``model.save``), which
+  ``keras.saving.load_model`` reloads after ``import gau_keras`` alone and
+  ``python -m gau_keras export`` turns into a SavedModel for serving;
 * ``<task>_metrics.json``: arguments, data counts and per-epoch dev metrics;
 * ``<task>_predict.json``: test predictions (ids preserved).
 
@@ -40,6 +43,20 @@ def task_module(task_cls):
     module = sys.modules[task_cls.__module__]
     spec = getattr(module, "__spec__", None)
     return (spec.name if spec is not None else task_cls.__module__), module
+
+
+def task_class(module_name):
+    """The `Task` subclass a task module (e.g. ``finetune.tnews``) defines."""
+    import importlib
+
+    from finetune.task import Task
+
+    module = importlib.import_module(module_name)
+    found = [v for v in vars(module).values()
+             if isinstance(v, type) and issubclass(v, Task) and v.__module__ == module.__name__]
+    if len(found) != 1:
+        raise ValueError(f"{module_name} defines {len(found)} Task classes; expected one")
+    return found[0]
 
 
 def build_parser(task_cls):
@@ -80,6 +97,7 @@ def build_parser(task_cls):
 def output_paths(out_dir, task_name):
     out_dir = pathlib.Path(out_dir)
     return {"weights": out_dir / f"{task_name}_best.weights.h5",
+            "model": out_dir / f"{task_name}_best.keras",
             "metrics": out_dir / f"{task_name}_metrics.json",
             "predictions": out_dir / f"{task_name}_predict.json"}
 
@@ -280,6 +298,9 @@ def train_and_predict(task_cls, args):
     else:   # evaluate (and save) the starting point only
         dev_eval.set_model(model)
         dev_eval.on_epoch_end(-1)
+    # the whole model (head, custom layers, optimizer): reloads after `import gau_keras` alone
+    model.save(paths["model"])
+    record["model"] = str(paths["model"])
     written = write_test_predictions(task, model, args, paths["predictions"])
     if written:
         record.update(predictions=str(paths["predictions"]), predicted_examples=written)

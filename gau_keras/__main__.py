@@ -1,7 +1,25 @@
-"""Command line: ``python -m gau_keras fill-mask [--model-dir DIR] "今天天气很[MASK]。"``."""
+"""The ``gau-keras`` command line (also ``python -m gau_keras``).
+
+    gau-keras fill-mask [--model-dir DIR] "今天天气很[MASK]。"
+    gau-keras export (--model-dir DIR | --keras FILE) --output DIR
+    gau-keras prepare-corpus corpus.txt --vocab vocab.txt --output-dir data/mlm ...
+    gau-keras pretrain --config pretrain/configs/tiny.json ...
+    gau-keras finetune TASK --data-dir ../shared/data/clue ...
+    gau-keras compare --data-dir ../shared/data/clue --out-dir runs/compare --variant bundled= ...
+
+``prepare-corpus``, ``pretrain``, ``finetune TASK`` and ``compare`` take the
+options of ``python -m pretrain.prepare_corpus``, ``python -m pretrain.pretrain``,
+``python -m finetune.TASK`` and ``python -m finetune.compare`` (``--help`` lists them).
+"""
 import argparse
 import os
 import sys
+
+#: subcommands handled by another module's own argument parser
+DELEGATED = {"prepare-corpus": "pretrain.prepare_corpus", "pretrain": "pretrain.pretrain",
+             "compare": "finetune.compare"}
+FINETUNE_TASKS = ("tnews", "iflytek", "afqmc", "cmnli", "ocnli", "wsc", "csl", "cmrc2018", "c3", "chid",
+                  "cluener")
 
 
 def _fill_mask(args):
@@ -19,6 +37,12 @@ def _fill_mask(args):
     return 0
 
 
+def _export(args):
+    from gau_keras import export
+
+    return export.main(args)
+
+
 def _positive_int(text):
     try:
         value = int(text)
@@ -30,7 +54,9 @@ def _positive_int(text):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="python -m gau_keras", description=__doc__)
+    parser = argparse.ArgumentParser(prog="gau-keras", description=__doc__.split("\n\n")[0],
+                                     epilog="also: prepare-corpus, pretrain, finetune TASK, compare "
+                                            "(each with its own --help)")
     commands = parser.add_subparsers(dest="command", required=True)
     fill = commands.add_parser("fill-mask", help="predict the tokens at [MASK] positions")
     fill.add_argument("texts", nargs="+", help="texts containing one or more [MASK]")
@@ -42,15 +68,44 @@ def build_parser():
     fill.add_argument("--softmax-plus-min-len", type=int, default=None,
                       help="floor of softmax_plus's n (16 default; 1 = the released model's training code)")
     fill.set_defaults(run=_fill_mask)
+    export = commands.add_parser("export", help="write a TensorFlow SavedModel for serving")
+    source = export.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model-dir", help="a model directory in the released layout (exports its MLM head)")
+    source.add_argument("--keras", help="a .keras file, e.g. a fine-tuning run's <task>_best.keras")
+    export.add_argument("--model", default="gau_alpha", help="with --model-dir: gau_alpha, roformer_v2 or srupp")
+    export.add_argument("--output", required=True, help="folder of the SavedModel (for TF Serving: .../NAME/1)")
+    export.add_argument("--overwrite", action="store_true", help="replace a non-empty --output")
+    export.set_defaults(run=_export)
     return parser
+
+
+def _delegate(argv):
+    """Runs a subcommand owned by another module; returns its exit status."""
+    import importlib
+
+    command, rest = argv[0], argv[1:]
+    if command == "finetune":
+        if not rest or rest[0] not in FINETUNE_TASKS:
+            print(f"usage: gau-keras finetune TASK [options]; TASK is one of {', '.join(FINETUNE_TASKS)}",
+                  file=sys.stderr)
+            return 2
+        from finetune.runner import run, task_class
+
+        return run(task_class(f"finetune.{rest[0]}"), rest[1:])
+    module = importlib.import_module(DELEGATED[command])
+    result = module.main(rest)
+    return result if isinstance(result, int) else 0
 
 
 def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and (argv[0] in DELEGATED or argv[0] == "finetune"):
+        return _delegate(argv)
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, FileExistsError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -119,7 +119,8 @@ class LACModel:
     def __init__(self, model_dir=None, threads=1):
         if "tensorflow" in sys.modules:
             raise RuntimeError("LACModel: TensorFlow is imported in this process and paddle segfaults when "
-                               "imported after it; use LACSegmenter(in_process=False)")
+                               "imported after it; use LACSegmenter(in_process=False), or run this process "
+                               "with GAU_KERAS_TF_FREE=1 (then `import gau_keras` does not import TensorFlow)")
         import paddle.inference as paddle_inference
 
         model_dir = model_dir or lac_model_dir()

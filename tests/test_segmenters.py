@@ -1,5 +1,6 @@
 """Segmenters: the shared interface on jieba, LAC when it is installed."""
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -71,7 +72,8 @@ def test_lac_in_process_refuses_after_tensorflow():
 def test_lac_in_process_full_width_input():
     code = ("from gau_keras.segmenters import get_segmenter;"
             "print('|'.join(get_segmenter('lac', in_process=True).segment(['ＬＡＣ是个优秀的分词工具'])[0]))")
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                         env=dict(os.environ, GAU_KERAS_TF_FREE="1")).stdout
     words = out.strip().splitlines()[-1].split("|")
     assert "".join(words) == "ＬＡＣ是个优秀的分词工具"
     assert "分词" in words or "分词工具" in words

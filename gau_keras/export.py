@@ -1,0 +1,97 @@
+"""Export for serving: a TensorFlow SavedModel with a named signature.
+
+    python -m gau_keras export --model-dir chinese_GAU-alpha-char_L-24_H-768 --output serving/gau_alpha/1
+    python -m gau_keras export --keras runs/tnews/tnews_best.keras --output serving/tnews/1
+
+The SavedModel is written by Keras's export machinery (``keras.export.ExportArchive``)
+and needs neither Keras nor gau_keras to run: ``tf.saved_model.load`` or TF
+Serving call its ``serving_default`` signature with the model's inputs,
+
+* ``token_ids`` int32 [B, L] and ``segment_ids`` int32 [B, L] for an encoder
+  (other inputs keep their layer names in snake case: ``mask_positions`` ...),
+
+and get a dict:
+
+* a model directory (MLM head): ``probabilities`` [B, L, V];
+* a classifier (logits [B, C]): ``logits``, ``probabilities`` (softmax) and
+  ``labels`` (argmax, int32 [B]);
+* any other head (spans, GlobalPointer, ...): ``logits`` as the model outputs them.
+
+SRU++ layers are traced with their XLA loops (plain TensorFlow ops), not the
+native CPU kernel, which a serving binary would not have.
+"""
+import os
+import re
+
+#: model input names -> signature input names
+INPUT_NAMES = {"Input-Token": "token_ids", "Input-Segment": "segment_ids"}
+
+
+def signature_name(layer_name):
+    """``Input-Token`` -> ``token_ids``; anything else in snake case."""
+    return INPUT_NAMES.get(layer_name) or re.sub(r"[^0-9a-zA-Z]+", "_", layer_name).strip("_").lower()
+
+
+def _outputs_probabilities(model):
+    last = model.layers[-1]
+    activation = getattr(last, "activation", None)
+    return getattr(activation, "__name__", "") == "softmax"
+
+
+def serving_outputs(model, outputs):
+    """The signature's output dict for ``model``'s raw ``outputs``."""
+    from keras import ops
+
+    if _outputs_probabilities(model):
+        return {"probabilities": outputs}
+    if len(outputs.shape) == 2:
+        return {"logits": outputs, "probabilities": ops.softmax(ops.cast(outputs, "float32"), axis=-1),
+                "labels": ops.cast(ops.argmax(outputs, axis=-1), "int32")}
+    return {"logits": outputs}
+
+
+def export_saved_model(model, output):
+    """Writes ``model`` (a functional ``keras.Model``) as a SavedModel at ``output``."""
+    import keras
+    import tensorflow as tf
+
+    if isinstance(model.output, (list, tuple)):
+        raise ValueError("export: models with several outputs are not supported; export each head on its own")
+    specs = [tf.TensorSpec((None,) * len(x.shape), tf.as_dtype(x.dtype), name=signature_name(x.name.split(":")[0]))
+             for x in model.inputs]
+    names = [spec.name for spec in specs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"export: the model's inputs map to clashing signature names {names}")
+
+    def serve(*inputs):
+        return serving_outputs(model, model(list(inputs), training=False))
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint(name="serving_default", fn=serve, input_signature=specs)
+    archive.write_out(output, verbose=False)
+    return names
+
+
+def load_for_export(model_dir=None, keras_file=None, model="gau_alpha"):
+    """The model to export: the MLM model of a model directory, or a .keras file."""
+    os.environ["GAU_KERAS_SRU_KERNEL"] = "xla"      # plain TF ops in the graph, no custom op
+    if keras_file:
+        import keras
+
+        if not os.path.isfile(keras_file):
+            raise FileNotFoundError(f"export: no .keras file {keras_file!r}")
+        return keras.saving.load_model(keras_file)
+    from gau_keras.pretrained import load_pretrained
+
+    return load_pretrained(model_dir, model=model, with_mlm=True)[0]
+
+
+def main(args):
+    """``python -m gau_keras export`` (arguments parsed by ``gau_keras.__main__``)."""
+    if os.path.exists(args.output) and os.listdir(args.output) and not args.overwrite:
+        raise FileExistsError(f"export: {args.output} exists and is not empty; pass --overwrite to replace it")
+    network = load_for_export(args.model_dir, args.keras, args.model)
+    names = export_saved_model(network, args.output)
+    print(f"wrote a SavedModel to {args.output}: signature serving_default({', '.join(names)})")
+    return 0
