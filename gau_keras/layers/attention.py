@@ -5,6 +5,7 @@ from keras import ops
 
 from gau_keras import ops as gops
 from gau_keras.layers.normalization import ScaleOffset
+from gau_keras.layers.recompute import recompute_call
 
 
 def _as_list(x):
@@ -25,8 +26,9 @@ class _AttentionBase(keras.layers.Layer):
     """
 
     def __init__(self, normalization, attention_scale, attention_dropout,
-                 softmax_plus_min_len, kernel_initializer, **kwargs):
+                 softmax_plus_min_len, kernel_initializer, recompute=False, **kwargs):
         super().__init__(**kwargs)
+        self.recompute = bool(recompute)
         if normalization not in gops.ATTENTION_NORMALIZATIONS:
             raise ValueError(f"{type(self).__name__} {self.name!r}: normalization must be one of "
                              f"{gops.ATTENTION_NORMALIZATIONS}, got {normalization!r}")
@@ -56,9 +58,18 @@ class _AttentionBase(keras.layers.Layer):
     def compute_mask(self, inputs, mask=None):
         return _as_list(mask)[0] if mask is not None else None
 
+    def call(self, inputs, mask=None, a_bias=None, p_bias=None, training=None):
+        if not (self.recompute and training):
+            return self.attend(inputs, mask, a_bias, p_bias, training)
+        several = isinstance(inputs, (list, tuple))
+        return recompute_call(
+            self, lambda *xs: self.attend(list(xs) if several else xs[0], mask, a_bias, p_bias, training),
+            _as_list(inputs))
+
     def get_config(self):
         config = super().get_config()
         config.update(
+            recompute=self.recompute,
             normalization=self.normalization, attention_scale=self.attention_scale,
             attention_dropout=self.attention_dropout, softmax_plus_min_len=self.softmax_plus_min_len,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
@@ -85,9 +96,9 @@ class GatedAttentionUnit(_AttentionBase):
     def __init__(self, units, key_size, activation="swish", use_bias=True,
                  normalization="squared_relu", self_attention=True, attention_scale=True,
                  attention_dropout=None, softmax_plus_min_len=16,
-                 kernel_initializer="glorot_uniform", **kwargs):
+                 kernel_initializer="glorot_uniform", recompute=False, **kwargs):
         super().__init__(normalization, attention_scale, attention_dropout,
-                         softmax_plus_min_len, kernel_initializer, **kwargs)
+                         softmax_plus_min_len, kernel_initializer, recompute, **kwargs)
         self.units = units
         self.key_size = key_size
         self.activation = keras.activations.get(activation)
@@ -115,7 +126,8 @@ class GatedAttentionUnit(_AttentionBase):
         self.q_scaleoffset.build((self.key_size,))
         self.k_scaleoffset.build((self.key_size,))
 
-    def call(self, inputs, mask=None, a_bias=None, p_bias=None, training=None):
+    def attend(self, inputs, mask=None, a_bias=None, p_bias=None, training=None):
+        """The layer's computation (``call`` adds recompute around it)."""
         n_main = 1 if self.self_attention else 3
         main, bias, sinusoidal = self._split_inputs(inputs, n_main, a_bias, p_bias)
         masks = _as_list(mask) if mask is not None else [None] * len(_as_list(inputs))
@@ -159,9 +171,9 @@ class MultiHeadAttention(_AttentionBase):
 
     def __init__(self, heads, head_size, out_dim=None, key_size=None, use_bias=True,
                  normalization="softmax", attention_scale=True, attention_dropout=None,
-                 softmax_plus_min_len=16, kernel_initializer="glorot_uniform", **kwargs):
+                 softmax_plus_min_len=16, kernel_initializer="glorot_uniform", recompute=False, **kwargs):
         super().__init__(normalization, attention_scale, attention_dropout,
-                         softmax_plus_min_len, kernel_initializer, **kwargs)
+                         softmax_plus_min_len, kernel_initializer, recompute, **kwargs)
         self.heads = heads
         self.head_size = head_size
         self.out_dim = out_dim
@@ -185,7 +197,8 @@ class MultiHeadAttention(_AttentionBase):
         shape = ops.shape(x)
         return ops.reshape(x, [shape[0], shape[1], self.heads, size])
 
-    def call(self, inputs, mask=None, a_bias=None, p_bias=None, training=None):
+    def attend(self, inputs, mask=None, a_bias=None, p_bias=None, training=None):
+        """The layer's computation (``call`` adds recompute around it)."""
         (q, k, v), bias, sinusoidal = self._split_inputs(inputs, 3, a_bias, p_bias)
         masks = _as_list(mask) if mask is not None else [None] * len(_as_list(inputs))
         qw = self._heads(self.q_dense(q), self.key_size)

@@ -1,6 +1,8 @@
 """Position-wise feed-forward layer (RoFormerV2's FFN)."""
 import keras
 
+from gau_keras.layers.recompute import recompute_call
+
 
 @keras.saving.register_keras_serializable(package="gau_keras")
 class FeedForward(keras.layers.Layer):
@@ -11,9 +13,10 @@ class FeedForward(keras.layers.Layer):
     """
 
     def __init__(self, units, activation="relu", use_bias=True,
-                 kernel_initializer="glorot_uniform", **kwargs):
+                 kernel_initializer="glorot_uniform", recompute=False, **kwargs):
         super().__init__(**kwargs)
         self.supports_masking = True
+        self.recompute = bool(recompute)
         self.units = units
         activations = activation if isinstance(activation, (list, tuple)) else [activation]
         self.activation = [keras.activations.get(a) for a in activations]
@@ -32,7 +35,12 @@ class FeedForward(keras.layers.Layer):
                                           kernel_initializer=self.kernel_initializer, name="o_dense")
         self.o_dense.build(tuple(input_shape[:-1]) + (self.units,))
 
-    def call(self, inputs):
+    def call(self, inputs, training=None):
+        if self.recompute and training:
+            return recompute_call(self, self.feed_forward, [inputs])
+        return self.feed_forward(inputs)
+
+    def feed_forward(self, inputs):
         x = self.input_dense[0](inputs)
         for dense in self.input_dense[1:]:
             x = x * dense(inputs)
@@ -45,6 +53,6 @@ class FeedForward(keras.layers.Layer):
         config = super().get_config()
         activation = [keras.activations.serialize(a) for a in self.activation]
         config.update(units=self.units, activation=activation[0] if len(activation) == 1 else activation,
-                      use_bias=self.use_bias,
+                      use_bias=self.use_bias, recompute=self.recompute,
                       kernel_initializer=keras.initializers.serialize(self.kernel_initializer))
         return config

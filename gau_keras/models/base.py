@@ -8,6 +8,7 @@ import numpy as np
 from gau_keras import checkpoints
 from gau_keras.initializers import ScaledTruncatedNormal
 from gau_keras.layers import AttentionBias, Embedding, SinusoidalPositionEmbedding
+from gau_keras.layers.recompute import default_recompute
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +36,8 @@ class Transformer:
                  attention_dropout_rate=None, embedding_size=None, attention_head_size=None,
                  attention_key_size=None, sequence_length=None, keep_tokens=None,
                  compound_tokens=None, segment_vocab_size=2, max_position=512,
-                 layer_norm_epsilon=None, softmax_plus_min_len=16, normalization=None, with_mlm=False,
+                 layer_norm_epsilon=None, softmax_plus_min_len=16, normalization=None, recompute=None,
+                 with_mlm=False,
                  application="encoder", ignore_invalid_weights=False, layers=None,
                  prefix=None, name=None):
         if keep_tokens is not None:
@@ -63,6 +65,8 @@ class Transformer:
         self.layer_norm_epsilon = layer_norm_epsilon
         self.softmax_plus_min_len = softmax_plus_min_len
         self.normalization = normalization or self.default_normalization
+        # bert4keras's RECOMPUTE: the attention/FFN layers recompute their forward in the backward pass
+        self.recompute = default_recompute() if recompute is None else bool(recompute)
         self.application = application
         # bert4keras: LM and UniLM models always have the MLM head
         self.with_mlm = with_mlm or application in ("lm", "unilm")

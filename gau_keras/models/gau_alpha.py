@@ -21,7 +21,7 @@ class GAU_alpha(RoFormerV2):
         y = self.apply(inputs, GatedAttentionUnit, arguments=arguments, units=self.intermediate_size,
                        key_size=self.attention_key_size, activation=self.hidden_act, use_bias=False,
                        normalization=self.normalization, attention_dropout=self.attention_dropout_rate,
-                       softmax_plus_min_len=self.softmax_plus_min_len,
+                       softmax_plus_min_len=self.softmax_plus_min_len, recompute=self.recompute,
                        kernel_initializer=self.initializer, name=name)
         return self.residual(x, y, name)
 

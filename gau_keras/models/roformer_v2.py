@@ -61,12 +61,12 @@ class RoFormerV2(Transformer):
                        head_size=self.attention_head_size, out_dim=self.hidden_size,
                        key_size=self.attention_key_size, use_bias=False, normalization=self.normalization,
                        attention_dropout=self.attention_dropout_rate,
-                       softmax_plus_min_len=self.softmax_plus_min_len,
+                       softmax_plus_min_len=self.softmax_plus_min_len, recompute=self.recompute,
                        kernel_initializer=self.initializer, name=name)
         x = self.residual(x, y, name)
         name = f"Transformer-{index}-FeedForward"
         y = self.apply(x, FeedForward, units=self.intermediate_size, activation=self.hidden_act,
-                       use_bias=False, kernel_initializer=self.initializer, name=name)
+                       use_bias=False, recompute=self.recompute, kernel_initializer=self.initializer, name=name)
         return self.residual(x, y, name)
 
     def apply_final_layers(self, x):

@@ -1,0 +1,51 @@
+"""recompute=True (bert4keras's RECOMPUTE): the same gradients, dropout included,
+for GAU-alpha and RoFormerV2; the layers keep it through .keras round trips."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gau_keras import build_transformer_model
+from gau_keras.layers import FeedForward, GatedAttentionUnit
+from tests.model_utils import TINY
+
+
+def _gradients(model_name, recompute, dropout, graph, seed=7):
+    keras.utils.set_random_seed(0)
+    config = dict(TINY[model_name], hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    model = build_transformer_model(model=model_name, with_mlm="linear", recompute=recompute, **config)
+    ids = np.random.default_rng(0).integers(1, 60, size=(3, 17)).astype("int32")
+    ids[2, 11:] = 0
+    keras.utils.set_random_seed(seed)           # the dropout masks of this step
+
+    def step(ids):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.square(model([ids, tf.zeros_like(ids)], training=True)))
+        return loss, [tf.convert_to_tensor(g) for g in tape.gradient(loss, model.trainable_variables)]
+
+    loss, grads = (tf.function(step) if graph else step)(tf.constant(ids))
+    return model, loss, [g.numpy() for g in grads]
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "tf.function"])
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+@pytest.mark.parametrize("model_name", ["gau_alpha", "roformer_v2"])
+def test_gradients_identical(model_name, dropout, graph):
+    plain, plain_loss, expected = _gradients(model_name, False, dropout, graph)
+    model, loss, got = _gradients(model_name, True, dropout, graph)
+    assert float(loss) == pytest.approx(float(plain_loss), rel=1e-6)
+    for g, e, v in zip(got, expected, model.trainable_variables):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6, err_msg=v.path)
+    layers = [layer for layer in model.layers if isinstance(layer, (GatedAttentionUnit, FeedForward))]
+    assert layers and all(layer.recompute for layer in layers)
+
+
+def test_environment_switch_and_serialisation(monkeypatch, tmp_path):
+    monkeypatch.setenv("RECOMPUTE", "1")
+    model = build_transformer_model(model="gau_alpha", **TINY["gau_alpha"])
+    layer = model.get_layer("Transformer-0-GatedAttentionUnit")
+    assert layer.recompute
+    model.save(tmp_path / "m.keras")
+    assert keras.saving.load_model(tmp_path / "m.keras").get_layer(layer.name).recompute
+    monkeypatch.setenv("RECOMPUTE", "0")
+    assert not build_transformer_model(model="gau_alpha", **TINY["gau_alpha"]).get_layer(layer.name).recompute
