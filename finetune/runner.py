@@ -90,6 +90,13 @@ def build_parser(task_cls):
                         help="predict only the first N test examples (smoke runs; not a valid submission)")
     parser.add_argument("--predict-split", default="test",
                         help="the unlabelled split to write predictions for (default: %(default)s)")
+    parser.add_argument("--dropout", type=float, default=task_cls.dropout_rate,
+                        help="dropout of the task head (default: %(default)s)")
+    parser.add_argument("--devices", type=int, default=1,
+                        help="train with MirroredStrategy on this many devices: GPUs when there are enough, "
+                             "else logical CPU devices (default: 1, no strategy)")
+    parser.add_argument("--xla", choices=("auto", "on", "off"), default="auto",
+                        help="jit-compile the train step; auto: on for GPU/TPU, off on CPU (default: auto)")
     task_cls.add_arguments(parser)
     return parser
 
@@ -164,6 +171,37 @@ def build_transformer(args, task):
     return transformer, Tokenizer(vocab, do_lower_case=True)
 
 
+def use_xla(choice):
+    """``--xla``: auto is on for GPU/TPU and off on CPU (benchmarks/pretrain_throughput.py:
+    on CPU the compile time of each new batch shape outweighs the faster steps of a
+    fine-tuning run)."""
+    if choice != "auto":
+        return choice == "on"
+    import tensorflow as tf
+
+    return bool(tf.config.list_physical_devices("GPU") or tf.config.list_physical_devices("TPU"))
+
+
+def make_strategy(devices):
+    """The default strategy, or MirroredStrategy over ``devices`` GPUs (logical CPUs
+    when there are fewer GPUs; they must be configured before TensorFlow starts)."""
+    import tensorflow as tf
+
+    if devices == 1:
+        return tf.distribute.get_strategy()
+    gpus = tf.config.list_physical_devices("GPU")
+    if len(gpus) >= devices:
+        return tf.distribute.MirroredStrategy([f"/gpu:{i}" for i in range(devices)])
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * devices)
+    except RuntimeError as e:
+        if len(tf.config.list_logical_devices("CPU")) < devices:
+            raise ValueError(f"--devices {devices}: TensorFlow was started before the CPU could be split "
+                             f"into {devices} logical devices ({e})") from None
+    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(devices)])
+
+
 def make_optimizer(lr, weight_decay, total_steps):
     """AdamW with a linear warm-up over 10% of the steps, then a linear decay to 0."""
     import keras
@@ -232,7 +270,9 @@ def _write_json(path, value):
 
 
 def check_arguments(args):
-    for name, least in (("epochs", 0), ("batch_size", 1), ("maxlen", 8)):
+    if not 0 <= args.dropout < 1:
+        raise ValueError(f"--dropout must be in [0, 1), got {args.dropout}")
+    for name, least in (("epochs", 0), ("batch_size", 1), ("maxlen", 8), ("devices", 1)):
         value = getattr(args, name)
         if value < least:
             raise ValueError(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
@@ -270,17 +310,21 @@ def train_and_predict(task_cls, args):
     started = time.time()
     train = load_split(args.task_name, "train", args.data_dir, args.max_train_examples, seed=args.seed)
     dev = load_split(args.task_name, "dev", args.data_dir, args.max_eval_examples, seed=DEV_SUBSET_SEED)
-    transformer, tokenizer = build_transformer(args, task_cls)
-    task = task_cls(args.task_name, tokenizer, args.maxlen, **task_cls.options(args))
-    train_features, dev_features = encode(task, train, training=True), encode(task, dev, training=False)
-    model = task.build_model(transformer)
-    batches = PaddedBatches(train_features, args.batch_size, shuffle=True, seed=args.seed)
-    model.compile(optimizer=make_optimizer(args.lr, args.weight_decay, len(batches) * args.epochs),
-                  loss=task.loss())
+    strategy = make_strategy(args.devices)
+    with strategy.scope():
+        transformer, tokenizer = build_transformer(args, task_cls)
+        task = task_cls(args.task_name, tokenizer, args.maxlen, **task_cls.options(args))
+        task.dropout_rate = args.dropout
+        train_features, dev_features = encode(task, train, training=True), encode(task, dev, training=False)
+        model = task.build_model(transformer)
+        batches = PaddedBatches(train_features, args.batch_size, shuffle=True, seed=args.seed)
+        model.compile(optimizer=make_optimizer(args.lr, args.weight_decay, len(batches) * args.epochs),
+                      loss=task.loss(), jit_compile=use_xla(args.xla))
     paths["weights"].parent.mkdir(parents=True, exist_ok=True)
     record = {"task": args.task_name, "module": task_module(task_cls)[0], "metric": task.metric,
               "args": dict(vars(args)), "train_examples": len(train), "train_features": len(train_features),
-              "dev_examples": len(dev), "epochs": [], "best": None}
+              "dev_examples": len(dev), "replicas": strategy.num_replicas_in_sync,
+              "xla": bool(model.jit_compile), "epochs": [], "best": None}
 
     def evaluate(trained):
         return task.score(dev, predict(task, trained, dev, dev_features, args.batch_size, "dev"))
@@ -313,6 +357,12 @@ def run(task_cls, argv=None):
     """Command-line entry of a task module; returns the exit status."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args = build_parser(task_cls).parse_args(argv)
+    if args.devices > 1:
+        try:   # before anything starts TensorFlow's runtime
+            make_strategy(args.devices)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     try:
         record = train_and_predict(task_cls, args)
     except (FileNotFoundError, FileExistsError, ValueError) as error:

@@ -42,7 +42,9 @@ def choose_strategy(tpu=None):
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
         return tf.distribute.TPUStrategy(resolver), "tpu"
-    gpus = tf.config.list_logical_devices("GPU")
+    # physical devices: listing logical ones would initialise the runtime, after which
+    # MultiWorkerMirroredStrategy can no longer configure its collective ops
+    gpus = tf.config.list_physical_devices("GPU")
     kind = "gpu" if gpus else "cpu"
     tf_config = json.loads(os.environ.get("TF_CONFIG", "{}"))
     if len(tf_config.get("cluster", {}).get("worker", [])) > 1:
@@ -122,15 +124,19 @@ class Trainer:
             self.model = self.transformer.model
             self.optimizer = self._optimizer()
             self.optimizer.build(self.model.trainable_variables)
-            self.micro_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="micro_step")
+            self.micro_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="micro_step",
+                                          aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
             # The MLM head runs on at most max_predictions masked positions per
             # sequence instead of all of them (the vocab projection dominates).
             self.encoder = (keras.Model(self.model.inputs, self.transformer.encoder_output)
                             if hasattr(self.transformer, "mlm_logits") else None)
         data = config["data"]
         self.max_predictions = min(data["max_predictions"] or -(-data["maxlen"] // 4), data["maxlen"])
+        # Every worker runs the same pipeline of global batches (a plain, checkpointable
+        # iterator) and hands each of its replicas its rows (``_distribute``): the run sees
+        # the batches one worker would, whatever the number of workers, and resumes exactly.
         self.dataset = self._dataset(data["train"], repeat=True, dynamic_mask=data["dynamic_mask"])
-        self.iterator = iter(self.strategy.experimental_distribute_dataset(self.dataset))
+        self.iterator = iter(self.dataset)
         # Dropout's random state lives in Keras SeedGenerators, which tf.train
         # does not track through the model: save it explicitly so a resumed run
         # draws the same masks as an uninterrupted one.
@@ -212,12 +218,13 @@ class Trainer:
             raise SystemExit(f"error: data.batch_size={batch} is not divisible by the "
                              f"{self.strategy.num_replicas_in_sync} replicas")
         try:
-            return tfrecord.load_dataset(
+            dataset = tfrecord.load_dataset(
                 pattern, batch, maxlen=data["maxlen"], dynamic_mask=dynamic_mask, shuffle=repeat,
                 shuffle_buffer=data["shuffle_buffer"], seed=data["seed"], repeat=repeat, drop_remainder=True,
                 mask_token_id=self.tokenizer.token_mask_id, random_token_ids=random_token_ids(self.token_dict))
         except (FileNotFoundError, ValueError) as e:
             raise SystemExit(f"error: {self.config['config_path']}: {e}") from None
+        return dataset
 
     def _restore_or_initialise(self):
         # every worker restores the chief's checkpoints; only the chief repairs the folder
@@ -272,9 +279,23 @@ class Trainer:
             return [self.strategy.reduce("sum", s, axis=None) for s in sums]
         return step
 
+    def _distribute(self, batch):
+        """A global batch as per-replica values: replica r gets rows [r·b, (r+1)·b)."""
+        replicas = self.strategy.num_replicas_in_sync
+        if replicas == 1:
+            return batch
+        rows = self.config["data"]["batch_size"] // replicas
+
+        def rows_of(context):
+            start = context.replica_id_in_sync_group * rows
+            return tf.nest.map_structure(lambda t: t[start:start + rows], batch)
+
+        return self.strategy.experimental_distribute_values_from_function(rows_of)
+
     def train_step(self, batch):
         """One micro-step; compiles with XLA first and falls back without it.
         Returns the batch's summed (loss, correct, counted, all masked) tensors."""
+        batch = self._distribute(batch)
         if self._step_fn is None:
             if self.xla:
                 try:
@@ -305,7 +326,7 @@ class Trainer:
             self._last_record = self._log(update, [float(x) for x in self._window])
             self._window = None
         if (train["eval_every"] and (update % train["eval_every"] == 0 or update == train["steps"])
-                and self.config["data"]["eval"]):
+                and self.config["data"]["eval"] and self.is_chief):
             self._log_eval(update)
         if update % train["save_every"] == 0:
             self.manager.save(checkpoint_number=update)

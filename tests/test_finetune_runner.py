@@ -3,6 +3,7 @@ import importlib
 import itertools
 import json
 import runpy
+import subprocess
 import sys
 
 import numpy as np
@@ -13,6 +14,7 @@ from finetune.batching import PaddedBatches, pad_stack
 from finetune.task import Feature
 from finetune.tnews import TnewsTask
 from gau_keras.data.clue import TASKS
+from tests.conftest import REPO_ROOT
 from tests.finetune_utils import tiny_model_dir
 
 
@@ -134,3 +136,29 @@ def test_every_task_module_has_the_command_line(module, capsys, monkeypatch):
         assert option in usage
     assert usage.startswith(f"usage: python -m finetune.{module} ")
     assert importlib.import_module(f"finetune.{module}").__doc__.split("\n")[0] in usage.replace("\n", " ")
+
+
+def test_two_devices_give_the_same_dev_metric(tmp_path, shared_data):
+    """MirroredStrategy on 2 logical CPU devices vs one device (separate processes: the
+    device split must happen before TensorFlow starts). Dropout 0: with dropout each
+    replica draws its own masks."""
+    data_dir, texts = _small_copy(shared_data, tmp_path / "data", rows=48)
+    model_dir = tiny_model_dir(str(tmp_path / "model"), texts)
+    config_path = tmp_path / "model" / "bert_config.json"
+    config = json.loads(config_path.read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config_path.write_text(json.dumps(config))
+    records = {}
+    for devices in (1, 2):
+        out = tmp_path / f"out{devices}"
+        command = [sys.executable, "-m", "finetune.tnews", "--data-dir", str(data_dir), "--model-dir", model_dir,
+                   "--out-dir", str(out), "--epochs", "2", "--batch-size", "8", "--maxlen", "32", "--seed", "3",
+                   "--lr", "1e-3", "--dropout", "0", "--devices", str(devices)]
+        result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        records[devices] = json.loads((out / "tnews_metrics.json").read_text())
+    one, two = records[1], records[2]
+    assert [e["accuracy"] for e in two["epochs"]] == [e["accuracy"] for e in one["epochs"]]
+    assert [e["train_loss"] for e in two["epochs"]] == pytest.approx([e["train_loss"] for e in one["epochs"]],
+                                                                     rel=1e-4)
+    assert (one["replicas"], two["replicas"]) == (1, 2)
