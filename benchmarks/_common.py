@@ -248,12 +248,15 @@ def run_side_by_side(workers, repeats, warmup=1):
     """Warm-up, then ``repeats`` rounds of one step per worker, alternating the
     order every round (ABBA) so that drift hits every worker alike.
 
-    Returns ``{label: {'seconds': [...], 'peak_bytes': int, 'baseline_bytes': int}}``.
+    Returns ``{label: {'seconds': [...], 'peak_bytes': int, 'baseline_bytes': int,
+    'warmup_seconds': float}}``.
     """
     labels = list(workers)
     results = {label: {"seconds": []} for label in labels}
     for label in labels:
+        start = time.perf_counter()
         results[label]["baseline_bytes"] = workers[label].request("warmup", n=warmup)["baseline_bytes"]
+        results[label]["warmup_seconds"] = time.perf_counter() - start   # compiles included
     for r in range(repeats):
         for label in (labels if r % 2 == 0 else labels[::-1]):
             results[label]["seconds"].append(workers[label].request("step")["seconds"])

@@ -22,7 +22,7 @@ characters (each batch padded to its longest, as the runner does):
   * fit: ``model.fit`` on the runner's ``tf_dataset``, ``jit_compile`` on/off;
   * bare: one ``tf.function`` train step on the same batches.
 The first pass over the batches (XLA compiles every new batch length) is the
-warm-up and reported as such; timed rounds reuse the same batches.
+warm-up, reported as "first pass"; timed rounds reuse the same batches.
 
 Every variant runs in its own worker process; the parent alternates them
 round by round (order flipped each round, ``_common.run_side_by_side``), so
@@ -327,11 +327,13 @@ def main(argv=None):
     results = measure(argvs, args.repeats)
     pairs = [(f"fit, {xla_name[x]}", f"bare, {xla_name[x]}") for x in args.xla]
     rows, _ = table_rows(results, args.updates, pairs)
+    for row, (fit, _) in zip(rows, pairs):    # the first pass: every batch length compiled once
+        row.append(_common.format_number(results[fit]["warmup_seconds"]))
     print(f"\nfine-tuning (finetune.tnews head, batch 32, titles of 8-62 characters): "
           f"{results[pairs[0][0]]['params']:,} parameters, {args.updates} steps per round (one pass over the "
           f"same batches), {args.repeats} rounds after 1 warm-up round")
     print(_common.markdown_table(["variant", "s/step", "bare s/step", "fit / bare (same XLA)",
-                                  "fit / fastest bare"], rows))
+                                  "fit / fastest bare", f"first pass s ({args.updates} steps, compiles)"], rows))
 
 
 if __name__ == "__main__":

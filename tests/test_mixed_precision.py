@@ -3,7 +3,7 @@ masking, the MLM head's softmax and the SRU recurrence run in float32.
 
 Checked on trained models (random initialisation keeps activations small and
 hides overflow): the bundled GAU-alpha, and a RoFormerV2 and an SRU++
-pretrained here for 300 updates at a high learning rate. Also: pretraining
+pretrained here for 300 updates (LAMB 1e-2). Also: pretraining
 under mixed_float16 with loss scaling tracks the float32 losses.
 """
 import json
@@ -44,14 +44,14 @@ def _probabilities(model_dir, model, policy, texts):
     finally:
         keras.mixed_precision.set_global_policy("float32")
     ids = _batch(tokenizer, texts)
-    probs = network.predict([ids, np.zeros_like(ids)], verbose=0)
+    probs = network.predict([ids, np.zeros_like(ids)][:len(network.inputs)], verbose=0)
     assert probs.dtype == np.float32
     return probs, ids > 0
 
 
 @pytest.fixture(scope="module")
 def trained_dirs(tmp_path_factory):
-    """RoFormerV2 and SRU++ exports after 300 updates at a high learning rate."""
+    """RoFormerV2 and SRU++ exports after 300 updates (LAMB 1e-2)."""
     root = tmp_path_factory.mktemp("trained")
     shards = make_shards(root)
     dirs = {}
@@ -61,7 +61,7 @@ def trained_dirs(tmp_path_factory):
         config = json.loads(open(path).read())
         base = {k: config["model_config"][k] for k in ("vocab_size", "hidden_size", "num_hidden_layers")}
         config.update(model=model, model_config={**base, **extra})
-        config["optimizer"].update(learning_rate=3e-2, gradient_accumulation_steps=1, schedule={"0": 1})
+        config["optimizer"].update(learning_rate=1e-2, gradient_accumulation_steps=1, schedule={"0": 1})
         open(path, "w").write(json.dumps(config))
         assert pretrain.main(["--config", path]) == 0
         dirs[model] = str(root / model / "export")
@@ -91,10 +91,16 @@ def test_pretraining_under_mixed_float16_tracks_float32(tmp_path, restore_policy
         path = write_config(tmp_path, shards, precision, steps=30, save_every=30, precision=precision)
         config = json.loads(open(path).read())
         config["optimizer"].update(learning_rate=1e-2, gradient_accumulation_steps=1, schedule={"0": 1})
+        # no dropout: Keras draws dropout masks in the compute dtype, so float16 would get other masks
+        config["model_config"].update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
         open(path, "w").write(json.dumps(config))
         assert pretrain.main(["--config", path]) == 0
         runs[precision] = np.array(losses(tmp_path, precision))
     assert len(runs["float32"]) == 30 and np.isfinite(runs["mixed_float16"]).all()
-    np.testing.assert_allclose(runs["mixed_float16"], runs["float32"], rtol=2e-2)
+    # (an update whose batch had no masked token logs loss 0 in both)
+    relative = np.abs(runs["mixed_float16"] - runs["float32"]) / np.maximum(runs["float32"], 1e-6)
+    # the first update is the same network in two precisions; then float16 rounding moves the
+    # trajectory a little every step (the 1e-2 learning rate of a 16-wide model amplifies it)
+    assert relative[0] < 1e-3 and relative.max() < 3e-2 and relative.mean() < 1e-2
     log = [json.loads(line) for line in (tmp_path / "mixed_float16" / "log.jsonl").read_text().splitlines()]
     assert all(record["loss_scale"] > 1 for record in log if "loss" in record)
