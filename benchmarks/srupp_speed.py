@@ -57,7 +57,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from gau_keras import kernels  # noqa: E402
+from gau_keras.recurrence import native as kernels  # noqa: E402
 from gau_keras.layers import SRUpp  # noqa: E402
 from gau_keras.recurrence import TRACE_SCOPE, sru_recurrence, sru_recurrence_autodiff  # noqa: E402
 

@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from gau_keras import kernels, recurrence
+from gau_keras import recurrence
+from gau_keras.recurrence import native as kernels
+from gau_keras.recurrence import xla
+from gau_keras.recurrence.layout import prepare
 from gau_keras.recurrence import kernel_choice, sru_recurrence, sru_recurrence_autodiff
 
 
@@ -268,15 +271,15 @@ def test_xla_in_place_backward_equals_the_plain_graph_one(implementation, rng, c
     if implementation == "native":
         pytest.skip("the XLA loops alone")
     args = make_inputs(rng, **case)
-    U, x, w, b, c0, pad, scale, mask_c, _ = recurrence._prepare(
+    prepared = prepare(
         args["U"], args["x"], args["weight_c"], args["bias"], args["c0"], args["mask_pad"], args["scale_x"],
         args["dropout_mask"], case["bidirectional"])
-    inputs = (U, x, w, b, c0, pad, scale, mask_c)
-    fwd, bwd = recurrence._compiled("float64", case["bidirectional"])
+    inputs = prepared.tensors
+    fwd, bwd = xla.compiled("float64", prepared.layout)
     if not getattr(bwd, "_jit_compile", False):
         pytest.skip("XLA does not compile the loops here (the plain graph pair is in use)")
     h, c_last, c_seq = fwd(*inputs)
     dh, dc_last = tf.constant(rng.normal(size=h.shape)), tf.constant(rng.normal(size=c_last.shape))
-    plain = tf.function(functools.partial(recurrence._backward, bidirectional=case["bidirectional"]))
+    plain = tf.function(functools.partial(xla.backward, prepared.layout))
     for ours, ref in zip(bwd(*inputs, c_seq, dh, dc_last), plain(*inputs, c_seq, dh, dc_last)):
         np.testing.assert_allclose(ours.numpy(), ref.numpy(), rtol=1e-12, atol=1e-12)

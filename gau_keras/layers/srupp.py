@@ -264,6 +264,30 @@ def uses_attention(index, num_layers, attention_every_n_layers=1, attention_last
     return (index + 1) % attention_every_n_layers == 0
 
 
+#: the SRUppCell options every layer of a stack shares, with the reference's defaults
+SHARED_CELL_OPTIONS = {"num_heads": 1, "dropout": 0.0, "attn_dropout": 0.0, "bidirectional": False,
+                       "layer_norm": False, "normalize_after": False, "attn_layer_norm": True,
+                       "highway_bias": -2.0, "rescale": False, "weight_c_init": 1.0}
+
+
+def stacked_cell_options(index, num_layers, attention_every_n_layers=1, attention_last_n_layers=-1,
+                         **shared):
+    """The ``SRUppCell`` keyword arguments of layer ``index`` of a stack of ``num_layers``.
+
+    The reference's stacking rules, written once for the ``SRUpp`` layer and
+    the SRU++ models: attention by ``uses_attention``; the variational hidden
+    dropout (at the transform's dropout rate) on every layer but the last.
+    ``shared``: the ``SHARED_CELL_OPTIONS`` (and e.g. ``causal``, ``hidden_size``).
+    """
+    unknown = sorted(set(shared) - set(SHARED_CELL_OPTIONS) - {"hidden_size", "proj_size", "causal"})
+    if unknown:
+        raise TypeError(f"stacked_cell_options: unknown option(s) {unknown}")
+    options = {**SHARED_CELL_OPTIONS, **shared}
+    options.update(attention=uses_attention(index, num_layers, attention_every_n_layers, attention_last_n_layers),
+                   hidden_dropout=options["dropout"] if index + 1 != num_layers else 0.0)
+    return options
+
+
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class SRUpp(keras.layers.Layer):
     """A stack of SRU++ layers on batch-major input, equal to the official
@@ -294,15 +318,12 @@ class SRUpp(keras.layers.Layer):
         self.rescale, self.weight_c_init = rescale, weight_c_init
         self.proj_input_to_hidden_first = proj_input_to_hidden_first
         self.output_size = hidden_size * (2 if bidirectional else 1)
-        self.cells = [
-            SRUppCell(hidden_size, proj_size,
-                      attention=uses_attention(i, num_layers, attention_every_n_layers, attention_last_n_layers),
-                      num_heads=num_heads, dropout=dropout, attn_dropout=attn_dropout,
-                      hidden_dropout=dropout if i + 1 != num_layers else 0.0, bidirectional=bidirectional,
-                      layer_norm=layer_norm, normalize_after=normalize_after, attn_layer_norm=attn_layer_norm,
-                      highway_bias=highway_bias, rescale=rescale, weight_c_init=weight_c_init,
-                      name=f"cell_{i}", dtype=self.dtype_policy)
-            for i in range(num_layers)]
+        shared = {name: getattr(self, name) for name in SHARED_CELL_OPTIONS}
+        self.cells = [SRUppCell(hidden_size=hidden_size, proj_size=proj_size, name=f"cell_{i}",
+                                dtype=self.dtype_policy,
+                                **stacked_cell_options(i, num_layers, attention_every_n_layers,
+                                                       attention_last_n_layers, **shared))
+                      for i in range(num_layers)]
         self.input_to_hidden = None
         self.supports_masking = True
 

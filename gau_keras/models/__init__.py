@@ -3,4 +3,4 @@ from gau_keras.models.base import Transformer
 from gau_keras.models.builder import MODELS, build_transformer_model
 from gau_keras.models.gau_alpha import GAU_alpha
 from gau_keras.models.roformer_v2 import RoFormerV2
-from gau_keras.models.srupp import SRUpp
+from gau_keras.models.srupp import SRUppModel

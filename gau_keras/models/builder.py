@@ -6,7 +6,7 @@ import os
 from gau_keras.models.config import CONFIG_ALIASES, METADATA_KEYS, read_config, validate
 from gau_keras.models.gau_alpha import GAU_alpha
 from gau_keras.models.roformer_v2 import RoFormerV2
-from gau_keras.models.srupp import SRUpp
+from gau_keras.models.srupp import SRUppModel
 
 logger = logging.getLogger(__name__)
 
@@ -17,7 +17,7 @@ MODELS = {
     "roformer_v2": RoFormerV2,
     "roformer-v2": RoFormerV2,
     "roformerv2": RoFormerV2,
-    "srupp": SRUpp,
+    "srupp": SRUppModel,
 }
 
 def load_config(config_path):

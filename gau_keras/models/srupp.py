@@ -37,7 +37,7 @@ import keras
 from keras import ops
 
 from gau_keras.layers import Embedding, SRUppAttention, SRUppCell
-from gau_keras.layers.srupp import uses_attention
+from gau_keras.layers.srupp import stacked_cell_options
 from gau_keras.models.base import Transformer
 
 
@@ -64,8 +64,9 @@ class SegmentMemory(keras.layers.Layer):
         return {**super().get_config(), "memory_length": self.memory_length}
 
 
-class SRUpp(Transformer):
-    """SRU++ language model / encoder (see the module docstring).
+class SRUppModel(Transformer):
+    """SRU++ language model / encoder (see the module docstring); not to be
+    confused with the ``gau_keras.layers.SRUpp`` stack of SRU++ layers.
 
     hidden_size is the per-direction width d of every SRU++ layer, proj_size
     the attention width p (default hidden_size // 4, the paper's ratio),
@@ -81,7 +82,7 @@ class SRUpp(Transformer):
         kwargs.setdefault("segment_vocab_size", 0)
         super().__init__(vocab_size, hidden_size, num_hidden_layers, **kwargs)
         if self.application == "unilm":
-            raise ValueError("SRUpp models support application='lm' or 'encoder', not 'unilm'")
+            raise ValueError("SRU++ models support application='lm' or 'encoder', not 'unilm'")
         if memory_length and self.application != "lm":
             raise ValueError(f"memory_length={memory_length} needs application='lm', got {self.application!r}")
         self.proj_size = proj_size or max(hidden_size // 4, 1)
@@ -119,16 +120,14 @@ class SRUpp(Transformer):
             arguments = {"memory": memory, "initial_state": self.inputs[1 + n + index], "return_state": True}
             self.new_memory.append(self.apply([memory, x], SegmentMemory, memory_length=self.memory_length,
                                               name=f"Output-Memory-{index}"))
-        y = self.apply(x, SRUppCell, arguments=arguments, hidden_size=self.hidden_size, proj_size=self.proj_size,
-                       attention=uses_attention(index, n, self.attention_every_n_layers,
-                                                self.attention_last_n_layers),
-                       num_heads=self.num_attention_heads, dropout=self.dropout_rate,
-                       attn_dropout=self.attention_dropout_rate,
-                       hidden_dropout=self.dropout_rate if index + 1 != n else 0.0,
-                       bidirectional=self.bidirectional, layer_norm=self.layer_norm,
-                       normalize_after=self.normalize_after, attn_layer_norm=self.attn_layer_norm,
-                       highway_bias=self.highway_bias, rescale=self.rescale, weight_c_init=self.weight_c_init,
-                       causal=self.application == "lm", name=f"SRUpp-{index}")
+        options = stacked_cell_options(
+            index, n, self.attention_every_n_layers, self.attention_last_n_layers, hidden_size=self.hidden_size,
+            proj_size=self.proj_size, num_heads=self.num_attention_heads, dropout=self.dropout_rate,
+            attn_dropout=self.attention_dropout_rate, bidirectional=self.bidirectional, layer_norm=self.layer_norm,
+            normalize_after=self.normalize_after, attn_layer_norm=self.attn_layer_norm,
+            highway_bias=self.highway_bias, rescale=self.rescale, weight_c_init=self.weight_c_init,
+            causal=self.application == "lm")
+        y = self.apply(x, SRUppCell, arguments=arguments, name=f"SRUpp-{index}", **options)
         if self.memory_length:
             y, state = y
             # Reshape (a no-op here) because it drops the token mask, which a [B, D] state must not carry

@@ -1,7 +1,10 @@
-"""Native CPU kernels, compiled on first use against the installed TensorFlow.
+"""The native CPU kernel of the recurrence: builder and bridge.
 
-``load()`` returns the module of ops from ``sru_ops.cc`` (the fused SRU
-recurrence used by `gau_keras.recurrence` on CPU).  The shared library is built
+``sru_ops.cc`` (beside this file) fuses the forward and the backward pass: one
+pass over time per (batch row, direction) chain, chains spread over the CPU
+threads. ``pair(layout)`` gives its (forward, backward) with the signatures of
+the XLA pair; ``load()`` returns the module of ops, compiled on first use
+against the installed TensorFlow.  The shared library is built
 once with the system C++ compiler (``$CXX``, else ``g++``) and TensorFlow's own
 compile and link flags, into a cache folder keyed by the source, TensorFlow's
 version, the compiler and the CPU's vector extensions:
@@ -135,3 +138,24 @@ def load():
         return tf.load_op_library(str(target))
     except (OSError, tf.errors.OpError) as error:
         raise KernelUnavailable(f"{SOURCE.name}: {type(error).__name__}: {error}") from error
+
+
+def pair(layout):
+    """(forward, backward) of the fused C++ kernels (``sru_ops.cc``), with the XLA
+    pair's signatures; their c_seq is batch-major [B, L, dirs·d]."""
+    import tensorflow as tf
+
+    ops = load()
+    bidirectional = layout.bidirectional
+
+    def forward(U, x, weight_c, bias, c0, pad, scale_x, mask_c):
+        return ops.gau_keras_sru_forward(U, x, weight_c, bias, c0, pad, scale_x, mask_c,
+                                         bidirectional=bidirectional)
+
+    def backward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last):
+        dU, dx, dw_rows, db_rows, dc0, dscale_rows = ops.gau_keras_sru_backward(
+            U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last, bidirectional=bidirectional)
+        # per-batch-row partial sums (dscale_rows is all zeros when k = 4, which has no scale_x term)
+        return (dU, dx, tf.reduce_sum(dw_rows, 0), tf.reduce_sum(db_rows, 0), dc0, tf.reduce_sum(dscale_rows))
+
+    return forward, backward

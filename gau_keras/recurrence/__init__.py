@@ -1,0 +1,136 @@
+"""The SRU elementwise recurrence (docs/srupp.md) with a hand-written gradient.
+
+The matrix work that produces U stays outside (batched over all steps); here
+only the elementwise recurrence runs, forward in time and then, for the
+gradient (``tf.custom_gradient``), backward in time, keeping only c between
+the two (the op's own inputs are referenced, not copied; autodiff through a
+``tf.while_loop`` keeps every intermediate of every step).  Two
+implementations of that forward/backward pair:
+
+* ``native`` (the default on CPU): ``native/sru_ops.cc``, one fused pass over
+  time per (batch row, direction) chain, compiled on first use;
+* ``xla``: XLA-compiled loops, used on GPU/TPU, inside XLA-compiled
+  functions, for dtypes the kernel lacks and without a C++ compiler.
+
+The package: ``layout`` (the call's static layout, parsed once, and argument
+preparation), ``xla``, ``native`` (kernel builder and bridge), ``reference``
+(``sru_recurrence_autodiff``, the same maths differentiated by autodiff).
+
+`kernel_choice` says which one a call uses.  Both directions of a
+bidirectional layer run at once (direction 1 reversed in time).
+float16/bfloat16 are computed in float32, float64 stays float64.
+
+"""
+import functools
+import os
+import warnings
+
+import tensorflow as tf
+
+from gau_keras.recurrence import native, xla
+from gau_keras.recurrence.layout import Layout, prepare
+from gau_keras.recurrence.reference import sru_recurrence_autodiff
+
+__all__ = ["sru_recurrence", "sru_recurrence_autodiff", "kernel_choice", "Layout", "TRACE_SCOPE"]
+
+#: name scope of the forward and backward ops (graph node names contain it; benchmarks/srupp_speed.py
+#: finds the recurrence's share of a training step by it in a profiler trace)
+TRACE_SCOPE = "sru_recurrence_kernel"
+
+
+def _in_xla_context():
+    """True while tracing inside an XLA-compiled function (no XLA kernel exists for the native op)."""
+    try:
+        from tensorflow.python.ops import control_flow_util
+
+        return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+    except Exception:  # noqa: BLE001 - a private API: when it is gone, assume XLA and stay safe
+        return True
+
+
+def kernel_choice(dtype=tf.float32, implementation=None):
+    """Which implementation ``sru_recurrence`` uses now: "native" or "xla".
+
+    ``implementation`` (default: ``$GAU_KERAS_SRU_KERNEL``, else "auto"):
+    "auto" uses the native CPU kernel for
+    float32/float64 when no GPU or TPU is visible and the call is not being
+    compiled by XLA, and the XLA loops otherwise (also when the kernel cannot
+    be built here); "native" requires the kernel (raises KernelUnavailable);
+    "xla" always uses the XLA loops (plain graph loops when XLA fails)."""
+    mode = implementation or os.environ.get("GAU_KERAS_SRU_KERNEL") or "auto"
+    if mode not in ("auto", "native", "xla"):
+        source = "implementation" if implementation else "GAU_KERAS_SRU_KERNEL"
+        raise ValueError(f"sru_recurrence: {source}={mode!r}; expected 'auto', 'native' or 'xla'")
+    if mode == "xla":
+        return "xla"
+    if mode == "native":
+        native.load()
+        return "native"
+    if (tf.as_dtype(dtype) not in (tf.float32, tf.float64) or _in_xla_context()
+            or tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU")):
+        return "xla"
+    try:
+        native.load()
+    except native.KernelUnavailable as reason:
+        _warn_once(f"gau_keras: native SRU kernel unavailable, using the XLA loops: {reason}")
+        return "xla"
+    return "native"
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_once(message):
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _core(layout, U, x, weight_c, bias, c0, pad, scale_x, mask_c, implementation=None):
+    """Differentiable in U, x, weight_c, bias, c0, scale_x; all in one compute dtype."""
+    if kernel_choice(U.dtype, implementation) == "native":
+        fwd, bwd = native.pair(layout)
+    else:
+        fwd, bwd = xla.compiled(U.dtype.name, layout)
+
+    @tf.custom_gradient
+    def op(U, x, weight_c, bias, c0, scale_x):
+        # Nothing inside is recorded by autodiff (the gradient is ``grad``), which
+        # also keeps the compiled loop from exporting its intermediates.
+        inputs = [tf.stop_gradient(t) for t in (U, x, weight_c, bias, c0, pad, scale_x, mask_c)]
+        with tf.name_scope(TRACE_SCOPE):  # the name profilers find the recurrence's ops by
+            h, c_last, c_seq = fwd(*inputs)
+
+        def grad(dh, dc_last):
+            with tf.name_scope(TRACE_SCOPE):
+                dc_last = tf.zeros_like(c_last) if dc_last is None else dc_last
+                return bwd(*inputs, c_seq, dh, dc_last)
+
+        return (h, c_last), grad
+
+    return op(U, x, weight_c, bias, c0, scale_x)
+
+
+def sru_recurrence(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,
+                   dropout_mask=None, bidirectional=False, implementation=None):
+    """The SRU elementwise recurrence with a fused custom gradient.
+
+    Args:
+        U: [B, L, dirs·d·k], k = 3 or 4, the k values of one hidden unit adjacent;
+            directions laid out [dir0 block | dir1 block].
+        x: [B, L, d_in]; the skip term (times ``scale_x``) when k = 3, where d_in
+            must be dirs·d (forward skip x[..., :d], backward skip x[..., d:]).
+        weight_c, bias: [2·dirs·d], laid out [2, dirs, d] (forget then reset).
+        c0: [B, dirs·d] initial state, zeros when None.
+        mask_pad: [B, L] bool, True = padding (state carried, output 0).
+        scale_x: one value (a scalar or any one-element tensor) multiplying the
+            k = 3 skip term (1 when None).
+        dropout_mask: [B, dirs·d] multiplier on c in h (1 when None); no gradient.
+        bidirectional: the second direction runs t = L−1 … 0.
+        implementation: "auto" (default, or ``$GAU_KERAS_SRU_KERNEL``): the fused
+            C++ kernel on CPU, the XLA loops on GPU/TPU and inside XLA-compiled
+            functions; "native" or "xla" to force one (see ``kernel_choice``).
+
+    Returns:
+        (h [B, L, dirs·d], c_last [B, dirs·d]) in U's dtype; float16/bfloat16
+        are computed in float32, float64 in float64.
+    """
+    p = prepare(U, x, weight_c, bias, c0, mask_pad, scale_x, dropout_mask, bidirectional)
+    h, c_last = _core(p.layout, *p.tensors, implementation=implementation)
+    return tf.cast(h, p.out_dtype), tf.cast(c_last, p.out_dtype)
