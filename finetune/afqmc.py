@@ -8,18 +8,10 @@ the outputs (``bustm_predict.json`` ...); the model is the same.
 """
 import sys
 
+from finetune.classification import classification_task
 from finetune.runner import run
-from finetune.task import ClassificationTask
 
-
-class AfqmcTask(ClassificationTask):
-    """Input: ``[CLS] sentence1 [SEP] sentence2 [SEP]``; label "0"/"1"."""
-    task_names = ("afqmc", "bustm")
-    defaults = dict(epochs=3, batch_size=32, maxlen=128, lr=5e-5)
-
-    def texts(self, example):
-        return example.text_a, example.text_b
-
+AfqmcTask = classification_task("afqmc", __name__)
 
 if __name__ == "__main__":
     sys.exit(run(AfqmcTask))

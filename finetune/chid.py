@@ -42,6 +42,7 @@ def keep_around(left, right, budget):
 class ChidTask(Task):
     task_names = ("chid",)
     defaults = dict(epochs=3, batch_size=16, maxlen=128, lr=5e-5)
+    budget = dict(epochs=5, maxlen=64)
     with_mlm = True
 
     def features(self, example, training):

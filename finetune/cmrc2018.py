@@ -59,6 +59,7 @@ class Cmrc2018Task(Task):
     task_names = ("cmrc2018",)
     metric = "f1"
     defaults = dict(epochs=2, batch_size=16, maxlen=256, lr=5e-5)
+    budget = dict(epochs=3, maxlen=192, max_eval_examples=400)
 
     def __init__(self, task_name, tokenizer, maxlen, doc_stride=128, max_question_len=64, max_answer_len=32):
         super().__init__(task_name, tokenizer, maxlen)

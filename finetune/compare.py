@@ -7,12 +7,15 @@
 
 A variant is ``LABEL=ARGS``: ARGS are extra command-line arguments given to every
 task script of that variant (empty: the bundled GAU-alpha). Each (variant, task)
-runs ``python -m finetune.<module>`` in its own process with the task's budget
-from `PROTOCOL` (sized for a 2-core CPU) and the shared ``--lr``/``--seed``;
-its outputs and log go to ``OUT_DIR/<label>/``. A run whose metrics file says
-it finished is not repeated, so an interrupted comparison resumes where it
-stopped. At the end the best dev metric of every run is printed as a markdown
-table and written to ``OUT_DIR/summary.md`` and ``OUT_DIR/summary.json``.
+runs ``python -m finetune.<command>`` in its own process with the command's
+defaults overridden by its ``budget`` (sized for a 2-core CPU; see ``COMPARED``)
+and the shared ``--seed``, once per rate of ``--lrs`` (or the one ``--lr``):
+the best rate on dev is kept per variant and task, so every starting point gets
+the same grid. Outputs and logs go to ``OUT_DIR/<label>/`` (``.../lr<rate>/``
+with a grid). A run whose metrics file says it finished is not repeated, so an
+interrupted comparison resumes where it stopped. At the end the best dev metric
+of every (variant, task) and the average over the tasks are printed as a
+markdown table and written to ``OUT_DIR/summary.md`` and ``OUT_DIR/summary.json``.
 """
 import argparse
 import json
@@ -23,21 +26,27 @@ import subprocess
 import sys
 import time
 
-#: task name -> (module, budget arguments). Few-shot tasks (160-202 training rows) get more epochs;
-#: large ones a training subset. Only the first 100 test rows are predicted: the table is about dev.
-PROTOCOL = {
-    "tnews": ("tnews", "--epochs 10 --maxlen 64 --batch-size 32"),
-    "iflytek": ("iflytek", "--epochs 4 --maxlen 128 --batch-size 32"),
-    "ocnli_full": ("ocnli", "--epochs 2 --maxlen 64 --batch-size 32 --max-train-examples 3000 "
-                            "--max-eval-examples 1000"),
-    "bustm": ("afqmc", "--epochs 15 --maxlen 64 --batch-size 16"),
-    "csl": ("csl", "--epochs 10 --maxlen 128 --batch-size 16"),
-    "cluewsc": ("wsc", "--epochs 10 --maxlen 128 --batch-size 16"),
-    "chid": ("chid", "--epochs 5 --maxlen 64 --batch-size 16"),
-    "c3": ("c3", "--epochs 2 --maxlen 128 --batch-size 8 --max-train-examples 800 --max-eval-examples 400"),
-    "cmrc2018": ("cmrc2018", "--epochs 3 --maxlen 192 --batch-size 16 --max-eval-examples 400"),
-    "cluener": ("cluener", "--epochs 2 --maxlen 64 --batch-size 32 --max-train-examples 3000"),
-}
+#: task name -> the command (``python -m finetune.<command>``) that runs it. Each run takes the
+#: command's defaults overridden by its ``budget`` (sized for a 2-core CPU: few-shot tasks get
+#: more epochs, large ones a training subset). Only the first 100 test rows are predicted:
+#: the table is about dev.
+COMPARED = {"tnews": "tnews", "iflytek": "iflytek", "ocnli_full": "ocnli", "bustm": "afqmc", "csl": "csl",
+            "cluewsc": "wsc", "chid": "chid", "c3": "c3", "cmrc2018": "cmrc2018", "cluener": "cluener"}
+
+
+def budget_arguments(command):
+    """The command-line options of a command's compare budget (its defaults, then its budget)."""
+    from finetune.runner import task_class
+
+    task = task_class(f"finetune.{command}")
+    budget = {key: task.defaults[key] for key in ("epochs", "maxlen", "batch_size")}
+    budget.update(task.budget)
+    return " ".join(f"--{key.replace('_', '-')} {value}" for key, value in budget.items())
+
+
+def protocol(tasks):
+    """task -> (command, budget arguments) for ``tasks``."""
+    return {task: (COMPARED[task], budget_arguments(COMPARED[task])) for task in tasks}
 
 
 def parse_variant(text):
@@ -54,19 +63,22 @@ def build_parser():
     parser.add_argument("--out-dir", required=True, help="one sub-folder per variant, plus summary.{md,json}")
     parser.add_argument("--variant", action="append", type=parse_variant, required=True,
                         help="LABEL=ARGS (repeatable): extra arguments of that variant's runs")
-    parser.add_argument("--tasks", default=",".join(PROTOCOL),
-                        help="comma-separated subset of: " + ", ".join(PROTOCOL))
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--tasks", default=",".join(COMPARED),
+                        help="comma-separated subset of: " + ", ".join(COMPARED))
+    parser.add_argument("--lr", type=float, default=1e-3, help="the fine-tuning rate (without --lrs)")
+    parser.add_argument("--lrs", default=None,
+                        help="a grid of rates, e.g. 3e-4,1e-3,3e-3: every (task, variant) runs each and the "
+                             "table keeps the best on dev (the rate is picked per variant and task)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--extra", default="", help="arguments appended to every run (e.g. '--epochs 1')")
     return parser
 
 
-def run_command(task, module, variant_args, args):
+def run_command(task, command, budget, variant_args, args, lr):
     """The argv of one run (budget first, so variant and --extra arguments win)."""
-    return ([sys.executable, "-m", f"finetune.{module}", "--data-dir", args.data_dir, "--task-name", task,
-             "--lr", repr(args.lr), "--seed", str(args.seed), "--max-test-examples", "100"]
-            + shlex.split(PROTOCOL[task][1]) + list(variant_args) + shlex.split(args.extra))
+    return ([sys.executable, "-m", f"finetune.{command}", "--data-dir", args.data_dir, "--task-name", task,
+             "--lr", repr(lr), "--seed", str(args.seed), "--max-test-examples", "100"]
+            + shlex.split(budget) + list(variant_args) + shlex.split(args.extra))
 
 
 def finished_record(path):
@@ -78,33 +90,52 @@ def finished_record(path):
     return record if record.get("finished") else None
 
 
-def run_one(task, label, variant_args, args):
-    """Runs (or reuses) one (task, variant); returns its metrics record or None when it failed."""
+def run_one(task, label, variant_args, args, lr, budget):
+    """Runs (or reuses) one (task, variant, lr); returns its metrics record or None when it failed."""
     out = pathlib.Path(args.out_dir) / label
+    if len(args.lrs) > 1:
+        out = out / f"lr{lr:g}"
     metrics_path = out / f"{task}_metrics.json"
     record = finished_record(metrics_path)
     if record is not None:
-        print(f"[{label}] {task}: finished earlier ({metrics_path})")
+        print(f"[{label}] {task} lr {lr:g}: finished earlier ({metrics_path})")
         return record
     out.mkdir(parents=True, exist_ok=True)
-    command = run_command(task, PROTOCOL[task][0], variant_args, args) + ["--out-dir", str(out), "--overwrite"]
+    command = run_command(task, COMPARED[task], budget, variant_args, args, lr) + ["--out-dir", str(out),
+                                                                                 "--overwrite"]
     log = out / f"{task}.log"
-    print(f"[{label}] {task}: {shlex.join(command)}  (log: {log})", flush=True)
+    print(f"[{label}] {task} lr {lr:g}: {shlex.join(command)}  (log: {log})", flush=True)
     started = time.time()
     with open(log, "w", encoding="utf-8") as stream:
         status = subprocess.call(command, stdout=stream, stderr=subprocess.STDOUT)
     record = finished_record(metrics_path)
     if status != 0 or record is None:
-        print(f"[{label}] {task}: FAILED with exit status {status}; see {log}", file=sys.stderr)
+        print(f"[{label}] {task} lr {lr:g}: FAILED with exit status {status}; see {log}", file=sys.stderr)
         return None
     best = record["best"]
-    print(f"[{label}] {task}: best dev {record['metric']}={best[record['metric']]:.4f} "
+    print(f"[{label}] {task} lr {lr:g}: best dev {record['metric']}={best[record['metric']]:.4f} "
           f"(epoch {best['epoch']}) in {time.time() - started:.0f} s", flush=True)
     return record
 
 
-def summary_table(results, labels, tasks):
-    """Markdown table: one row per task, one column per variant (best dev metric, epoch, minutes)."""
+def best_over_rates(records):
+    """The record with the best dev metric among (lr, record) pairs (None when all failed), and its lr."""
+    done = [(lr, r) for lr, r in records if r is not None]
+    if not done:
+        return None, None
+    lr, record = max(done, key=lambda item: item[1]["best"][item[1]["metric"]])
+    return record, lr
+
+
+def unit_score(record):
+    """The best dev metric on a 0-1 scale (cmrc2018's F1 is 0-100)."""
+    value = record["best"][record["metric"]]
+    return value / 100.0 if record["metric"] in ("f1", "em") else value
+
+
+def summary_table(results, labels, tasks, rates=None):
+    """Markdown table: one row per task, one column per variant (best dev metric, epoch, lr,
+    minutes), and the average over the tasks on a 0-1 scale."""
     lines = ["| task | metric | " + " | ".join(labels) + " |", "|---|---|" + "---|" * len(labels)]
     for task in tasks:
         cells, metric = [], ""
@@ -115,38 +146,57 @@ def summary_table(results, labels, tasks):
                 continue
             metric = record["metric"]
             best = record["best"]
-            cells.append(f"{best[metric]:.4f} (ep {best['epoch']}, {record['seconds'] / 60:.1f} min)")
+            lr = f", lr {rates[(label, task)]:g}" if rates and len(set(rates.values())) > 1 else ""
+            cells.append(f"{best[metric]:.4f} (ep {best['epoch']}{lr}, {record['seconds'] / 60:.1f} min)")
         lines.append(f"| {task} | {metric or '-'} | " + " | ".join(cells) + " |")
+    if len(tasks) > 1:
+        averages = []
+        for label in labels:
+            scores = [unit_score(results[(label, t)]) for t in tasks if results.get((label, t)) is not None]
+            averages.append(f"**{sum(scores) / len(scores):.4f}**" if len(scores) == len(tasks) else "-")
+        lines.append("| average | 0-1 scale | " + " | ".join(averages) + " |")
     return "\n".join(lines)
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    unknown = [t for t in tasks if t not in PROTOCOL]
+    unknown = [t for t in tasks if t not in COMPARED]
     if unknown:
-        print(f"error: --tasks: unknown task(s) {unknown}; known: {list(PROTOCOL)}", file=sys.stderr)
+        print(f"error: --tasks: unknown task(s) {unknown}; known: {list(COMPARED)}", file=sys.stderr)
         return 2
     labels = [label for label, _ in args.variant]
     if len(set(labels)) != len(labels):
         print(f"error: --variant labels must differ, got {labels}", file=sys.stderr)
         return 2
+    try:
+        args.lrs = [float(x) for x in args.lrs.split(",")] if args.lrs else [args.lr]
+    except ValueError:
+        print(f"error: --lrs: expected comma-separated numbers, got {args.lrs!r}", file=sys.stderr)
+        return 2
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    results = {}
+    budgets = protocol(tasks)
+    results, rates, grid = {}, {}, {}
     for task in tasks:
         for label, variant_args in args.variant:
-            results[(label, task)] = run_one(task, label, variant_args, args)
-    table = summary_table(results, labels, tasks)
+            runs = [(lr, run_one(task, label, variant_args, args, lr, budgets[task][1])) for lr in args.lrs]
+            grid[(label, task)] = runs
+            results[(label, task)], rates[(label, task)] = best_over_rates(runs)
+    table = summary_table(results, labels, tasks, rates)
     print(table)
     out = pathlib.Path(args.out_dir)
     (out / "summary.md").write_text(table + "\n", encoding="utf-8")
-    summary = {"lr": args.lr, "seed": args.seed, "protocol": {t: PROTOCOL[t][1] for t in tasks},
+    summary = {"lrs": args.lrs, "seed": args.seed, "protocol": {t: budgets[t][1] for t in tasks},
                "variants": {label: shlex.join(a) for label, a in args.variant},
                "results": {f"{label}/{task}": (None if r is None else {"metric": r["metric"], "best": r["best"],
+                                                                        "lr": rates[(label, task)],
                                                                         "seconds": r["seconds"]})
-                           for (label, task), r in results.items()}}
+                           for (label, task), r in results.items()},
+               "grid": {f"{label}/{task}": {f"{lr:g}": None if r is None else r["best"][r["metric"]]
+                                            for lr, r in runs}
+                        for (label, task), runs in grid.items()}}
     (out / "summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    return 0 if all(r is not None for r in results.values()) else 1
+    return 0 if all(r is not None for runs in grid.values() for _, r in runs) else 1
 
 
 if __name__ == "__main__":

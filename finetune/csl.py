@@ -4,21 +4,11 @@
 """
 import sys
 
+from finetune.classification import KEYWORD_SEPARATOR  # noqa: F401  (re-exported)
+from finetune.classification import classification_task
 from finetune.runner import run
-from finetune.task import ClassificationTask
 
-#: what joins the keywords into the first text
-KEYWORD_SEPARATOR = "；"
-
-
-class CslTask(ClassificationTask):
-    """Input: ``[CLS] kw1；kw2；… [SEP] abstract [SEP]`` (the abstract is cut first); label "0"/"1"."""
-    task_names = ("csl",)
-    defaults = dict(epochs=3, batch_size=16, maxlen=256, lr=5e-5)
-
-    def texts(self, example):
-        return KEYWORD_SEPARATOR.join(example.keywords), example.abstract
-
+CslTask = classification_task("csl", __name__)
 
 if __name__ == "__main__":
     sys.exit(run(CslTask))

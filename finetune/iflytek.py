@@ -4,18 +4,10 @@
 """
 import sys
 
+from finetune.classification import classification_task
 from finetune.runner import run
-from finetune.task import ClassificationTask
 
-
-class IflytekTask(ClassificationTask):
-    """Input: ``[CLS] description [SEP]`` (long descriptions are cut at --maxlen); label "0".."118"."""
-    task_names = ("iflytek",)
-    defaults = dict(epochs=3, batch_size=16, maxlen=256, lr=5e-5)
-
-    def texts(self, example):
-        return example.text, None
-
+IflytekTask = classification_task("iflytek", __name__)
 
 if __name__ == "__main__":
     sys.exit(run(IflytekTask))

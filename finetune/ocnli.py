@@ -5,14 +5,10 @@
 """
 import sys
 
-from finetune.cmnli import NliTask
+from finetune.classification import classification_task
 from finetune.runner import run
 
-
-class OcnliTask(NliTask):
-    task_names = ("ocnli", "ocnli_full")
-    defaults = dict(epochs=3, batch_size=32, maxlen=128, lr=5e-5)
-
+OcnliTask = classification_task("ocnli", __name__)
 
 if __name__ == "__main__":
     sys.exit(run(OcnliTask))

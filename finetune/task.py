@@ -38,11 +38,14 @@ class Task(abc.ABC):
             the first is the default of ``--task-name``.
         metric: the key of `score`'s dict that selects the best epoch.
         defaults: default ``epochs, batch_size, maxlen, lr`` of the command line.
+        budget: the small CPU protocol of ``finetune.compare``: overrides of
+            ``defaults`` and other options (``max_train_examples``, ...).
         with_mlm: build the encoder with its MLM head (``with_mlm='linear'``).
     """
     task_names: Tuple[str, ...] = ()
     metric = "accuracy"
     defaults = dict(epochs=3, batch_size=16, maxlen=128, lr=5e-5)
+    budget = {}
     with_mlm = False
     dropout_rate = 0.1
 

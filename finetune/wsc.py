@@ -16,40 +16,11 @@ mean "小明"?).
 """
 import sys
 
+from finetune.classification import SPAN1_MARKS, SPAN2_MARKS, mark_spans  # noqa: F401  (re-exported)
+from finetune.classification import classification_task
 from finetune.runner import run
-from finetune.task import ClassificationTask
 
-SPAN1_MARKS = ("<", ">")
-SPAN2_MARKS = ("[", "]")
-
-
-def mark_spans(text, span1, span2):
-    """``text`` with span1 in SPAN1_MARKS and span2 in SPAN2_MARKS (spans: (index, text)).
-
-    Marks are placed left to right by position; at one position closing marks
-    come first (the inner span's first), then opening marks (the outer span's
-    first), so overlapping or equal spans still nest properly.
-    """
-    marks = []
-    for k, (span, (left, right)) in enumerate(((span1, SPAN1_MARKS), (span2, SPAN2_MARKS)), start=1):
-        start, end = span.index, span.index + len(span.text)
-        marks.append(((start, 1, -end, k), left))
-        marks.append(((end, 0, -start, -k), right))
-    pieces, cursor = [], 0
-    for (position, *_), mark in sorted(marks):
-        pieces += [text[cursor:position], mark]
-        cursor = position
-    return "".join(pieces) + text[cursor:]
-
-
-class WscTask(ClassificationTask):
-    """Input: ``[CLS] marked text [SEP]``; label "true"/"false"."""
-    task_names = ("wsc", "cluewsc")
-    defaults = dict(epochs=5, batch_size=16, maxlen=128, lr=5e-5)
-
-    def texts(self, example):
-        return mark_spans(example.text, example.span1, example.span2), None
-
+WscTask = classification_task("wsc", __name__)
 
 if __name__ == "__main__":
     sys.exit(run(WscTask))

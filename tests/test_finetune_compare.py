@@ -46,3 +46,22 @@ def test_a_failing_run_is_reported_and_bad_arguments_are_named(tmp_path, shared_
     assert "mnli" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         compare.main(["--data-dir", "x", "--out-dir", "y", "--variant", "no-equals-sign"])
+
+
+def test_a_rate_grid_keeps_the_best_rate_per_variant(tmp_path, shared_data, capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    data_dir, texts = _small_copy(shared_data, tmp_path / "data")
+    model_dir = tiny_model_dir(str(tmp_path / "model"), texts)
+    out = tmp_path / "out"
+    argv = ["--data-dir", str(data_dir), "--out-dir", str(out), "--tasks", "tnews", "--extra", TINY,
+            "--lrs", "1e-4,3e-3", "--variant", f"pretrained=--model-dir {model_dir}"]
+    assert compare.main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    grid = summary["grid"]["pretrained/tnews"]
+    assert set(grid) == {"0.0001", "0.003"}
+    best = summary["results"]["pretrained/tnews"]
+    assert best["best"]["accuracy"] == max(grid.values())
+    assert grid[f"{best['lr']:g}"] == best["best"]["accuracy"]
+    for rate in ("1e-4", "3e-3"):
+        metrics = json.loads((out / "pretrained" / f"lr{float(rate):g}" / "tnews_metrics.json").read_text())
+        assert metrics["args"]["lr"] == float(rate)
