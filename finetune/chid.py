@@ -54,7 +54,7 @@ class ChidTask(Task):
         if budget < 0:
             raise ValueError(f"chid: --maxlen {self.maxlen} is shorter than a candidate ({width} tokens)")
         left, right = keep_around(tokenizer.tokenize(left)[1:-1], tokenizer.tokenize(right)[1:-1], budget)
-        tokens = [tokenizer._token_start] + left + [tokenizer._token_mask] * width + right + [tokenizer._token_end]
+        tokens = [tokenizer.token_start] + left + [tokenizer.token_mask] * width + right + [tokenizer.token_end]
         token_ids = np.array(tokenizer.tokens_to_ids(tokens), "int32")
         positions = np.arange(1 + len(left), 1 + len(left) + width, dtype="int32")
         candidate_ids = pad_stack([np.array(tokenizer.tokens_to_ids(c), "int32") for c in candidates])

@@ -58,7 +58,7 @@ class ClueNerTask(Task):
         meta = the char mapping of tokens 1..L-2."""
         tokens = self.tokenizer.tokenize(example.text)[1:-1][:self.maxlen - 2]
         mapping = self.tokenizer.rematch(example.text, tokens)
-        tokens = [self.tokenizer._token_start] + tokens + [self.tokenizer._token_end]
+        tokens = [self.tokenizer.token_start] + tokens + [self.tokenizer.token_end]
         token_ids = np.array(self.tokenizer.tokens_to_ids(tokens), "int32")
         label = np.zeros((len(self.types), len(tokens), len(tokens)), "int8")
         starts = {chars[0]: i for i, chars in enumerate(mapping, start=1) if chars}

@@ -102,7 +102,7 @@ class Cmrc2018Task(Task):
         features = []
         for begin in windows(len(passage), window, self.doc_stride):
             part = passage[begin:begin + window]
-            tokens = [tokenizer._token_start] + question + [tokenizer._token_end] + part + [tokenizer._token_end]
+            tokens = [tokenizer.token_start] + question + [tokenizer.token_end] + part + [tokenizer.token_end]
             token_ids = np.array(tokenizer.tokens_to_ids(tokens), "int32")
             segment_ids = np.array([0] * offset + [1] * (len(part) + 1), "int32")
             label = np.zeros(2, "int32")

@@ -12,17 +12,17 @@ def encode_with_masks(tokenizer, text, maxlen=512):
     pieces = text.split(MASK)
     if len(pieces) == 1:
         raise ValueError(f"fill-mask: the text {text!r} contains no {MASK}")
-    if tokenizer._token_mask not in tokenizer.token_dict:
-        raise ValueError(f"fill-mask: the vocab has no {tokenizer._token_mask} token: predictions would be "
+    if not tokenizer.has_token(tokenizer.token_mask):
+        raise ValueError(f"fill-mask: the vocab has no {tokenizer.token_mask} token: predictions would be "
                          f"made at [UNK] positions")
-    tokens = [tokenizer._token_start] if tokenizer._token_start else []
+    tokens = [tokenizer.token_start] if tokenizer.token_start else []
     positions = []
     for i, piece in enumerate(pieces):
         tokens.extend(tokenizer.tokenize(piece)[1:-1])
         if i < len(pieces) - 1:
             positions.append(len(tokens))
-            tokens.append(tokenizer._token_mask)
-    tokens.append(tokenizer._token_end)
+            tokens.append(tokenizer.token_mask)
+    tokens.append(tokenizer.token_end)
     if len(tokens) > maxlen:
         raise ValueError(f"fill-mask: the text has {len(tokens)} tokens, more than maxlen={maxlen}")
     token_ids = tokenizer.tokens_to_ids(tokens)

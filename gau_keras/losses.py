@@ -9,7 +9,7 @@
 import keras
 from keras import ops
 
-from gau_keras.layers.global_pointer import NEG_INF
+from gau_keras.ops import NEG_INF
 
 PACKAGE = "gau_keras"
 

@@ -9,6 +9,16 @@ from keras import ops
 
 ATTENTION_NORMALIZATIONS = ("softmax", "softmax_plus", "squared_relu")
 
+#: the value masked logits get, everywhere in gau_keras (attention, heads, losses):
+#: finite, so that a row with every entry masked stays a number, and far below any real
+#: logit, so that softmax gives it exactly 0 in float32 (bert4keras's -infinity() is 1e12 too)
+NEG_INF = -1e12
+
+
+def masked_fill(x, keep, value=NEG_INF):
+    """``x`` where ``keep`` (a bool tensor broadcastable to ``x``), ``value`` elsewhere."""
+    return ops.where(ops.cast(keep, "bool"), x, ops.cast(value, x.dtype))
+
 
 def key_mask_from_token_ids(token_ids):
     """bert4keras's padding mask: ``token_ids != 0`` with position 0 always kept.
@@ -36,19 +46,18 @@ def align(tensor, axes, ndim):
     return ops.reshape(tensor, target)
 
 
-def sequence_masking(x, mask=None, value=float("-inf"), axis=1):
+def sequence_masking(x, mask=None, value=NEG_INF, axis=1):
     """Replaces the entries of ``x`` at masked positions with ``value``.
 
     Args:
         x: tensor [B, ..., L, ...].
         mask: bool tensor [B, L] (True = keep) or None.
-        value: the fill value (``-inf``, 0, ...).
+        value: the fill value (``NEG_INF``, 0, ...).
         axis: the axis of ``x`` that ``mask``'s second axis refers to.
     """
     if mask is None:
         return x
-    mask = align(ops.cast(mask, "bool"), [0, axis], len(x.shape))
-    return ops.where(mask, x, ops.cast(value, x.dtype))
+    return masked_fill(x, align(ops.cast(mask, "bool"), [0, axis], len(x.shape)), value)
 
 
 def attention_normalize(a, mask=None, method="softmax", bias=None, min_len=16):
@@ -87,14 +96,14 @@ def attention_normalize(a, mask=None, method="softmax", bias=None, min_len=16):
     if method == "squared_relu":
         return ops.cast(ops.square(ops.relu(_masked(a, allowed))) / n, dtype)
     n = ops.maximum(n, ops.cast(min_len, n.dtype))
-    # scaled before masking: with n = 1 the scale is 0 and -inf * 0 would be nan
+    # scaled before masking: with n = 1 the scale is 0, which would lift masked keys to 0
     return ops.cast(ops.softmax(_masked(a * ops.log(n) / math.log(512.0), allowed), axis=-1), dtype)
 
 
 def _masked(a, allowed):
     if allowed is None:
         return a
-    return ops.where(allowed, a, ops.cast(float("-inf"), a.dtype))
+    return masked_fill(a, allowed)
 
 
 def _key_count(a, allowed):

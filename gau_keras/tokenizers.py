@@ -223,6 +223,21 @@ class Tokenizer:
     token_cls_id = token_start_id
     token_sep_id = token_end_id
 
+    # the special tokens themselves (bert4keras keeps them private; other modules need them)
+    token_start = property(lambda self: self._token_start, doc="``[CLS]`` (None when omitted)")
+    token_end = property(lambda self: self._token_end, doc="``[SEP]`` (None when omitted)")
+    token_mask = property(lambda self: self._token_mask, doc="``[MASK]``")
+    token_unk = property(lambda self: self._token_unk, doc="``[UNK]``")
+
+    def has_token(self, token):
+        """Whether ``token`` is in the vocab (``token_to_id`` maps unknown tokens to [UNK])."""
+        return token in self._token_dict
+
+    def tokenize_words(self, text):
+        """The tokens of ``text`` without ``[CLS]``/``[SEP]`` (pre-tokenisation and
+        ``token_translate`` not applied): what ``tokenize`` puts between them."""
+        return self._tokenize(text)
+
     @property
     def vocab_size(self):
         return len(self._token_dict)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from gau_keras.layers import GlobalPointer
-from gau_keras.layers.global_pointer import NEG_INF
+from gau_keras.ops import NEG_INF
 from tests.layer_utils import assert_keras_round_trip
 
 

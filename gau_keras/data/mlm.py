@@ -107,7 +107,7 @@ class WholeWordMLM:
 
     def word_token_ids(self, words):
         """Token ids of each word; words without tokens are dropped."""
-        ids = (self.tokenizer.tokens_to_ids(self.tokenizer._tokenize(word)) for word in words)
+        ids = (self.tokenizer.tokens_to_ids(self.tokenizer.tokenize_words(word)) for word in words)
         return [word_ids for word_ids in ids if word_ids]
 
     def examples(self, words, rng):

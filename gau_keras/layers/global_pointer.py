@@ -8,7 +8,6 @@ from gau_keras import ops as gops
 
 #: the score given to impossible spans (padding, end before start); finite so
 #: that losses built from log-sum-exp stay finite.
-NEG_INF = -1e12
 
 
 @keras.saving.register_keras_serializable(package="gau_keras")
@@ -66,7 +65,7 @@ class GlobalPointer(keras.layers.Layer):
             upper = ops.less_equal(index[:, None], index[None, :])[None, None]  # start <= end
             allowed = upper if allowed is None else ops.logical_and(allowed, upper)
         if allowed is not None:
-            logits = ops.where(allowed, logits, ops.cast(NEG_INF, logits.dtype))
+            logits = gops.masked_fill(logits, allowed)
         return logits
 
     def compute_mask(self, inputs, mask=None):

@@ -15,7 +15,8 @@ Every head outputs logits; ``gau_keras.losses`` has the matching losses
 import keras
 from keras import ops
 
-from gau_keras.layers.global_pointer import NEG_INF, GlobalPointer
+from gau_keras.layers.global_pointer import GlobalPointer
+from gau_keras.ops import NEG_INF, masked_fill
 
 PACKAGE = "gau_keras"
 
@@ -46,7 +47,7 @@ class SpanLogits(keras.layers.Layer):
         logits, token_ids = inputs
         logits = ops.transpose(logits, (0, 2, 1))
         real = ops.not_equal(token_ids, 0)[:, None, :]
-        return ops.where(real, logits, ops.cast(NEG_INF, logits.dtype))
+        return masked_fill(logits, real)
 
     def compute_mask(self, inputs, mask=None):
         return None
@@ -81,7 +82,7 @@ class ChoiceLogits(keras.layers.Layer):
         scores, token_ids = inputs
         present = ops.not_equal(token_ids[:, :, 0], 0)
         scores = ops.reshape(scores, ops.shape(present))
-        return ops.where(present, scores, ops.cast(NEG_INF, scores.dtype))
+        return masked_fill(scores, present)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[1][:2])
@@ -120,7 +121,7 @@ class CandidateScores(keras.layers.Layer):
         used = ops.cast(ops.not_equal(candidate_ids, 0), picked.dtype)
         count = ops.sum(used, axis=-1)
         mean = ops.sum(picked * used, axis=-1) / ops.maximum(count, 1.0)
-        return ops.where(count > 0, mean, ops.cast(NEG_INF, mean.dtype))
+        return masked_fill(mean, count > 0)
 
     def compute_mask(self, inputs, mask=None):
         return None

@@ -14,6 +14,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from gau_keras import ops as gops
 from gau_keras.recurrence import sru_recurrence
 
 _PACKAGE = "gau_keras"
@@ -112,7 +113,7 @@ class SRUppAttention(keras.layers.Layer):
         if keras.backend.standardize_dtype(scores.dtype) in ("float16", "bfloat16"):
             scores = ops.cast(scores, "float32")  # softmax in float32 under mixed precision
         if allowed is not None:
-            scores = ops.where(allowed, scores, -1e9)
+            scores = gops.masked_fill(scores, allowed)
         probs = self.probs_dropout(ops.cast(ops.softmax(scores, axis=-1), v.dtype), training=training)
         out = ops.matmul(probs, heads(v, S))
         return ops.reshape(ops.transpose(out, (0, 2, 1, 3)), (B, L, self.proj_size))
