@@ -200,7 +200,7 @@ def _int_list(text, option):
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise SystemExit(f"{option}: expected comma-separated integers, got {text!r}")
+        raise SystemExit(f"{option}: expected comma-separated integers, got {text!r}") from None
     if not values or min(values) < 1:
         raise SystemExit(f"{option}: expected positive integers, got {text!r}")
     return values

@@ -66,9 +66,9 @@ def _predict_fn(model):
 def shard_accuracy(model, pattern, batch_size=32):
     """Whole-word masked accuracy, loss and majority baseline on MLM shards."""
     import numpy as np
+    import tensorflow as tf
 
     from gau_keras.data.tfrecord import SUMMARY_NAME, load_dataset
-    import tensorflow as tf
 
     files = sorted(tf.io.gfile.glob(pattern))
     if not files:

@@ -118,9 +118,9 @@ def bare_setup(spec):
     import tensorflow as tf
 
     from gau_keras.data.tfrecord import load_dataset
+    from gau_keras.losses import masked_lm_sums, masked_positions
     from gau_keras.models.builder import build_transformer_model
     from gau_keras.optimizers import LAMB, PiecewiseLinearDecay
-    from gau_keras.losses import masked_lm_sums, masked_positions
 
     scratch = tempfile.mkdtemp(prefix="pretrain_throughput_")
     config = run_config(spec, scratch)

@@ -57,9 +57,9 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from gau_keras.recurrence import native as kernels  # noqa: E402
 from gau_keras.layers import SRUpp  # noqa: E402
 from gau_keras.recurrence import TRACE_SCOPE, sru_recurrence, sru_recurrence_autodiff  # noqa: E402
+from gau_keras.recurrence import native as kernels  # noqa: E402
 
 MiB = 2 ** 20
 
@@ -71,7 +71,7 @@ VARIANTS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def native_available():
     """True when the native kernel builds here; else says why, once (its variant is then left out)."""
     try:
@@ -226,7 +226,8 @@ def print_recurrence_table(rows):
         a, ax = r["autodiff"], r.get("autodiff_xla")
         ms = lambda name: f"{r[name]['time'] * 1e3:.1f}" if name in r else "n/a"  # noqa: E731
         ratio = lambda name, key: f"{r[name][key] / a[key]:.2f}" if name in r else "n/a"  # noqa: E731
-        print(f"{L:>5} | {ms('native'):>9} {ms('xla'):>7} {ms('autodiff'):>11} {ms('autodiff_xla') if ax else 'n/a':>15} |"
+        autodiff_xla = ms("autodiff_xla") if ax else "n/a"
+        print(f"{L:>5} | {ms('native'):>9} {ms('xla'):>7} {ms('autodiff'):>11} {autodiff_xla:>15} |"
               f" {ratio('native', 'time'):>11} {ratio('xla', 'time'):>8} | {ratio('native', 'kept'):>11}"
               f" {ratio('xla', 'kept'):>8} | {ratio('native', 'peak'):>15} {ratio('xla', 'peak'):>12}")
     print("memory from the BFC allocator (see the docstring); autodiff MiB kept / bwd peak: "
@@ -309,7 +310,8 @@ def step_tables(B, d, proj, layers, L, repeats, seed=0, gru_lstm=True):
     if not gru_lstm:
         return
     t_srupp = step_times["native" if native_available() else "xla"]
-    print(f"\n(c) training step, SRU++ ({'native kernel' if native_available() else 'XLA loops'}) vs 2-layer GRU/LSTM({d}) (B {B}, L {L})")
+    kernel = "native kernel" if native_available() else "XLA loops"
+    print(f"\n(c) training step, SRU++ ({kernel}) vs 2-layer GRU/LSTM({d}) (B {B}, L {L})")
     print(f"  {'model':<10} {'ms/step':>9} {'SRU++ / model':>14}")
     print(f"  {'SRU++':<10} {t_srupp * 1e3:9.1f} {1.0:14.2f}")
     for cls in (keras.layers.GRU, keras.layers.LSTM):

@@ -13,10 +13,10 @@ import sys
 
 import numpy as np
 
-from gau_keras.layers import heads
 from finetune.batching import pad_stack
 from finetune.runner import run
 from finetune.task import Feature, Task
+from gau_keras.layers import heads
 
 
 class C3Task(Task):

@@ -25,11 +25,11 @@ import sys
 
 import numpy as np
 
-from gau_keras.layers import heads
 from finetune.batching import pad_stack
 from finetune.runner import run
 from finetune.task import Feature, Task
 from gau_keras.data.clue import BLANK
+from gau_keras.layers import heads
 
 
 def keep_around(left, right, budget):

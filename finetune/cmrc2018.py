@@ -18,10 +18,10 @@ import sys
 import keras
 import numpy as np
 
-from gau_keras.layers import heads
 from finetune.runner import run
 from finetune.task import Feature, Task
 from gau_keras import metrics
+from gau_keras.layers import heads
 
 
 def windows(num_tokens, window, stride):

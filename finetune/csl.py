@@ -4,8 +4,10 @@
 """
 import sys
 
-from finetune.classification import KEYWORD_SEPARATOR  # noqa: F401  (re-exported)
-from finetune.classification import classification_task
+from finetune.classification import (
+    KEYWORD_SEPARATOR,  # noqa: F401  (re-exported)
+    classification_task,
+)
 from finetune.runner import run
 
 CslTask = classification_task("csl", __name__)

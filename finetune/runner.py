@@ -33,7 +33,6 @@ import numpy as np
 
 from finetune.batching import PaddedBatches
 
-
 #: the dev subset of --max-eval-examples does not depend on --seed, so runs compare on the same examples
 DEV_SUBSET_SEED = 0
 

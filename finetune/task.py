@@ -10,10 +10,9 @@ from typing import Any, NamedTuple, Tuple
 import keras
 import numpy as np
 
-from gau_keras import losses
-from gau_keras.layers import heads
-from gau_keras import metrics
+from gau_keras import losses, metrics
 from gau_keras.data.clue import get_task
+from gau_keras.layers import heads
 
 
 class Feature(NamedTuple):

@@ -16,8 +16,7 @@ mean "小明"?).
 """
 import sys
 
-from finetune.classification import SPAN1_MARKS, SPAN2_MARKS, mark_spans  # noqa: F401  (re-exported)
-from finetune.classification import classification_task
+from finetune.classification import SPAN1_MARKS, SPAN2_MARKS, classification_task, mark_spans  # noqa: F401  (re-exported)
 from finetune.runner import run
 
 WscTask = classification_task("wsc", __name__)

@@ -44,11 +44,6 @@ def sparse_logits_crossentropy():
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
-def sparse_logits_crossentropy():
-    """Softmax cross-entropy of logits against integer targets (a Keras loss object)."""
-    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-
 def masked_lm_sums(labels, logits):
     """Summed cross-entropy, correct predictions and count over masked positions.
 

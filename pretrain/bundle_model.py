@@ -24,7 +24,7 @@ def read_log(path):
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
-                raise SystemExit(f"error: {path}:{number}: not JSON ({e})")
+                raise SystemExit(f"error: {path}:{number}: not JSON ({e})") from None
             (evals if "eval_loss" in record else train).append(record)
     return train, evals
 

@@ -112,13 +112,13 @@ def load(path, args=None):
         with open(path, encoding="utf-8") as f:
             given = json.load(f)
     except OSError as e:
-        raise SystemExit(f"error: cannot read config {path!r}: {e}")
+        raise SystemExit(f"error: cannot read config {path!r}: {e}") from None
     except json.JSONDecodeError as e:
-        raise SystemExit(f"error: config {path!r} is not valid JSON: {e}")
+        raise SystemExit(f"error: config {path!r} is not valid JSON: {e}") from None
     try:
         config = _merge(given, path)
     except ValueError as e:
-        raise SystemExit(f"error: {e}")
+        raise SystemExit(f"error: {e}") from None
     if args is not None:
         overrides = {("data", "train"): args.data, ("data", "eval"): args.eval_data,
                      ("train", "output_dir"): args.output_dir, ("train", "steps"): args.steps,

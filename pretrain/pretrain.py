@@ -14,11 +14,8 @@ the last checkpoint: same data order, same optimizer state, no step repeated
 or skipped. Relative paths in the config are taken from the current directory.
 """
 import argparse
-import json
 import os
-import shutil
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 if not __package__:   # run as a script (python3 pretrain/pretrain.py): this folder would shadow the package
@@ -54,7 +51,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     config = config_lib.load(args.config, args)
-    from pretrain import trainer    # imports TensorFlow
+    from pretrain import trainer  # imports TensorFlow
 
     if args.evaluate_only and not config["data"]["eval"]:
         raise SystemExit("error: --evaluate-only needs data.eval (or --eval-data)")

@@ -35,7 +35,7 @@ def _floats(text, option, kind=float):
     try:
         values = [kind(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise SystemExit(f"error: {option}: expected comma-separated numbers, got {text!r}")
+        raise SystemExit(f"error: {option}: expected comma-separated numbers, got {text!r}") from None
     if not values or min(values) <= 0:
         raise SystemExit(f"error: {option}: expected positive numbers, got {text!r}")
     return values

@@ -29,7 +29,8 @@ def test_all_tables_on_tiny_shapes():
     assert [row[0] for row in rows] == ["16"]
     numbers = [float(cell) for row in rows for cell in row[1:] if re.fullmatch(r"[0-9.]+", cell)]
     assert len(numbers) == (10 if native else 6) and all(n > 0 for n in numbers)
-    shares = re.findall(r"(native|xla): training step ([0-9.]+) ms; .* share ([0-9.]+)%; in-step trace share ([0-9.]+)%",
+    shares = re.findall(r"(native|xla): training step ([0-9.]+) ms; .* share ([0-9.]+)%; "
+                        r"in-step trace share ([0-9.]+)%",
                         out)
     assert [s[0] for s in shares] == (["native", "xla"] if native else ["xla"])
     assert all(float(s[1]) > 0 for s in shares)

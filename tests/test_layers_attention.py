@@ -4,8 +4,13 @@ import numpy as np
 import pytest
 
 from gau_keras import ops as gops
-from gau_keras.layers import (AttentionBias, Embedding, GatedAttentionUnit,
-                              MultiHeadAttention, SinusoidalPositionEmbedding)
+from gau_keras.layers import (
+    AttentionBias,
+    Embedding,
+    GatedAttentionUnit,
+    MultiHeadAttention,
+    SinusoidalPositionEmbedding,
+)
 from tests import numpy_reference as ref
 from tests.layer_utils import assert_keras_round_trip
 

@@ -5,9 +5,8 @@ import keras
 import numpy as np
 import pytest
 
-from gau_keras import losses
+from gau_keras import build_transformer_model, losses
 from gau_keras.layers import heads
-from gau_keras import build_transformer_model
 from gau_keras.ops import NEG_INF
 from tests.layer_utils import assert_keras_round_trip
 from tests.model_utils import TINY_GAU, write_config

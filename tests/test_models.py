@@ -1,9 +1,7 @@
 """Whole GAU-alpha / RoFormerV2 forwards against the numpy reference, and the
 builder's behaviour (applications, configs, .keras round trip)."""
 import json
-import os
 
-import keras
 import numpy as np
 import pytest
 

@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 
 from gau_keras.data.tfrecord import load_dataset
-from tests.conftest import REPO_ROOT
 from pretrain import prepare_corpus
+from tests.conftest import REPO_ROOT
 
 SENTENCES = ["我爱北京天安门", "今天天气很好，我们去公园散步吧！", "hello world 2023年",
              "机器学习是人工智能的一个分支。", "他说：这本书真好看。"]
@@ -125,7 +125,8 @@ def test_empty_or_binary_input_fails_after_the_summary(tmp_path, capsys):
     with pytest.raises(SystemExit, match="no usable document in 0 line"):
         prepare_corpus.main(_argv(tmp_path, [empty], "empty"))
     binary = tmp_path / "program.bin"
-    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(b for b in range(256) if b != 10) * 8 + b"\n" + SENTENCES[0].encode()
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(b for b in range(256) if b != 10) * 8 + b"\n"
+                       + SENTENCES[0].encode()
                        + b"\n" + b"\x00\x01\x02\n" * 5)
     with pytest.raises(SystemExit, match=r"6 of 7 lines \(86%\) were skipped \(binary 6"):
         prepare_corpus.main(_argv(tmp_path, [binary], "binary"))

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from pretrain import config as config_lib
 from pretrain import bundle_model, pretrain
+from pretrain import config as config_lib
 from tests.pretrain_utils import TEXTS, losses, make_shards, write_config
 
 
@@ -74,6 +74,7 @@ def test_config_errors_name_the_key(tmp_path, shards):
 
 def test_sigterm_saves_the_current_update(tmp_path, shards, monkeypatch):
     import signal
+
     from pretrain.trainer import Trainer
     trainer = Trainer(config_lib.load(write_config(tmp_path, shards, "term", steps=50, save_every=100)), xla=False)
     log = Trainer._log

@@ -9,10 +9,9 @@ import pytest
 import tensorflow as tf
 
 from gau_keras import recurrence
+from gau_keras.recurrence import kernel_choice, sru_recurrence, sru_recurrence_autodiff, xla
 from gau_keras.recurrence import native as kernels
-from gau_keras.recurrence import xla
 from gau_keras.recurrence.layout import prepare
-from gau_keras.recurrence import kernel_choice, sru_recurrence, sru_recurrence_autodiff
 
 
 @pytest.fixture(autouse=True, params=["native", "xla"])
@@ -112,7 +111,7 @@ def test_forward_matches_numpy_and_gradient_matches_autodiff(rng, case):
     ours = _grads(sru_recurrence, args, weights)
     ref = _grads(sru_recurrence_autodiff, args, weights)
     for name, g, g_ref in zip(DIFF_ARGS, ours, ref):
-        as_array = lambda t: np.zeros(args[name].shape) if t is None else t.numpy()  # noqa: E731
+        as_array = lambda t, name=name: np.zeros(args[name].shape) if t is None else t.numpy()  # noqa: E731
         np.testing.assert_allclose(as_array(g), as_array(g_ref), rtol=1e-9, atol=1e-10, err_msg=name)
 
 

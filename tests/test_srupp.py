@@ -1,12 +1,11 @@
 """gau_keras.layers.srupp against a numpy transcription of the official SRU++
 (time-major, torch weight layouts), plus masking, memory and serialisation."""
+import keras
 import numpy as np
 import pytest
-import keras
 from keras import ops
 
 from gau_keras.layers import SRUpp, SRUppAttention
-
 
 # ---------------------------------------------------------------- numpy reference
 

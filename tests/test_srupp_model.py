@@ -1,7 +1,7 @@
 """gau_keras.models.srupp through build_transformer_model: segment memory,
 TF1 checkpoint and .keras round trips, encoder heads."""
-import numpy as np
 import keras
+import numpy as np
 from keras import ops
 
 from gau_keras import build_transformer_model

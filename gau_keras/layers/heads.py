@@ -16,7 +16,7 @@ import keras
 from keras import ops
 
 from gau_keras.layers.global_pointer import GlobalPointer
-from gau_keras.ops import NEG_INF, masked_fill
+from gau_keras.ops import masked_fill
 
 PACKAGE = "gau_keras"
 

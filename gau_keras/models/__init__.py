@@ -4,3 +4,5 @@ from gau_keras.models.builder import MODELS, build_transformer_model
 from gau_keras.models.gau_alpha import GAU_alpha
 from gau_keras.models.roformer_v2 import RoFormerV2
 from gau_keras.models.srupp import SRUppModel
+
+__all__ = ["Transformer", "MODELS", "build_transformer_model", "GAU_alpha", "RoFormerV2", "SRUppModel"]

@@ -1,8 +1,7 @@
 """RoFormerV2: post-norm, bias-free, parameter-free RMS norm, rotary MHA."""
 import keras
 
-from gau_keras.layers import (Add, Embedding, FeedForward, LayerNormalization,
-                              MultiHeadAttention)
+from gau_keras.layers import Add, Embedding, FeedForward, LayerNormalization, MultiHeadAttention
 from gau_keras.models.base import Transformer
 
 

@@ -77,7 +77,7 @@ def kernel_choice(dtype=tf.float32, implementation=None):
     return "native"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _warn_once(message):
     warnings.warn(message, RuntimeWarning, stacklevel=3)
 

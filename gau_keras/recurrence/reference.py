@@ -28,7 +28,7 @@ def sru_recurrence_autodiff(U, x, weight_c, bias, c0=None, mask_pad=None, scale_
     m = tf.reshape(mask_c, [B, dirs, d])
     hs, cs_last = [], []
     for di in range(dirs):
-        def time_major(t):
+        def time_major(t, di=di):
             t = tf.transpose(t, [1, 0] + list(range(2, t.shape.rank)))
             return tf.TensorArray(U.dtype, size=L).unstack(t if di == 0 else tf.reverse(t, [0]))
 

@@ -138,7 +138,7 @@ def backward(layout, U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, 
             tf.reshape(dc0, tf.shape(c0)), dscale)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compiled(dtype_name, layout):
     """(forward, backward) of one layout as tf.functions of the eight inputs (and
     c_seq, dh, dc_last): XLA-compiled when XLA compiles them here, plain graph

@@ -46,7 +46,7 @@ def reference_env(pythonpath=None):
     return env
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def probe(pythonpath=None):
     """Return ``(available, detail)``: can the reference run here, and which versions."""
     result = subprocess.run([sys.executable, str(SCRIPT), "--probe"], env=reference_env(pythonpath),

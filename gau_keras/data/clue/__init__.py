@@ -8,11 +8,26 @@
 No TensorFlow here: tokenisation and batching belong to the finetuning code.
 """
 from gau_keras.data.clue.examples import (
-    BLANK, OTHER_BLANK, Answer, ChoiceExample, ClozeExample, Entity, KeywordsExample,
-    NERExample, PairExample, Span, SpanQAExample, TextExample, WSCExample,
+    BLANK,
+    OTHER_BLANK,
+    Answer,
+    ChoiceExample,
+    ClozeExample,
+    Entity,
+    KeywordsExample,
+    NERExample,
+    PairExample,
+    Span,
+    SpanQAExample,
+    TextExample,
+    WSCExample,
 )
 from gau_keras.data.clue.readers import (
-    LoadStats, MalformedRecordWarning, find_split_files, load_file, load_task,
+    LoadStats,
+    MalformedRecordWarning,
+    find_split_files,
+    load_file,
+    load_task,
 )
 from gau_keras.data.clue.submission import write_predictions
 from gau_keras.data.clue.tasks import CLUENER_TYPES, TASKS, TaskSpec, get_task

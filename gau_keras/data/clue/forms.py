@@ -22,8 +22,19 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from gau_keras.data.clue.examples import (
-    BLANK, OTHER_BLANK, Answer, ChoiceExample, ClozeExample, Entity, KeywordsExample,
-    NERExample, PairExample, Span, SpanQAExample, TextExample, WSCExample,
+    BLANK,
+    OTHER_BLANK,
+    Answer,
+    ChoiceExample,
+    ClozeExample,
+    Entity,
+    KeywordsExample,
+    NERExample,
+    PairExample,
+    Span,
+    SpanQAExample,
+    TextExample,
+    WSCExample,
 )
 from gau_keras.data.clue.records import Malformed, class_label, field, record_id, string_list
 
@@ -116,7 +127,7 @@ def _parse_chid(record, index, spec, labelled, context):
                 if tag not in answers:
                     raise Malformed(f"blank {tag} is missing from the answer file")
                 label = _candidate_index(answers[tag], candidates, f"answer of {tag}")
-            text = CHID_TAG.sub(lambda m: BLANK if m.group(0) == tag else OTHER_BLANK, passage)
+            text = CHID_TAG.sub(lambda m, tag=tag: BLANK if m.group(0) == tag else OTHER_BLANK, passage)
             examples.append(ClozeExample(tag, text, candidates, label))
     return examples
 
@@ -262,9 +273,9 @@ def _render_labels(spec, ids, predictions):
 
 def _render_cmrc2018(spec, ids, predictions):
     """One JSON object {question id: answer text}."""
-    for record_id, answer in zip(ids, predictions):
+    for question_id, answer in zip(ids, predictions):
         if not isinstance(answer, str):
-            raise ValueError(f"record {record_id!r}: a cmrc2018 prediction is the answer text, got {answer!r}")
+            raise ValueError(f"record {question_id!r}: a cmrc2018 prediction is the answer text, got {answer!r}")
     return json.dumps(dict(zip(ids, predictions)), ensure_ascii=False, indent=1) + "\n"
 
 

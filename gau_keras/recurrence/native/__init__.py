@@ -123,7 +123,7 @@ def _compile(compiler, target):
             os.replace(partial_checksum, checksum_path(target))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load():
     """The loaded op module (``gau_keras_sru_forward``, ``gau_keras_sru_backward``); raises KernelUnavailable."""
     import tensorflow as tf
