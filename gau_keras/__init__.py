@@ -12,6 +12,8 @@ spawners set it for their children (``tf_free_children``).
 
     from gau_keras import build_transformer_model, Tokenizer
     model = build_transformer_model(config_path, checkpoint_path, model="gau_alpha")
+
+Design notes: docs/architecture.md.
 """
 import contextlib
 import importlib

@@ -5,6 +5,8 @@ checkpoints: ``prefix.index`` + ``prefix.data-*`` (+ ``checkpoint`` state
 file). Reading uses ``tf.train.load_checkpoint``; writing uses the ``SaveV2``
 op, which produces exactly the files a TF1 ``Saver`` writes for the same
 variable names (without a ``.meta`` graph, which no loader here needs).
+
+Design notes: docs/models.md (The TF1 checkpoint).
 """
 import os
 

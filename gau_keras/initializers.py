@@ -1,4 +1,7 @@
-"""The depth-scaled truncated-normal initializer of RoFormerV2 / GAU-alpha."""
+"""The depth-scaled truncated-normal initializer of RoFormerV2 / GAU-alpha.
+
+Design notes: docs/models.md (Initialisation).
+"""
 import keras
 
 

@@ -5,6 +5,8 @@
 * ``global_pointer_crossentropy``: the multi-label span loss of GlobalPointer;
 * ``masked_lm_sums`` / ``masked_positions``: the masked-LM loss of pretraining
   (summed over masked positions) and the static-shape gather of those positions.
+
+Design notes: docs/pretraining.md (The loop).
 """
 import keras
 from keras import ops

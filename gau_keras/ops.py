@@ -2,6 +2,8 @@
 
 Shapes use B = batch, L = sequence length, Lq/Lk = query/key lengths,
 d = feature size.
+
+Design notes: docs/models.md.
 """
 import math
 

@@ -1,6 +1,6 @@
 """LAMB and the piecewise-linear learning-rate schedule of GAU-α's pretraining.
 
-Both follow DESIGN.md §4::
+Both follow docs/pretraining.md::
 
     m = β1 m + (1 − β1) g          v = β2 v + (1 − β2) g²
     (optional bias correction: m̂ = m / (1 − β1^t), v̂ = v / (1 − β2^t))

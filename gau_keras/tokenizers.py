@@ -8,6 +8,8 @@ each, punctuation is split off, lower-casing also strips accents (NFD, drop
 combining marks), the remaining words go through greedy longest-match-first
 WordPiece with ``##`` continuations, and a word that cannot be pieced together
 stays one token that maps to ``[UNK]`` (so ``rematch`` can still locate it).
+
+Design notes: docs/architecture.md.
 """
 import re
 import unicodedata

@@ -15,6 +15,8 @@ input, keeps the workers' results in input order and writes the TFRecords (it
 imports TensorFlow only for that). Each document's masks come from a numpy
 Generator seeded with (seed, line index), so the output depends on the seed
 only, not on how documents are split between workers.
+
+Design notes: docs/pretraining.md (Data).
 """
 import argparse
 import collections

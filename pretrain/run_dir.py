@@ -12,6 +12,8 @@ Checkpoints are found by scanning ``ckpt-N.index`` files, not only through the
 state file, so a deleted or garbled state file never makes a run start over;
 the state file is rewritten from the scan. Restoring tries the newest first
 and falls back to older ones with a warning naming the file.
+
+Design notes: docs/pretraining.md (The run directory).
 """
 import json
 import os

@@ -4,6 +4,8 @@ A plain custom loop (one ``tf.function`` step run by the strategy) rather
 than ``model.fit``, because resuming must restore the data iterator exactly,
 and the MLM loss/accuracy only count masked positions. The run directory's
 lock, checkpoint discovery and log continuity live in ``pretrain.run_dir``.
+
+Design notes: docs/pretraining.md.
 """
 import contextlib
 import json

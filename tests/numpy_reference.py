@@ -1,4 +1,4 @@
-"""Plain-numpy GAU-alpha / RoFormerV2, written from DESIGN.md's equations.
+"""Plain-numpy GAU-alpha / RoFormerV2, written from the equations of docs/models.md.
 
 Independent of gau_keras's code paths: used as the reference the Keras
 layers and models are tested against. Weights are looked up by the original

@@ -1,4 +1,4 @@
-"""LAMB and PiecewiseLinearDecay against numpy versions of DESIGN.md §4."""
+"""LAMB and PiecewiseLinearDecay against numpy versions of docs/pretraining.md's equations."""
 import json
 
 import keras

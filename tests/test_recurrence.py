@@ -27,7 +27,7 @@ def implementation(request, monkeypatch):
 
 
 def numpy_sru(U, x, weight_c, bias, c0, mask_pad, scale_x, dropout_mask, bidirectional):
-    """Direct transcription of DESIGN.md §3, one direction and one step at a time."""
+    """Direct transcription of docs/srupp.md, one direction and one step at a time."""
     B, L, _ = U.shape
     dirs = 2 if bidirectional else 1
     d = weight_c.size // (2 * dirs)

@@ -1,7 +1,7 @@
 """Self-test of the original-bert4keras reference harness (tests/reference).
 
 Writes tiny random checkpoints with bert4keras's own save_weights_as_checkpoint,
-checks the variable names and shapes against DESIGN.md section 2, and checks
+checks the variable names and shapes against docs/models.md (the TF1 checkpoint), and checks
 that the forward pass on a padded batch is deterministic across processes.
 """
 import numpy as np

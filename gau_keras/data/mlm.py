@@ -1,4 +1,4 @@
-"""Whole-word masked-LM examples, GAU-α's recipe (DESIGN.md §4).
+"""Whole-word masked-LM examples, GAU-α's recipe (docs/pretraining.md).
 
 Per document: segment into words, tokenize each word, select each word with
 p = 0.15; a selected word has all its tokens replaced by ``[MASK]`` (80%), by

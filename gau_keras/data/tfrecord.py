@@ -8,6 +8,8 @@ and either ``labels`` (static masks) or ``word_starts`` (dynamic masks, see
         writer.write({"token_ids": [...], "labels": [...]})
     dataset = load_dataset("out/shard-*.tfrecord", batch_size=32, maxlen=512)
     # batches: ({'Input-Token': [B, 512], 'Input-Segment': [B, 512]}, labels [B, 512])
+
+Design notes: docs/pretraining.md (Data).
 """
 import json
 import os

@@ -1,5 +1,8 @@
 """Attention layers: the Gated Attention Unit (GAU-alpha), bert4keras's
-multi-head attention (RoFormerV2) and the LM/UniLM attention-bias layer."""
+multi-head attention (RoFormerV2) and the LM/UniLM attention-bias layer.
+
+Design notes: docs/models.md.
+"""
 import keras
 from keras import ops
 

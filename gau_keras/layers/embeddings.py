@@ -1,5 +1,8 @@
 """Embedding layers: the token embedding with a tied output mode, and
-sinusoidal (rotary) position embeddings."""
+sinusoidal (rotary) position embeddings.
+
+Design notes: docs/models.md.
+"""
 import keras
 from keras import ops
 

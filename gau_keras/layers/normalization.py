@@ -1,4 +1,7 @@
-"""Normalisation layers: ScaleOffset and bert4keras's LayerNormalization."""
+"""Normalisation layers: ScaleOffset and bert4keras's LayerNormalization.
+
+Design notes: docs/models.md (The norm).
+"""
 import keras
 from keras import ops
 

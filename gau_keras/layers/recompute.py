@@ -10,6 +10,8 @@ forward draws new dropout masks (Keras's seed generators have moved on), so
 the gradient would belong to another network. ``recompute_call`` replays the
 layer's seed-generator states at the start of both passes, so both draw the
 same masks and the gradients equal those of the plain layer.
+
+Design notes: docs/models.md (Recompute).
 """
 import os
 

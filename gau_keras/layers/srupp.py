@@ -1,4 +1,4 @@
-"""SRU++ (DESIGN.md §3): the attention / projected-linear transforms that produce
+"""SRU++ (docs/srupp.md): the attention / projected-linear transforms that produce
 U, the cell (transform + recurrence), and the stack ``SRUpp``.
 
 Computes exactly what the official PyTorch ``sru.SRUpp`` (v3) computes, on

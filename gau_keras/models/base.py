@@ -1,5 +1,8 @@
 """The bert4keras-style Transformer base: layer reuse by name, the build
-sequence, attention-bias applications and name-based checkpoint mapping."""
+sequence, attention-bias applications and name-based checkpoint mapping.
+
+Design notes: docs/models.md and docs/architecture.md (Extension points).
+"""
 import logging
 
 import keras

@@ -7,6 +7,8 @@ keys fixed by these models are checked (``use_bias`` must be false), and every
 value the models use is validated, each error naming the key and the file.
 ``build_transformer_model`` and ``pretrain/`` both go through it, so a config
 that builds a model also pretrains one.
+
+Design notes: docs/models.md (The TF1 checkpoint).
 """
 import json
 import os

@@ -1,4 +1,7 @@
-"""GAU-alpha: RoFormerV2 with every Attention+FFN block replaced by two GAU layers."""
+"""GAU-alpha: RoFormerV2 with every Attention+FFN block replaced by two GAU layers.
+
+Design notes: docs/models.md.
+"""
 from gau_keras.layers import GatedAttentionUnit
 from gau_keras.models.roformer_v2 import RoFormerV2
 

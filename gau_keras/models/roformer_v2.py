@@ -1,4 +1,7 @@
-"""RoFormerV2: post-norm, bias-free, parameter-free RMS norm, rotary MHA."""
+"""RoFormerV2: post-norm, bias-free, parameter-free RMS norm, rotary MHA.
+
+Design notes: docs/models.md.
+"""
 import keras
 
 from gau_keras.layers import Add, Embedding, FeedForward, LayerNormalization, MultiHeadAttention

@@ -32,6 +32,8 @@ TF1 checkpoint variable names (``variable_mapping``), for layer i:
     cls/predictions/transform/dense/kernel                [D, E]   (Output-Mapping)
 
 (D = dirs·hidden_size; kernels are Keras-layout [in, out].)
+
+Design notes: docs/srupp.md.
 """
 import keras
 from keras import ops

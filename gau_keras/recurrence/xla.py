@@ -65,7 +65,7 @@ def forward(layout, U, x, weight_c, bias, c0, pad, scale_x, mask_c):
 
 
 def backward(layout, U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last, in_place=False):
-    """Every gradient from the saved c_seq (DESIGN.md §3) → (dU, dx, dweight_c,
+    """Every gradient from the saved c_seq (docs/srupp.md) → (dU, dx, dweight_c,
     dbias, dc0, dscale_x).
 
     With c known for all steps, f, r and every term except the carried dc are

@@ -1,4 +1,4 @@
-// Fused CPU kernels of the SRU elementwise recurrence (gau_keras.recurrence; DESIGN.md §3).
+// Fused CPU kernels of the SRU elementwise recurrence (gau_keras.recurrence; docs/srupp.md).
 //
 // Same contract and layouts as gau_keras/recurrence.py's XLA forward/backward pair:
 //   u [B, L, dirs, d, k] (k = 3 or 4), x [B, L, d_in], weight_c and bias [2, dirs, d],
