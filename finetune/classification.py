@@ -86,6 +86,8 @@ CLASSIFICATION = {row.command: row for row in (
                    'Input: ``[CLS] kw1；kw2；… [SEP] abstract [SEP]`` (the abstract is cut first); label "0"/"1".'),
     Classification("wsc", ("wsc", "cluewsc"), dict(epochs=5, batch_size=16, maxlen=128, lr=5e-5),
                    dict(epochs=10), 'Input: ``[CLS] marked text [SEP]``; label "true"/"false".'),
+    Classification("eprstmt", ("eprstmt",), dict(epochs=5, batch_size=32, maxlen=128, lr=5e-5),
+                   dict(epochs=10), 'Input: ``[CLS] review [SEP]``; label "Negative"/"Positive".'),
 )}
 
 

@@ -7,7 +7,7 @@
 
 A variant is ``LABEL=ARGS``: ARGS are extra command-line arguments given to every
 task script of that variant (empty: the bundled GAU-alpha). Each (variant, task)
-runs ``python -m finetune.<command>`` in its own process with the command's
+runs ``gau-keras finetune <command>`` in its own process with the command's
 defaults overridden by its ``budget`` (sized for a 2-core CPU; see ``COMPARED``)
 and the shared ``--seed``, once per rate of ``--lrs`` (or the one ``--lr``):
 the best rate on dev is kept per variant and task, so every starting point gets
@@ -36,9 +36,9 @@ COMPARED = {"tnews": "tnews", "iflytek": "iflytek", "ocnli_full": "ocnli", "bust
 
 def budget_arguments(command):
     """The command-line options of a command's compare budget (its defaults, then its budget)."""
-    from finetune.runner import task_class
+    from finetune.commands import task_for
 
-    task = task_class(f"finetune.{command}")
+    task = task_for(command)
     budget = {key: task.defaults[key] for key in ("epochs", "maxlen", "batch_size")}
     budget.update(task.budget)
     return " ".join(f"--{key.replace('_', '-')} {value}" for key, value in budget.items())
@@ -76,7 +76,7 @@ def build_parser():
 
 def run_command(task, command, budget, variant_args, args, lr):
     """The argv of one run (budget first, so variant and --extra arguments win)."""
-    return ([sys.executable, "-m", f"finetune.{command}", "--data-dir", args.data_dir, "--task-name", task,
+    return ([sys.executable, "-m", "gau_keras", "finetune", command, "--data-dir", args.data_dir, "--task-name", task,
              "--lr", repr(lr), "--seed", str(args.seed), "--max-test-examples", "100"]
             + shlex.split(budget) + list(variant_args) + shlex.split(args.extra))
 

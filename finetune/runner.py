@@ -61,7 +61,11 @@ def task_class(module_name):
 def build_parser(task_cls):
     defaults = task_cls.defaults
     name, module = task_module(task_cls)
-    parser = argparse.ArgumentParser(prog=f"python -m {name}", description=(module.__doc__ or "").split("\n\n")[0])
+    if name == "finetune.commands":       # a table row without a module of its own
+        prog, description = f"gau-keras finetune {task_cls.task_names[0]}", task_cls.__doc__ or ""
+    else:
+        prog, description = f"python -m {name}", (module.__doc__ or "").split("\n\n")[0]
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--data-dir", required=True,
                         help="folder holding the task's folder (e.g. ../shared/data/clue or the CLUE download "
                              "folder) or the task's {train,dev,test}.json themselves")

@@ -18,8 +18,6 @@ import sys
 #: subcommands handled by another module's own argument parser
 DELEGATED = {"prepare-corpus": "pretrain.prepare_corpus", "pretrain": "pretrain.pretrain",
              "compare": "finetune.compare"}
-FINETUNE_TASKS = ("tnews", "iflytek", "afqmc", "cmnli", "ocnli", "wsc", "csl", "cmrc2018", "c3", "chid",
-                  "cluener")
 
 
 def _fill_mask(args):
@@ -85,13 +83,14 @@ def _delegate(argv):
 
     command, rest = argv[0], argv[1:]
     if command == "finetune":
-        if not rest or rest[0] not in FINETUNE_TASKS:
-            print(f"usage: gau-keras finetune TASK [options]; TASK is one of {', '.join(FINETUNE_TASKS)}",
+        from finetune import commands
+        from finetune.runner import run
+
+        if not rest or rest[0] not in commands.names():
+            print(f"usage: gau-keras finetune TASK [options]; TASK is one of {', '.join(commands.names())}",
                   file=sys.stderr)
             return 2
-        from finetune.runner import run, task_class
-
-        return run(task_class(f"finetune.{rest[0]}"), rest[1:])
+        return run(commands.task_for(rest[0]), rest[1:])
     module = importlib.import_module(DELEGATED[command])
     result = module.main(rest)
     return result if isinstance(result, int) else 0

@@ -19,6 +19,7 @@ def _run(argv, cwd):
     (["pretrain", "--help"], "--config"),
     (["prepare-corpus", "--help"], "--output-dir"),
     (["finetune", "tnews", "--help"], "--data-dir"),
+    (["finetune", "eprstmt", "--help"], "--data-dir"),      # a table row without a module
     (["compare", "--help"], "--variant"),
     (["export", "--help"], "--keras"),
     (["fill-mask", "--help"], "--top-k"),

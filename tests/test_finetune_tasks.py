@@ -57,6 +57,16 @@ def test_classification_features(shared_data, tokenizer, task_cls, task, maxlen)
         assert (segment_ids.max() == 1) == (second is not None)
 
 
+def test_a_table_row_is_a_task(shared_data, tokenizer):
+    from finetune.commands import task_for
+
+    task = task_for("eprstmt")("eprstmt", tokenizer, 64)
+    for example in _examples(shared_data, "eprstmt"):
+        (feature,) = task.features(example, training=True)
+        assert feature.inputs[0].tolist() == tokenizer.encode(example.text, maxlen=64)[0]
+        assert feature.label == example.label
+
+
 def test_cmnli_accepts_only_its_task_names(tokenizer):
     with pytest.raises(ValueError, match="--task-name"):
         NliTask("ocnli", tokenizer, 32)
