@@ -1,6 +1,7 @@
 """Packaging for gau_keras (``pip install -e .``)."""
 from setuptools import find_packages, setup
 
+
 def runtime_requirements(path="requirements.txt"):
     """The lines of requirements.txt above its '# Tests' section."""
     requirements = []

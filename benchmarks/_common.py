@@ -265,6 +265,51 @@ def run_side_by_side(workers, repeats, warmup=1):
     return results
 
 
+def measure_side_by_side(argv_by_label, repeats, warmup=1, before=None, after=None):
+    """Starts the workers, runs them side by side, closes them; returns
+    ``run_side_by_side``'s results with each worker's ready message merged in.
+    ``before`` / ``after``: optional ``f(workers)`` called around the timed rounds."""
+    workers, ready = start_workers(argv_by_label)
+    try:
+        if before:
+            before(workers)
+        results = run_side_by_side(workers, repeats, warmup=warmup)
+        if after:
+            after(workers)
+    finally:
+        for worker in workers.values():
+            worker.close()
+    for label in results:
+        results[label].update(ready[label])
+    return results
+
+
+# ---------------------------------------------------------------- encoders
+def encoder_step(model_name, sizes, batch_size, length, mode="train", seed=0, vocab_size=64, **model_kwargs):
+    """(info, step) of a full ``build_transformer_model`` encoder fed random ids for ``serve``:
+    a training step (``train_on_batch``: Adam, MSE of the hidden states against a fixed random
+    target; ``jit_compile=False``, Keras's CPU default) or inference (``predict_on_batch``)."""
+    import keras
+    import numpy as np
+
+    from gau_keras import build_transformer_model
+
+    keras.utils.set_random_seed(seed)
+    model = build_transformer_model(model=model_name, vocab_size=vocab_size, **sizes, **model_kwargs)
+    rng = np.random.default_rng(seed)
+    token_ids = rng.integers(1, vocab_size, size=(batch_size, length)).astype("int32")
+    inputs = [token_ids, np.zeros_like(token_ids)]
+    target = rng.standard_normal((batch_size, length, sizes["hidden_size"])).astype("float32")
+    model.compile(optimizer=keras.optimizers.Adam(1e-4), loss="mse", jit_compile=False)
+    if mode == "train":
+        def step():
+            model.train_on_batch(inputs, target)
+    else:
+        def step():
+            model.predict_on_batch(inputs)
+    return {"params": int(model.count_params())}, step
+
+
 # ---------------------------------------------------------------- output
 def format_number(value, digits=3):
     if value is None or (isinstance(value, float) and math.isnan(value)):

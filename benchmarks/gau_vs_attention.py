@@ -135,29 +135,8 @@ def model_flops(model, sizes, batch_size, length, mode):
 # ---------------------------------------------------------------- worker side
 def worker_setup(spec):
     """Builds the model of ``spec`` and returns (info, step) for ``_common.serve``."""
-    import keras
-    import numpy as np
-
-    from gau_keras import build_transformer_model
-
-    keras.utils.set_random_seed(spec["seed"])
-    sizes = spec["sizes"]
-    model = build_transformer_model(model=spec["model"], vocab_size=VOCAB_SIZE, dropout_rate=0.0,
-                                    attention_dropout_rate=0.0, **sizes)
-    rng = np.random.default_rng(spec["seed"])
-    shape = (spec["batch_size"], spec["length"])
-    token_ids = rng.integers(1, VOCAB_SIZE, size=shape).astype("int32")
-    segment_ids = np.zeros(shape, dtype="int32")
-    inputs = [token_ids, segment_ids]
-    target = rng.standard_normal(shape + (sizes["hidden_size"],)).astype("float32")
-    model.compile(optimizer=keras.optimizers.Adam(1e-4), loss="mse", jit_compile=False)
-    if spec["mode"] == "train":
-        def step():
-            model.train_on_batch(inputs, target)
-    else:
-        def step():
-            model.predict_on_batch(inputs)
-    return {"params": int(model.count_params())}, step
+    return _common.encoder_step(spec["model"], spec["sizes"], spec["batch_size"], spec["length"], spec["mode"],
+                                spec["seed"], VOCAB_SIZE, dropout_rate=0.0, attention_dropout_rate=0.0)
 
 
 def worker_main(spec_json):
@@ -214,20 +193,14 @@ def worker_argv(args, sizes, model, length, mode):
 
 def measure(args, sizes, length, mode, calibration, calibrate_first, calibrate_last):
     """Runs both models side by side for one (length, mode); returns their results."""
-    workers, ready = _common.start_workers(
-        {model: worker_argv(args, sizes, model, length, mode) for model in MODELS})
     flops_per_second = []
-    try:
-        if calibrate_first:
-            flops_per_second.append(workers[MODELS[0]].request("calibrate", **calibration)["flops_per_second"])
-        results = _common.run_side_by_side(workers, args.repeats)
-        if calibrate_last:
-            flops_per_second.append(workers[MODELS[0]].request("calibrate", **calibration)["flops_per_second"])
-    finally:
-        for worker in workers.values():
-            worker.close()
-    for model in MODELS:
-        results[model].update(ready[model])
+
+    def calibrate(workers):
+        flops_per_second.append(workers[MODELS[0]].request("calibrate", **calibration)["flops_per_second"])
+
+    results = _common.measure_side_by_side(
+        {model: worker_argv(args, sizes, model, length, mode) for model in MODELS}, args.repeats,
+        before=calibrate if calibrate_first else None, after=calibrate if calibrate_last else None)
     return results, flops_per_second
 
 

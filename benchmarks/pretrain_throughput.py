@@ -267,18 +267,6 @@ def worker_argv(**spec):
     return [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", json.dumps(spec)]
 
 
-def measure(argvs, repeats, warmup=1):
-    workers, ready = _common.start_workers(argvs)
-    try:
-        results = _common.run_side_by_side(workers, repeats, warmup=warmup)
-    finally:
-        for worker in workers.values():
-            worker.close()
-    for label in results:
-        results[label].update(ready[label])
-    return results
-
-
 def table_rows(results, per_round, pairs):
     """One row per (loop-like, bare-like) pair: medians and the round-by-round ratio."""
     f = _common.format_number
@@ -307,7 +295,7 @@ def main(argv=None):
             for kind in ("loop", "bare"):
                 argvs[f"{kind}, {xla_name[xla]}"] = worker_argv(kind=kind, config=config, xla=xla,
                                                                 updates=args.updates, quick=args.quick)
-        results = measure(argvs, args.repeats)
+        results = _common.measure_side_by_side(argvs, args.repeats)
         pairs = [(f"loop, {xla_name[x]}", f"bare, {xla_name[x]}") for x in args.xla]
         rows, _ = table_rows(results, args.updates, pairs)
         params = results[pairs[0][0]]["params"]
@@ -324,7 +312,7 @@ def main(argv=None):
                                                      quick=args.quick)
         argvs[f"bare, {xla_name[xla]}"] = worker_argv(kind="finetune_bare", xla=xla, updates=args.updates,
                                                       batch_size=32, quick=args.quick)
-    results = measure(argvs, args.repeats)
+    results = _common.measure_side_by_side(argvs, args.repeats)
     pairs = [(f"fit, {xla_name[x]}", f"bare, {xla_name[x]}") for x in args.xla]
     rows, _ = table_rows(results, args.updates, pairs)
     for row, (fit, _) in zip(rows, pairs):    # the first pass: every batch length compiled once

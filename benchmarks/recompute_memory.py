@@ -46,23 +46,8 @@ LABELS = {"gau_alpha": "GAU-α", "roformer_v2": "RoFormerV2"}
 
 
 def worker_setup(spec):
-    import keras
-    import numpy as np
-
-    from gau_keras import build_transformer_model
-
-    keras.utils.set_random_seed(0)
-    model = build_transformer_model(model=spec["model"], vocab_size=VOCAB_SIZE, dropout_rate=0.1,
-                                    attention_dropout_rate=0.1, recompute=spec["recompute"], **spec["sizes"])
-    rng = np.random.default_rng(0)
-    ids = rng.integers(1, VOCAB_SIZE, size=(1, spec["length"])).astype("int32")
-    inputs = [ids, np.zeros_like(ids)]
-    target = rng.standard_normal((1, spec["length"], spec["sizes"]["hidden_size"])).astype("float32")
-    model.compile(optimizer=keras.optimizers.Adam(1e-4), loss="mse", jit_compile=False)
-
-    def step():
-        model.train_on_batch(inputs, target)
-    return {"params": int(model.count_params())}, step
+    return _common.encoder_step(spec["model"], spec["sizes"], 1, spec["length"], vocab_size=VOCAB_SIZE,
+                                dropout_rate=0.1, attention_dropout_rate=0.1, recompute=spec["recompute"])
 
 
 def worker_main(spec_json):
@@ -105,13 +90,8 @@ def main(argv=None):
                 spec = dict(model=model, sizes=sizes[model], length=length, recompute=recompute)
                 argvs[recompute] = [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker",
                                     json.dumps(spec)]
-            workers, ready = _common.start_workers(argvs)
-            try:
-                results = _common.run_side_by_side(workers, args.repeats)
-            finally:
-                for worker in workers.values():
-                    worker.close()
-            device, method = ready[False]["device"], ready[False]["memory_method"]
+            results = _common.measure_side_by_side(argvs, args.repeats)
+            device, method = results[False]["device"], results[False]["memory_method"]
             off, on = results[False], results[True]
             mem_off, mem_on = off["peak_bytes"] / _common.MIB, on["peak_bytes"] / _common.MIB
             rows.append([LABELS[model], f"1 × {length}", f(statistics.median(off["seconds"])),

@@ -21,21 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from gau_keras.data.clue.examples import (
-    BLANK,
-    OTHER_BLANK,
-    Answer,
-    ChoiceExample,
-    ClozeExample,
-    Entity,
-    KeywordsExample,
-    NERExample,
-    PairExample,
-    Span,
-    SpanQAExample,
-    TextExample,
-    WSCExample,
-)
+from gau_keras.data.clue import examples as ex
 from gau_keras.data.clue.records import Malformed, class_label, field, record_id, string_list
 
 #: the blanks of the original CLUE chid files
@@ -44,17 +30,17 @@ CHID_TAG = re.compile(r"#idiom\d+#")
 
 # ---------------------------------------------------------- record parsers
 def _parse_text(record, index, spec, labelled, context):
-    return [TextExample(record_id(record, index), field(record, "sentence"),
+    return [ex.TextExample(record_id(record, index), field(record, "sentence"),
                         class_label(record, spec, labelled))]
 
 
 def _parse_pair(record, index, spec, labelled, context):
-    return [PairExample(record_id(record, index), field(record, "sentence1"),
+    return [ex.PairExample(record_id(record, index), field(record, "sentence1"),
                         field(record, "sentence2"), class_label(record, spec, labelled))]
 
 
 def _parse_keywords(record, index, spec, labelled, context):
-    return [KeywordsExample(record_id(record, index), field(record, "abst"),
+    return [ex.KeywordsExample(record_id(record, index), field(record, "abst"),
                             string_list(record, "keyword"), class_label(record, spec, labelled))]
 
 
@@ -62,20 +48,20 @@ def _span(text, target, k):
     start, words = field(target, f"span{k}_index", int), field(target, f"span{k}_text")
     if text[start:start + len(words)] != words:
         raise Malformed(f"span{k}_text {words!r} is not at span{k}_index {start}")
-    return Span(start, words)
+    return ex.Span(start, words)
 
 
 def _parse_wsc(record, index, spec, labelled, context):
     text = field(record, "text")
     target = field(record, "target", dict)
-    return [WSCExample(record_id(record, index), text, _span(text, target, 1), _span(text, target, 2),
+    return [ex.WSCExample(record_id(record, index), text, _span(text, target, 1), _span(text, target, 2),
                        class_label(record, spec, labelled))]
 
 
 def _parse_cluener(record, index, spec, labelled, context):
     text = field(record, "text")
     if not labelled:
-        return [NERExample(record_id(record, index), text)]
+        return [ex.NERExample(record_id(record, index), text)]
     entities = []
     for entity_type, mentions in field(record, "label", dict).items():
         if entity_type not in spec.labels:
@@ -89,9 +75,9 @@ def _parse_cluener(record, index, spec, labelled, context):
                 start, end = span
                 if text[start:end + 1] != words:
                     raise Malformed(f"entity {words!r} is not at [{start}, {end}] (inclusive end)")
-                entities.append(Entity(entity_type, start, end, words))
+                entities.append(ex.Entity(entity_type, start, end, words))
     entities.sort(key=lambda e: (e.start, e.end, e.type))
-    return [NERExample(record_id(record, index), text, tuple(entities))]
+    return [ex.NERExample(record_id(record, index), text, tuple(entities))]
 
 
 def _candidate_index(value, candidates, what):
@@ -110,10 +96,10 @@ def _parse_chid(record, index, spec, labelled, context):
     if not all(isinstance(p, str) for p in passages):
         raise Malformed("field 'content' must be a string or a list of strings")
     if not any(CHID_TAG.search(p) for p in passages):
-        if len(passages) != 1 or passages[0].count(BLANK) != 1:
-            raise Malformed(f"content must hold exactly one {BLANK!r} blank or '#idiomNNN#' tags")
+        if len(passages) != 1 or passages[0].count(ex.BLANK) != 1:
+            raise Malformed(f"content must hold exactly one {ex.BLANK!r} blank or '#idiomNNN#' tags")
         label = _candidate_index(field(record, "answer", int), candidates, "answer") if labelled else None
-        return [ClozeExample(record_id(record, index), passages[0], candidates, label)]
+        return [ex.ClozeExample(record_id(record, index), passages[0], candidates, label)]
     answers = context.get("chid_answers") if labelled else None
     if labelled and answers is None:
         raise FileNotFoundError(
@@ -127,8 +113,8 @@ def _parse_chid(record, index, spec, labelled, context):
                 if tag not in answers:
                     raise Malformed(f"blank {tag} is missing from the answer file")
                 label = _candidate_index(answers[tag], candidates, f"answer of {tag}")
-            text = CHID_TAG.sub(lambda m, tag=tag: BLANK if m.group(0) == tag else OTHER_BLANK, passage)
-            examples.append(ClozeExample(tag, text, candidates, label))
+            text = CHID_TAG.sub(lambda m, tag=tag: ex.BLANK if m.group(0) == tag else ex.OTHER_BLANK, passage)
+            examples.append(ex.ClozeExample(tag, text, candidates, label))
     return examples
 
 
@@ -162,9 +148,9 @@ def _parse_cmrc_question(question, index, spec, labelled, context):
             text, start = field(answer, "text"), field(answer, "answer_start", int)
             if context["context"][start:start + len(text)] != text:
                 start = context["context"].find(text)
-            answers.append(Answer(text, start if start >= 0 else None))
+            answers.append(ex.Answer(text, start if start >= 0 else None))
         answers = tuple(answers)
-    return [SpanQAExample(field(question, "id", (str, int)), context["context"],
+    return [ex.SpanQAExample(field(question, "id", (str, int)), context["context"],
                           field(question, "question"), answers)]
 
 
@@ -201,7 +187,7 @@ def _parse_c3_question(question, index, spec, labelled, context):
             raise ValueError(f"answer {answer!r} is not one of the choices {list(choices)}")
         label = choices.index(answer)
     qid = question.get("id") if isinstance(question, dict) else None
-    return [ChoiceExample(qid if qid is not None else f"{context['doc_id']}-{index}", context["sentences"],
+    return [ex.ChoiceExample(qid if qid is not None else f"{context['doc_id']}-{index}", context["sentences"],
                           field(question, "question"), choices, label)]
 
 
@@ -317,12 +303,12 @@ class Form:
 
 
 FORMS = {form.name: form for form in (
-    Form("text", TextExample, _render_labels, parse=_parse_text),
-    Form("pair", PairExample, _render_labels, parse=_parse_pair),
-    Form("keywords", KeywordsExample, _render_labels, parse=_parse_keywords),
-    Form("wsc", WSCExample, _render_labels, parse=_parse_wsc),
-    Form("cmrc2018", SpanQAExample, _render_cmrc2018, read=_read_cmrc2018),
-    Form("c3", ChoiceExample, _render_c3, read=_read_c3),
-    Form("chid", ClozeExample, _render_chid, parse=_parse_chid, context=_chid_context),
-    Form("cluener", NERExample, _render_cluener, parse=_parse_cluener),
+    Form("text", ex.TextExample, _render_labels, parse=_parse_text),
+    Form("pair", ex.PairExample, _render_labels, parse=_parse_pair),
+    Form("keywords", ex.KeywordsExample, _render_labels, parse=_parse_keywords),
+    Form("wsc", ex.WSCExample, _render_labels, parse=_parse_wsc),
+    Form("cmrc2018", ex.SpanQAExample, _render_cmrc2018, read=_read_cmrc2018),
+    Form("c3", ex.ChoiceExample, _render_c3, read=_read_c3),
+    Form("chid", ex.ClozeExample, _render_chid, parse=_parse_chid, context=_chid_context),
+    Form("cluener", ex.NERExample, _render_cluener, parse=_parse_cluener),
 )}
