@@ -4,6 +4,7 @@ No timing is asserted: the quick run only has to produce a well-formed table
 of positive numbers.
 """
 import importlib.util
+import json
 import subprocess
 import sys
 
@@ -112,3 +113,34 @@ def test_memory_probe_rss_fallback_sees_a_numpy_buffer(common):
     peak = probe.peak_above_baseline()
     del buffer
     assert peak >= 15 * 2 ** 20
+
+
+def _run_quick(name, *args):
+    result = subprocess.run([sys.executable, str(BENCHMARKS / name), *args], capture_output=True, text=True,
+                            timeout=900, cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result.stdout
+
+
+def test_pretrain_throughput_quick_prints_loop_and_bare_ratios():
+    stdout = _run_quick("pretrain_throughput.py", "--quick", "--configs", "pretrain/configs/tiny.json",
+                        "--xla", "off")
+    tables = stdout.split("\n\n")
+    pretraining = _table_rows(next(t for t in tables if "loop / bare" in t))
+    assert [row["variant"] for row in pretraining] == ["loop, xla off"]
+    assert float(pretraining[0]["loop / bare (same XLA)"]) > 0
+    finetuning = _table_rows(next(t for t in tables if "fit / bare" in t))
+    assert [row["variant"] for row in finetuning] == ["fit, xla off"] and float(finetuning[0]["s/step"]) > 0
+
+
+def test_recompute_memory_quick_prints_both_variants():
+    rows = _table_rows(_run_quick("recompute_memory.py", "--quick", "--models", "gau_alpha"))
+    assert [row["model"] for row in rows] == ["GAU-α"]
+    assert float(rows[0]["activation MiB"]) > 0 and float(rows[0]["activation MiB recompute"]) > 0
+
+
+def test_mlm_quality_reports_the_probes(tmp_path):
+    stdout = _run_quick("mlm_quality.py", "--json", str(tmp_path / "q.json"))
+    row = next(r for r in _table_rows(stdout) if r["measure"].startswith("probes"))
+    figures = json.loads((tmp_path / "q.json").read_text())
+    assert figures["probes"]["total"] >= 20 and row["value"].startswith(f"{figures['probes']['hits']}/")
