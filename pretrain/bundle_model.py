@@ -38,16 +38,55 @@ def wall_time(train):
     return total + last
 
 
-def training_notes(config_path, train, evals):
+def tokens_per_sequence(config):
+    """Mean tokens of a training sequence, from the training shards' summary.json (None if absent)."""
+    import glob
+
+    files = sorted(glob.glob(config["data"]["train"]))
+    summary = os.path.join(os.path.dirname(files[0]), "summary.json") if files else None
+    if not summary or not os.path.isfile(summary):
+        return None
+    with open(summary, encoding="utf-8") as f:
+        record = json.load(f)
+    sequences = record.get("sequences") or record.get("examples")
+    return record["tokens"] / sequences if sequences else None
+
+
+def quality_lines(path):
+    """The figures of benchmarks/mlm_quality.py --json as Markdown lines."""
+    with open(path, encoding="utf-8") as f:
+        q = json.load(f)
+    lines = ["", "## What it knows (held-out documents)", "",
+             "`python3 benchmarks/mlm_quality.py` on this directory:", "",
+             "| measure | value |", "|---|---|"]
+    if "whole_word" in q:
+        w = q["whole_word"]
+        lines.append(f"| whole-word masked accuracy (the pretraining objective, maxlen {w['maxlen']}) | "
+                     f"{w['accuracy']:.4f} (loss {w['loss']:.3f}; majority {w['majority']:.4f}) |")
+    if "random_char" in q:
+        lines.append(f"| 15% of characters masked at random, first 128 tokens | {q['random_char']['accuracy']:.4f} |")
+    p = q["probes"]
+    lines.append(f"| everyday sentences, answer in the top 5 | {p['hits']}/{p['total']} = {p['rate']:.3f} |")
+    for length, result in sorted(q.get("lengths", {}).items(), key=lambda item: int(item[0])):
+        lines.append(f"| whole-word, packed to {length} tokens | {result['accuracy']:.4f} |")
+    return lines
+
+
+def training_notes(config_path, train, evals, quality=None, notes=None):
     with open(config_path, encoding="utf-8") as f:
         config = json.load(f)
+    per_sequence = tokens_per_sequence(config)
+    updates = train[-1]["update"]
+    sequences = updates * config["data"]["batch_size"] * (config["optimizer"].get("gradient_accumulation_steps") or 1)
+    seen = (f"* tokens seen: {sequences * per_sequence / 1e6:.1f} M ({sequences} sequences of "
+            f"{per_sequence:.1f} tokens on average)" if per_sequence else f"* sequences seen: {sequences}")
     lines = ["# How this model was trained", "",
              "Pretrained with this project's own pipeline (`pretrain/`) on",
              "`../shared/data/corpus/zh_corpus.txt` (every 50th document held out for evaluation),",
              "whole-word MLM with jieba, on a 2-core CPU shared with other jobs.", "",
              f"* config: `{config_path}` (copied below)",
-             f"* updates: {train[-1]['update']} of batch {config['data']['batch_size']} × "
-             f"{config['data']['maxlen']} tokens",
+             f"* updates: {updates} of batch {config['data']['batch_size']} × "
+             f"{config['data']['maxlen']} tokens", seen,
              f"* training wall time: {wall_time(train) / 60:.1f} minutes (restarts included, "
              "evaluation excluded)",
              f"* final training loss {train[-1]['loss']:.3f}, masked accuracy "
@@ -63,6 +102,11 @@ def training_notes(config_path, train, evals):
                   "|---|---|---|---|---|"]
         lines += [f"| {r['update']} | {r['eval_masked_accuracy']:.4f} | {r['majority_baseline_accuracy']:.4f} "
                   f"| {r['eval_loss']:.3f} | {r['eval_masked_tokens']} |" for r in evals]
+    if quality:
+        lines += quality_lines(quality)
+    if notes:
+        with open(notes, encoding="utf-8") as f:
+            lines += ["", f.read().strip()]
     lines += ["", "## Config", "", "```json", json.dumps(config, indent=2, ensure_ascii=False), "```", ""]
     return "\n".join(lines)
 
@@ -73,6 +117,8 @@ def main(argv=None):
     parser.add_argument("--config", required=True)
     parser.add_argument("--output", required=True)
     parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("--quality", help="benchmarks/mlm_quality.py --json output to include")
+    parser.add_argument("--notes", help="a Markdown file to include (how and why, in words)")
     args = parser.parse_args(argv)
     export = os.path.join(args.run_dir, "export")
     missing = [f for f in MODEL_FILES if not os.path.isfile(os.path.join(export, f))]
@@ -87,7 +133,7 @@ def main(argv=None):
     for name in MODEL_FILES:
         shutil.copy(os.path.join(export, name), os.path.join(args.output, name))
     with open(os.path.join(args.output, "TRAINING.md"), "w", encoding="utf-8") as f:
-        f.write(training_notes(args.config, train, evals))
+        f.write(training_notes(args.config, train, evals, args.quality, args.notes))
     print(f"bundled {export} -> {args.output}")
     return 0
 
