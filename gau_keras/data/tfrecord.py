@@ -152,21 +152,46 @@ def load_dataset(file_pattern, batch_size, maxlen=512, dynamic_mask=None, shuffl
         ``tf.data.Dataset`` of ``({'Input-Token': int32 [B, maxlen],
         'Input-Segment': int32 [B, maxlen]}, labels int32 [B, maxlen])``.
     """
+    files = _shard_files(file_pattern)
+    dynamic_mask = _follow_shards(files, dynamic_mask)
+    if dynamic_mask and (mask_token_id is None or random_token_ids is None):
+        raise ValueError("load_dataset: dynamic masks need mask_token_id and random_token_ids")
+    masking = _masking(files, mask_prob, mask_ratio, random_ratio)
+    dataset = _examples(files, "word_starts" if dynamic_mask else "labels", maxlen, shuffle, shuffle_buffer,
+                        seed, repeat)
+    if dynamic_mask:
+        dataset = _masked(dataset, seed, mask_token_id, random_token_ids, *masking)
+    else:
+        dataset = dataset.map(lambda features: (features["token_ids"], features["labels"]))
+    dataset = dataset.map(lambda token_ids, labels: (tf.cast(token_ids, tf.int32), tf.cast(labels, tf.int32)))
+    dataset = dataset.padded_batch(batch_size, padded_shapes=([maxlen], [maxlen]),
+                                   drop_remainder=drop_remainder)
+    dataset = dataset.map(lambda token_ids, labels: (
+        {"Input-Token": token_ids, "Input-Segment": tf.zeros_like(token_ids)}, labels))
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _shard_files(file_pattern):
+    """The sorted files matching a glob or a list of globs (an error if none)."""
     patterns = [file_pattern] if isinstance(file_pattern, str) else list(file_pattern)
     files = sorted(path for pattern in patterns for path in tf.io.gfile.glob(pattern))
     if not files:
         raise FileNotFoundError(f"load_dataset: no files match file_pattern={file_pattern!r}")
+    return files
+
+
+def _follow_shards(files, dynamic_mask):
+    """Whether the shards hold dynamic masks; an error if ``dynamic_mask`` says otherwise."""
     found = shard_format(files)
     if dynamic_mask is not None and found != ("dynamic" if dynamic_mask else "static"):
         raise ValueError(f"load_dataset: dynamic_mask={dynamic_mask} but {files[0]} holds {found} masks "
                          f"({'word_starts' if found == 'dynamic' else 'labels'}); leave dynamic_mask unset "
                          f"to follow the shards")
-    dynamic_mask = found == "dynamic"
-    if dynamic_mask and (mask_token_id is None or random_token_ids is None):
-        raise ValueError("load_dataset: dynamic masks need mask_token_id and random_token_ids")
-    mask_prob, mask_ratio, random_ratio = _masking(files, mask_prob, mask_ratio, random_ratio)
-    label_key = "word_starts" if dynamic_mask else "labels"
+    return found == "dynamic"
 
+
+def _examples(files, label_key, maxlen, shuffle, shuffle_buffer, seed, repeat):
+    """Parsed examples ({'token_ids', label_key}: int64 [n]) in a ``seed``-determined order."""
     dataset = tf.data.Dataset.from_tensor_slices(files)
     if shuffle:
         dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
@@ -178,21 +203,17 @@ def load_dataset(file_pattern, batch_size, maxlen=512, dynamic_mask=None, shuffl
         dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()
-    if dynamic_mask:
-        random_ids = tf.constant(random_token_ids, tf.int64)
+    return dataset
 
-        def mask(index, features):
-            return dynamic_whole_word_mask(
-                features["token_ids"], features["word_starts"], tf.stack([tf.cast(seed, tf.int64), index]),
-                mask_token_id, random_ids, mask_prob, mask_ratio, random_ratio)
 
-        # the element index (over all epochs) seeds each example's mask
-        dataset = dataset.enumerate().map(mask, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    else:
-        dataset = dataset.map(lambda features: (features["token_ids"], features["labels"]))
-    dataset = dataset.map(lambda token_ids, labels: (tf.cast(token_ids, tf.int32), tf.cast(labels, tf.int32)))
-    dataset = dataset.padded_batch(batch_size, padded_shapes=([maxlen], [maxlen]),
-                                   drop_remainder=drop_remainder)
-    dataset = dataset.map(lambda token_ids, labels: (
-        {"Input-Token": token_ids, "Input-Segment": tf.zeros_like(token_ids)}, labels))
-    return dataset.prefetch(tf.data.AUTOTUNE)
+def _masked(dataset, seed, mask_token_id, random_token_ids, mask_prob, mask_ratio, random_ratio):
+    """(token_ids, labels) with whole-word masks drawn per example: the element index
+    (over all epochs) and ``seed`` seed each example's mask."""
+    random_ids = tf.constant(random_token_ids, tf.int64)
+
+    def mask(index, features):
+        return dynamic_whole_word_mask(
+            features["token_ids"], features["word_starts"], tf.stack([tf.cast(seed, tf.int64), index]),
+            mask_token_id, random_ids, mask_prob, mask_ratio, random_ratio)
+
+    return dataset.enumerate().map(mask, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
