@@ -12,7 +12,8 @@ DEFAULTS = {
     "model_config_path": None,       # or a bert_config.json file
     "vocab": None,
     "data": {"train": None, "eval": None, "maxlen": 512, "batch_size": 128, "dynamic_mask": None,
-             "shuffle_buffer": 10000, "seed": 0, "max_predictions": None},
+             "shuffle_buffer": 10000, "seed": 0, "max_predictions": None,
+             "char_mask_fraction": 0.0},
     "optimizer": {"learning_rate": 1.76e-3, "weight_decay_rate": 0.01, "epsilon": 1e-6,
                   "beta_1": 0.9, "beta_2": 0.999, "bias_correction": False,
                   "exclude_from_weight_decay": ["Norm", "bias"],
@@ -30,6 +31,7 @@ SCHEMA = {
     ("data", "maxlen"): (INT, 3, False), ("data", "batch_size"): (INT, 1, False),
     ("data", "shuffle_buffer"): (INT, 1, False), ("data", "seed"): (INT, None, False),
     ("data", "max_predictions"): (INT, 1, True), ("data", "dynamic_mask"): (BOOL, None, True),
+    ("data", "char_mask_fraction"): (NUMBER, 0, False),
     ("data", "train"): (TEXT, None, False), ("data", "eval"): (TEXT, None, True),
     ("optimizer", "learning_rate"): (NUMBER, 0, False), ("optimizer", "weight_decay_rate"): (NUMBER, 0, False),
     ("optimizer", "epsilon"): (NUMBER, 0, False), ("optimizer", "beta_1"): (NUMBER, 0, False),
@@ -66,6 +68,8 @@ def validate(config, where):
             bound = f" >= {least}" if least is not None and kind in (INT, NUMBER) else ""
             raise ValueError(f"{where}: {section}.{key} must be {kind}{bound}{' or null' if nullable else ''}, "
                              f"got {json.dumps(value)}")
+    if not config["data"]["char_mask_fraction"] <= 1:
+        raise ValueError(f"{where}: data.char_mask_fraction must be <= 1, got {config['data']['char_mask_fraction']}")
     for key in ("beta_1", "beta_2"):
         if not config["optimizer"][key] < 1:
             raise ValueError(f"{where}: optimizer.{key} must be < 1, got {config['optimizer'][key]}")

@@ -223,7 +223,8 @@ class Trainer:
             dataset = tfrecord.load_dataset(
                 pattern, batch, maxlen=data["maxlen"], dynamic_mask=dynamic_mask, shuffle=repeat,
                 shuffle_buffer=data["shuffle_buffer"], seed=data["seed"], repeat=repeat, drop_remainder=True,
-                mask_token_id=self.tokenizer.token_mask_id, random_token_ids=random_token_ids(self.token_dict))
+                mask_token_id=self.tokenizer.token_mask_id, random_token_ids=random_token_ids(self.token_dict),
+                char_mask_fraction=data["char_mask_fraction"] if repeat else 0.0)   # held-out masks stay as stored
         except (FileNotFoundError, ValueError) as e:
             raise SystemExit(f"error: {self.config['config_path']}: {e}") from None
         return dataset

@@ -159,3 +159,37 @@ def test_dynamic_mask_tf(corpus_words):
     assert abs(n_selected / n_words - 0.15) < 0.015
     assert abs(n_mask / n_selected - 0.8) < 0.04
     assert set(masked[selected & (masked != token_ids) & (masked != tokenizer.token_mask_id)]) <= set(random_ids)
+
+
+def test_dynamic_mask_char_fraction(corpus_words):
+    """char_fraction=1 masks tokens one by one (at mask_prob of the in-word tokens, words
+    split); 0 is the whole-word masking itself, draw for draw."""
+    tokenizer, words_list = corpus_words
+    examples, _ = _make(tokenizer, words_list, seed=1, maxlen=64, dynamic=True)
+    token_ids = np.zeros([len(examples), 64], np.int64)
+    word_starts = np.zeros_like(token_ids)
+    for row, e in enumerate(examples):
+        token_ids[row, :len(e["token_ids"])] = e["token_ids"]
+        word_starts[row, :len(e["word_starts"])] = e["word_starts"]
+    random_ids = random_token_ids(tokenizer.token_dict)
+    whole, whole_labels = dynamic_whole_word_mask(token_ids, word_starts, [5, 6], tokenizer.token_mask_id, random_ids)
+    same, same_labels = dynamic_whole_word_mask(token_ids, word_starts, [5, 6], tokenizer.token_mask_id, random_ids,
+                                                char_fraction=0.0)
+    np.testing.assert_array_equal(whole.numpy(), same.numpy())
+    _, labels = dynamic_whole_word_mask(token_ids, word_starts, [5, 6], tokenizer.token_mask_id, random_ids,
+                                        char_fraction=1.0)
+    selected = labels.numpy() != 0
+    in_word = np.zeros_like(selected)
+    split_words = 0
+    for row, e in enumerate(examples):
+        for start, end in _word_spans(e["word_starts"]):
+            in_word[row, start:end] = True
+            word = selected[row, start:end]
+            split_words += bool(word.any() and not word.all())
+    assert not selected[~in_word].any()                       # never [CLS], [SEP] or padding
+    assert abs(selected.sum() / in_word.sum() - 0.15) < 0.015  # mask_prob of the tokens
+    assert split_words > 100                                  # single characters of longer words
+    _, half = dynamic_whole_word_mask(token_ids, word_starts, [5, 6], tokenizer.token_mask_id, random_ids,
+                                      char_fraction=0.5)
+    per_char_rows = [(half.numpy()[row] != whole_labels.numpy()[row]).any() for row in range(len(examples))]
+    assert 0.35 < np.mean(per_char_rows) < 0.65

@@ -113,6 +113,7 @@ def test_other_encoders_pretrain(tmp_path, shards, model, model_config):
     ("train", "steps", "80", 'train.steps must be an integer >= 1, got "80"'),
     ("optimizer", "learning_rate", -1, "optimizer.learning_rate must be a number >= 0, got -1"),
     ("optimizer", "beta_2", 1.0, "optimizer.beta_2 must be < 1"),
+    ("data", "char_mask_fraction", 1.5, "data.char_mask_fraction must be <= 1, got 1.5"),
     ("train", "xla", "yes", 'train.xla must be true or false or null, got "yes"'),
     ("model_config", "hidden_size", -1, "hidden_size must be an integer >= 1, got -1"),
 ])
@@ -122,6 +123,16 @@ def test_config_values_are_validated(tmp_path, shards, section, key, value, mess
     config[section][key] = value
     open(path, "w").write(json.dumps(config))
     with pytest.raises(SystemExit, match=message) as error:
+        pretrain.main(["--config", path])
+    assert path in str(error.value)
+
+
+def test_char_mask_fraction_needs_dynamic_shards(tmp_path, shards):
+    path = write_config(tmp_path, shards)
+    config = json.loads(open(path).read())
+    config["data"]["char_mask_fraction"] = 0.5
+    open(path, "w").write(json.dumps(config))
+    with pytest.raises(SystemExit, match="char_mask_fraction=0.5.*shards of dynamic masks") as error:
         pretrain.main(["--config", path])
     assert path in str(error.value)
 

@@ -210,7 +210,7 @@ class SequencePacker:
 
 
 def dynamic_whole_word_mask(token_ids, word_starts, seed, mask_token_id, random_token_ids,
-                            mask_prob=0.15, mask_ratio=0.8, random_ratio=0.1):
+                            mask_prob=0.15, mask_ratio=0.8, random_ratio=0.1, char_fraction=0.0):
     """Whole-word MLM masking in TensorFlow ops (``tf.data``-mappable).
 
     Args:
@@ -221,6 +221,10 @@ def dynamic_whole_word_mask(token_ids, word_starts, seed, mask_token_id, random_
         seed: int ``[2]`` stateless seed; equal seeds give equal masks.
         mask_token_id: id of ``[MASK]``.
         random_token_ids: int ``[R]`` ids that random replacement draws from.
+        char_fraction: the probability that a sequence is masked per token
+            (every token of a word its own unit) instead of per word. Whole-word
+            masks alone never show a [MASK] beside the rest of its word, which is
+            what a fill-mask query of one character inside a word looks like.
     Returns:
         (masked token_ids, labels), both shaped and typed like ``token_ids``;
         labels are the original ids at the selected positions, 0 elsewhere.
@@ -236,6 +240,14 @@ def dynamic_whole_word_mask(token_ids, word_starts, seed, mask_token_id, random_
     # the last real token is [SEP]; packed sequences hold more of them, all outside words
     sep = tf.gather(token_ids, tf.maximum(length - 1, 0), batch_dims=rank - 1)
     in_word = (word_index > 0) & (position < length - 1) & (token_ids != sep)
+    if char_fraction:
+        # every in-word token a unit of its own, for the sequences drawn (seeded apart
+        # from the three draws below, so char_fraction=0 keeps the whole-word masks)
+        per_char = tf.random.stateless_uniform(tf.concat([tf.shape(token_ids)[:-1], [1]], 0),
+                                               tf.random.experimental.stateless_fold_in(
+                                                   tf.cast(seed, tf.int64), 3)) < char_fraction
+        char_index = tf.cumsum(tf.cast(in_word, tf.int32), axis=-1)
+        word_index = tf.where(per_char & in_word, char_index, word_index)
 
     per_word_shape = tf.concat([tf.shape(token_ids)[:-1], tf.shape(token_ids)[-1:] + 1], 0)
     seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 3)

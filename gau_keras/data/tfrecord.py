@@ -127,7 +127,7 @@ def _masking(files, mask_prob, mask_ratio, random_ratio):
 def load_dataset(file_pattern, batch_size, maxlen=512, dynamic_mask=None, shuffle=True,
                  shuffle_buffer=10000, seed=0, repeat=False, drop_remainder=False,
                  mask_token_id=None, random_token_ids=None, mask_prob=None,
-                 mask_ratio=None, random_ratio=None):
+                 mask_ratio=None, random_ratio=None, char_mask_fraction=0.0):
     """MLM batches from TFRecord shards.
 
     Args:
@@ -143,6 +143,9 @@ def load_dataset(file_pattern, batch_size, maxlen=512, dynamic_mask=None, shuffl
             None (default) takes those recorded in the shards' summary.json
             (prepare_corpus ``--mask-prob`` ...), else 0.15 / 0.8 / 0.1. A
             value that contradicts the recorded one is an error.
+        char_mask_fraction: dynamic masks only: the fraction of sequences masked
+            per token instead of per word (``mlm.dynamic_whole_word_mask``'s
+            ``char_fraction``).
         shuffle, shuffle_buffer, seed: file order and example shuffling; the
             order is a function of ``seed`` (and so are the dynamic masks, which
             differ per example and per epoch).
@@ -156,11 +159,14 @@ def load_dataset(file_pattern, batch_size, maxlen=512, dynamic_mask=None, shuffl
     dynamic_mask = _follow_shards(files, dynamic_mask)
     if dynamic_mask and (mask_token_id is None or random_token_ids is None):
         raise ValueError("load_dataset: dynamic masks need mask_token_id and random_token_ids")
+    if not 0 <= char_mask_fraction <= 1 or (char_mask_fraction and not dynamic_mask):
+        raise ValueError(f"load_dataset: char_mask_fraction={char_mask_fraction}: expected a fraction in [0, 1], "
+                         f"and shards of dynamic masks ({files[0]} holds {'dynamic' if dynamic_mask else 'fixed'})")
     masking = _masking(files, mask_prob, mask_ratio, random_ratio)
     dataset = _examples(files, "word_starts" if dynamic_mask else "labels", maxlen, shuffle, shuffle_buffer,
                         seed, repeat)
     if dynamic_mask:
-        dataset = _masked(dataset, seed, mask_token_id, random_token_ids, *masking)
+        dataset = _masked(dataset, seed, mask_token_id, random_token_ids, *masking, char_mask_fraction)
     else:
         dataset = dataset.map(lambda features: (features["token_ids"], features["labels"]))
     dataset = dataset.map(lambda token_ids, labels: (tf.cast(token_ids, tf.int32), tf.cast(labels, tf.int32)))
@@ -206,7 +212,7 @@ def _examples(files, label_key, maxlen, shuffle, shuffle_buffer, seed, repeat):
     return dataset
 
 
-def _masked(dataset, seed, mask_token_id, random_token_ids, mask_prob, mask_ratio, random_ratio):
+def _masked(dataset, seed, mask_token_id, random_token_ids, mask_prob, mask_ratio, random_ratio, char_fraction):
     """(token_ids, labels) with whole-word masks drawn per example: the element index
     (over all epochs) and ``seed`` seed each example's mask."""
     random_ids = tf.constant(random_token_ids, tf.int64)
@@ -214,6 +220,6 @@ def _masked(dataset, seed, mask_token_id, random_token_ids, mask_prob, mask_rati
     def mask(index, features):
         return dynamic_whole_word_mask(
             features["token_ids"], features["word_starts"], tf.stack([tf.cast(seed, tf.int64), index]),
-            mask_token_id, random_ids, mask_prob, mask_ratio, random_ratio)
+            mask_token_id, random_ids, mask_prob, mask_ratio, random_ratio, char_fraction)
 
     return dataset.enumerate().map(mask, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
