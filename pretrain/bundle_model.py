@@ -72,6 +72,11 @@ def quality_lines(path):
     return lines
 
 
+def _char_masks(config):
+    fraction = config["data"].get("char_mask_fraction") or 0
+    return f" ({fraction:g} of the sequences masked per character instead)" if fraction else ""
+
+
 def training_notes(config_path, train, evals, quality=None, notes=None):
     with open(config_path, encoding="utf-8") as f:
         config = json.load(f)
@@ -83,7 +88,7 @@ def training_notes(config_path, train, evals, quality=None, notes=None):
     lines = ["# How this model was trained", "",
              "Pretrained with this project's own pipeline (`pretrain/`) on",
              "`../shared/data/corpus/zh_corpus.txt` (every 50th document held out for evaluation),",
-             "whole-word MLM with jieba, on a 2-core CPU shared with other jobs.", "",
+             f"whole-word MLM with jieba{_char_masks(config)}, on a 2-core CPU shared with other jobs.", "",
              f"* config: `{config_path}` (copied below)",
              f"* updates: {updates} of batch {config['data']['batch_size']} × "
              f"{config['data']['maxlen']} tokens", seen,

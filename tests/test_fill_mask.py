@@ -60,3 +60,24 @@ def test_model_dir_with_hf_config_name(model_dir):
     shutil.move(str(model_dir / "bert_config.json"), str(model_dir / "config.json"))
     config, checkpoint, vocab = model_files(str(model_dir))
     assert config.endswith("config.json") and checkpoint.endswith("bert_model.ckpt")
+
+
+def test_bundled_model_fills_everyday_blanks():
+    """The bundled GAU-alpha (trained, not random): for most of the everyday sentences of
+    benchmarks/fill_mask_probes.tsv the obvious answer is among its top 5, and the README's
+    first command gets a sensible answer."""
+    import importlib.util
+
+    from tests.conftest import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("mlm_quality", REPO_ROOT / "benchmarks" / "mlm_quality.py")
+    quality = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quality)
+    model, tokenizer = load_pretrained(with_mlm=True)
+    probes = quality.read_probes(quality.PROBES)
+    results = quality.probe_hits(model, tokenizer, probes)
+    assert len(probes) >= 20
+    missed = [f"{sentence} -> {' '.join(top)}" for sentence, _, top, hit in results if not hit]
+    assert 1 - len(missed) / len(probes) >= 0.5, missed
+    top = [token for token, _ in fill_mask(model, tokenizer, "今天天气很[MASK]。", 5)[0]]
+    assert "好" in top, top
