@@ -159,9 +159,11 @@ def load_dataset(file_pattern, batch_size, maxlen=512, dynamic_mask=None, shuffl
     dynamic_mask = _follow_shards(files, dynamic_mask)
     if dynamic_mask and (mask_token_id is None or random_token_ids is None):
         raise ValueError("load_dataset: dynamic masks need mask_token_id and random_token_ids")
-    if not 0 <= char_mask_fraction <= 1 or (char_mask_fraction and not dynamic_mask):
-        raise ValueError(f"load_dataset: char_mask_fraction={char_mask_fraction}: expected a fraction in [0, 1], "
-                         f"and shards of dynamic masks ({files[0]} holds {'dynamic' if dynamic_mask else 'fixed'})")
+    if not 0 <= char_mask_fraction <= 1:
+        raise ValueError(f"load_dataset: char_mask_fraction={char_mask_fraction}: expected a fraction in [0, 1]")
+    if char_mask_fraction and not dynamic_mask:
+        raise ValueError(f"load_dataset: char_mask_fraction={char_mask_fraction} needs shards of dynamic masks; "
+                         f"{files[0]} holds fixed masks")
     masking = _masking(files, mask_prob, mask_ratio, random_ratio)
     dataset = _examples(files, "word_starts" if dynamic_mask else "labels", maxlen, shuffle, shuffle_buffer,
                         seed, repeat)
