@@ -115,6 +115,7 @@ def test_other_encoders_pretrain(tmp_path, shards, model, model_config):
     ("optimizer", "beta_2", 1.0, "optimizer.beta_2 must be < 1"),
     ("data", "char_mask_fraction", 1.5, "data.char_mask_fraction must be <= 1, got 1.5"),
     ("train", "xla", "yes", 'train.xla must be true or false or null, got "yes"'),
+    ("data", "pair_segments", 1, "data.pair_segments must be true or false, got 1"),
     ("model_config", "hidden_size", -1, "hidden_size must be an integer >= 1, got -1"),
 ])
 def test_config_values_are_validated(tmp_path, shards, section, key, value, message):

@@ -3,7 +3,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from gau_keras.data.tfrecord import ShardedWriter, load_dataset
+from gau_keras.data.mlm import SequencePacker
+from gau_keras.data.tfrecord import ShardedWriter, load_dataset, pair_segment_ids
+from gau_keras.tokenizers import Tokenizer
 
 
 def _examples(rng, n, maxlen):
@@ -78,3 +80,33 @@ def test_load_dataset_errors(tmp_path, rng):
         writer.write(long)
     with pytest.raises(tf.errors.InvalidArgumentError, match="longer than maxlen=8"):
         list(load_dataset(str(tmp_path / "long" / "*"), batch_size=1, maxlen=8))
+
+
+def test_pair_segments_are_the_tokenizers_pair_encoding(tmp_path):
+    """pair_segments: the segment ids Tokenizer.encode(first, second) gives, on
+    packed sequences [CLS] a [SEP] b [SEP] c [SEP] (1 after the first [SEP])."""
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("今天气很好我爱吃苹果")
+    tokenizer = Tokenizer({t: i for i, t in enumerate(vocab)})
+    token_ids, segment_ids = tokenizer.encode("今天气很好", "我爱吃苹果")
+    np.testing.assert_array_equal(pair_segment_ids([token_ids + [0, 0]], tokenizer._token_end_id),
+                                  [segment_ids + [0, 0]])
+    packer = SequencePacker(16)
+    packed = []
+    for text in ("今天", "气很好", "我爱吃苹果"):
+        ids, _ = tokenizer.encode(text)
+        packed += packer.add({"token_ids": ids, "labels": [0] * len(ids)})
+    packed += packer.flush()
+    with ShardedWriter(str(tmp_path), 1) as writer:
+        for features in packed:
+            writer.write(features)
+    (inputs, _), = load_dataset(str(tmp_path / "*"), batch_size=4, maxlen=16, shuffle=False,
+                                pair_segments=True, sep_token_id=tokenizer._token_end_id)
+    tokens, segments = inputs["Input-Token"].numpy()[0], inputs["Input-Segment"].numpy()[0]
+    first_sep = list(tokens).index(tokenizer._token_end_id)
+    assert first_sep == 3 and not segments[:first_sep + 1].any()
+    np.testing.assert_array_equal(segments[first_sep + 1:], (tokens[first_sep + 1:] != 0).astype("int32"))
+    assert segments.sum() == 4 + 6       # 气很好[SEP], 我爱吃苹果[SEP]
+    (plain, _), = load_dataset(str(tmp_path / "*"), batch_size=4, maxlen=16, shuffle=False)
+    assert not plain["Input-Segment"].numpy().any()
+    with pytest.raises(ValueError, match="pair_segments needs sep_token_id"):
+        load_dataset(str(tmp_path / "*"), batch_size=4, maxlen=16, pair_segments=True)

@@ -127,7 +127,8 @@ def _masking(files, mask_prob, mask_ratio, random_ratio):
 def load_dataset(file_pattern, batch_size, maxlen=512, dynamic_mask=None, shuffle=True,
                  shuffle_buffer=10000, seed=0, repeat=False, drop_remainder=False,
                  mask_token_id=None, random_token_ids=None, mask_prob=None,
-                 mask_ratio=None, random_ratio=None, char_mask_fraction=0.0):
+                 mask_ratio=None, random_ratio=None, char_mask_fraction=0.0, pair_segments=False,
+                 sep_token_id=None):
     """MLM batches from TFRecord shards.
 
     Args:
@@ -146,6 +147,12 @@ def load_dataset(file_pattern, batch_size, maxlen=512, dynamic_mask=None, shuffl
         char_mask_fraction: dynamic masks only: the fraction of sequences masked
             per token instead of per word (``mlm.dynamic_whole_word_mask``'s
             ``char_fraction``).
+        pair_segments: segment id 1 on every token after the first [SEP]
+            (``sep_token_id``), as a tokenizer's pair encoding gives the second
+            text; packed sequences ``[CLS] a [SEP] b [SEP] c [SEP]`` then train
+            the segment-1 embedding. False (default, bert4keras's pretraining):
+            every segment id 0, and the segment-1 embedding keeps its random
+            initialisation.
         shuffle, shuffle_buffer, seed: file order and example shuffling; the
             order is a function of ``seed`` (and so are the dynamic masks, which
             differ per example and per epoch).
@@ -164,6 +171,8 @@ def load_dataset(file_pattern, batch_size, maxlen=512, dynamic_mask=None, shuffl
     if char_mask_fraction and not dynamic_mask:
         raise ValueError(f"load_dataset: char_mask_fraction={char_mask_fraction} needs shards of dynamic masks; "
                          f"{files[0]} holds fixed masks")
+    if pair_segments and sep_token_id is None:
+        raise ValueError("load_dataset: pair_segments needs sep_token_id (e.g. tokenizer._token_end_id)")
     masking = _masking(files, mask_prob, mask_ratio, random_ratio)
     dataset = _examples(files, "word_starts" if dynamic_mask else "labels", maxlen, shuffle, shuffle_buffer,
                         seed, repeat)
@@ -175,8 +184,19 @@ def load_dataset(file_pattern, batch_size, maxlen=512, dynamic_mask=None, shuffl
     dataset = dataset.padded_batch(batch_size, padded_shapes=([maxlen], [maxlen]),
                                    drop_remainder=drop_remainder)
     dataset = dataset.map(lambda token_ids, labels: (
-        {"Input-Token": token_ids, "Input-Segment": tf.zeros_like(token_ids)}, labels))
+        {"Input-Token": token_ids,
+         "Input-Segment": pair_segment_ids(token_ids, sep_token_id) if pair_segments else tf.zeros_like(token_ids)},
+        labels))
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def pair_segment_ids(token_ids, sep_token_id):
+    """int32 [..., L]: 0 up to and including the first ``sep_token_id``, 1 on the
+    tokens after it, 0 on padding (id 0) — ``Tokenizer.encode(first, second)``'s
+    segment ids for ``[CLS] first [SEP] second [SEP]``."""
+    token_ids = tf.convert_to_tensor(token_ids)
+    seps_before = tf.cumsum(tf.cast(tf.equal(token_ids, sep_token_id), tf.int32), axis=-1, exclusive=True)
+    return tf.cast((seps_before > 0) & (token_ids != 0), tf.int32)
 
 
 def _shard_files(file_pattern):
