@@ -11,6 +11,11 @@ Reports, for the model of ``--model-dir`` (default: the bundled GAU-alpha):
   * random characters: 15% of the characters of each held-out document (its
     first ``--char-maxlen`` tokens, [CLS]/[SEP] included) replaced by [MASK],
     chosen with a fixed seed; accuracy of the top prediction;
+  * random characters, as a pair: each document cut in two halves and encoded
+    as ``[CLS] first [SEP] second [SEP]`` (segment ids 1 on the second), the
+    input of every sentence-pair task; accuracy on all masked tokens and on
+    the second half's. A model whose segment-1 embedding was never trained
+    (every pretraining segment id 0) fails here;
   * probes: everyday sentences with one obvious blank
     (``benchmarks/fill_mask_probes.tsv``): the share whose answer is in the
     top 5 of ``gau_keras.fill_mask``;
@@ -95,34 +100,46 @@ def shard_accuracy(model, pattern, batch_size=32):
             "majority": max(counts.values()) / total, "masked": int(total), "maxlen": maxlen}
 
 
-def random_char_accuracy(model, tokenizer, texts, maxlen=128, rate=0.15, seed=0, batch_size=64):
-    """Accuracy when ``rate`` of each text's tokens (first ``maxlen``) are [MASK]."""
+def random_char_accuracy(model, tokenizer, texts, maxlen=128, rate=0.15, seed=0, batch_size=64, pair=False):
+    """Accuracy when ``rate`` of each text's tokens (first ``maxlen``) are [MASK].
+
+    pair: encode each text as its two halves, ``[CLS] a [SEP] b [SEP]`` with
+    segment ids 1 on ``b``; the figures then add ``second_accuracy`` (the
+    masked tokens of ``b``). Special tokens are never masked.
+    """
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    rows, labels = [], []
+    rows = []
     for text in texts:
-        ids, _ = tokenizer.encode(text, maxlen=maxlen)
-        ids = np.array(ids)
+        if pair:
+            ids, segments = tokenizer.encode(text[:len(text) // 2], text[len(text) // 2:], maxlen=maxlen)
+        else:
+            ids, segments = tokenizer.encode(text, maxlen=maxlen)
+        ids, segments = np.array(ids), np.array(segments)
         label = np.zeros_like(ids)
-        chosen = np.arange(1, len(ids) - 1)[rng.random(len(ids) - 2) < rate]
+        maskable = np.flatnonzero(ids != tokenizer._token_end_id)[1:]      # not [CLS], not a [SEP]
+        chosen = maskable[rng.random(len(maskable)) < rate]
         label[chosen] = ids[chosen]
         ids[chosen] = tokenizer.token_mask_id
-        rows.append(ids)
-        labels.append(label)
+        rows.append((ids, segments, label))
     predict = _predict_fn(model)
-    correct = total = 0
+    correct = total = second_correct = second_total = 0
     for start in range(0, len(rows), batch_size):
-        batch_rows, batch_labels = rows[start:start + batch_size], labels[start:start + batch_size]
-        width = max(len(r) for r in batch_rows)
-        x = np.zeros((len(batch_rows), width), "int32")
-        y = np.zeros_like(x)
-        for i, (r, lab) in enumerate(zip(batch_rows, batch_labels)):
-            x[i, :len(r)], y[i, :len(lab)] = r, lab
-        predicted = np.asarray(predict([x, np.zeros_like(x)])).argmax(-1)
-        correct += int((predicted[y > 0] == y[y > 0]).sum())
+        batch = rows[start:start + batch_size]
+        x, s, y = (np.zeros((len(batch), max(len(r[0]) for r in batch)), "int32") for _ in range(3))
+        for i, row in enumerate(batch):
+            for array, values in zip((x, s, y), row):
+                array[i, :len(values)] = values
+        hit = np.asarray(predict([x, s])).argmax(-1) == y
+        correct += int(hit[y > 0].sum())
         total += int((y > 0).sum())
-    return {"accuracy": correct / max(total, 1), "masked": total}
+        second_correct += int(hit[(y > 0) & (s == 1)].sum())
+        second_total += int(((y > 0) & (s == 1)).sum())
+    figures = {"accuracy": correct / max(total, 1), "masked": total}
+    if pair:
+        figures.update(second_accuracy=second_correct / max(second_total, 1), second_masked=second_total)
+    return figures
 
 
 def parse_args(argv=None):
@@ -169,6 +186,11 @@ def main(argv=None):
         figures["random_char"] = rc
         rows.append([f"random characters 15% (first {args.char_maxlen} tokens)", f"{rc['accuracy']:.4f}",
                      f"{len(texts)} documents, {rc['masked']} masked tokens"])
+        rp = random_char_accuracy(logits_model, tokenizer, texts, maxlen=args.char_maxlen, pair=True)
+        figures["random_char_pair"] = rp
+        rows.append([f"random characters 15%, each document as a pair of halves (first {args.char_maxlen} tokens)",
+                     f"{rp['accuracy']:.4f}", f"second half (segment 1): {rp['second_accuracy']:.4f} "
+                     f"of {rp['second_masked']} masked tokens"])
     for item in filter(None, (x.strip() for x in args.length_shards.split(","))):
         length, _, pattern = item.partition("=")
         result = shard_accuracy(logits_model, pattern)

@@ -65,6 +65,10 @@ def quality_lines(path):
                      f"{w['accuracy']:.4f} (loss {w['loss']:.3f}; majority {w['majority']:.4f}) |")
     if "random_char" in q:
         lines.append(f"| 15% of characters masked at random, first 128 tokens | {q['random_char']['accuracy']:.4f} |")
+    if "random_char_pair" in q:
+        pair = q["random_char_pair"]
+        lines.append(f"| the same, each document as a pair of halves (second half segment 1) | "
+                     f"{pair['accuracy']:.4f} (second half {pair['second_accuracy']:.4f}) |")
     p = q["probes"]
     lines.append(f"| everyday sentences, answer in the top 5 | {p['hits']}/{p['total']} = {p['rate']:.3f} |")
     for length, result in sorted(q.get("lengths", {}).items(), key=lambda item: int(item[0])):
@@ -74,7 +78,10 @@ def quality_lines(path):
 
 def _char_masks(config):
     fraction = config["data"].get("char_mask_fraction") or 0
-    return f" ({fraction:g} of the sequences masked per character instead)" if fraction else ""
+    text = f" ({fraction:g} of the sequences masked per character instead)" if fraction else ""
+    if config["data"].get("pair_segments"):
+        text += ", segment id 1 after the first [SEP] of each packed sequence"
+    return text
 
 
 def training_notes(config_path, train, evals, quality=None, notes=None):
