@@ -127,10 +127,14 @@ def best_over_rates(records):
     return record, lr
 
 
+#: tasks whose dev metric is reported in percent (CMRC2018's official F1/EM); every other is 0-1
+PERCENT_TASKS = {"cmrc2018"}
+
+
 def unit_score(record):
-    """The best dev metric on a 0-1 scale (cmrc2018's F1 is 0-100)."""
+    """The best dev metric on a 0-1 scale (cmrc2018's F1 is 0-100, cluener's F1 0-1)."""
     value = record["best"][record["metric"]]
-    return value / 100.0 if record["metric"] in ("f1", "em") else value
+    return value / 100.0 if record["task"] in PERCENT_TASKS else value
 
 
 def summary_table(results, labels, tasks, rates=None):

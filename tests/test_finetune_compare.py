@@ -65,3 +65,12 @@ def test_a_rate_grid_keeps_the_best_rate_per_variant(tmp_path, shared_data, caps
     for rate in ("1e-4", "3e-3"):
         metrics = json.loads((out / "pretrained" / f"lr{float(rate):g}" / "tnews_metrics.json").read_text())
         assert metrics["args"]["lr"] == float(rate)
+
+
+def test_unit_score_puts_every_task_on_a_0_1_scale():
+    from finetune.compare import unit_score
+
+    cmrc = {"task": "cmrc2018", "metric": "f1", "best": {"f1": 11.27, "em": 1.0}}
+    cluener = {"task": "cluener", "metric": "f1", "best": {"f1": 0.5176}}
+    tnews = {"task": "tnews", "metric": "accuracy", "best": {"accuracy": 0.39}}
+    assert [unit_score(r) for r in (cmrc, cluener, tnews)] == pytest.approx([0.1127, 0.5176, 0.39])
