@@ -118,7 +118,7 @@ def random_char_accuracy(model, tokenizer, texts, maxlen=128, rate=0.15, seed=0,
             ids, segments = tokenizer.encode(text, maxlen=maxlen)
         ids, segments = np.array(ids), np.array(segments)
         label = np.zeros_like(ids)
-        maskable = np.flatnonzero(ids != tokenizer._token_end_id)[1:]      # not [CLS], not a [SEP]
+        maskable = np.flatnonzero(ids != tokenizer.token_sep_id)[1:]      # not [CLS], not a [SEP]
         chosen = maskable[rng.random(len(maskable)) < rate]
         label[chosen] = ids[chosen]
         ids[chosen] = tokenizer.token_mask_id

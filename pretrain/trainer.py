@@ -225,7 +225,7 @@ class Trainer:
                 shuffle_buffer=data["shuffle_buffer"], seed=data["seed"], repeat=repeat, drop_remainder=True,
                 mask_token_id=self.tokenizer.token_mask_id, random_token_ids=random_token_ids(self.token_dict),
                 char_mask_fraction=data["char_mask_fraction"] if repeat else 0.0,   # held-out masks stay as stored
-                pair_segments=data["pair_segments"], sep_token_id=self.tokenizer._token_end_id)
+                pair_segments=data["pair_segments"], sep_token_id=self.tokenizer.token_sep_id)
         except (FileNotFoundError, ValueError) as e:
             raise SystemExit(f"error: {self.config['config_path']}: {e}") from None
         return dataset

@@ -11,6 +11,16 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = pathlib.Path(os.environ.get("GAU_KERAS_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
+def load_benchmark(name):
+    """The module of ``benchmarks/<name>.py`` (benchmarks are scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture
 def shared_data():
     """Path of ../shared/data; skips the test when it is absent."""

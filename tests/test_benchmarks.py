@@ -3,7 +3,6 @@
 No timing is asserted: the quick run only has to produce a well-formed table
 of positive numbers.
 """
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,22 +10,15 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, load_benchmark
 
 BENCHMARKS = REPO_ROOT / "benchmarks"
 SCRIPT = BENCHMARKS / "gau_vs_attention.py"
 
 
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def bench():
-    return _load("gau_vs_attention", SCRIPT)
+    return load_benchmark("gau_vs_attention")
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ from gau_keras import __main__ as cli
 from gau_keras.fill_mask import encode_with_masks, fill_mask
 from gau_keras.pretrained import load_pretrained, model_files
 from gau_keras.tokenizers import Tokenizer
+from tests.conftest import load_benchmark
 from tests.model_utils import random_checkpoint
 
 CHARS = "今天气很好。我们去公园散步"
@@ -62,22 +63,11 @@ def test_model_dir_with_hf_config_name(model_dir):
     assert config.endswith("config.json") and checkpoint.endswith("bert_model.ckpt")
 
 
-def _mlm_quality():
-    import importlib.util
-
-    from tests.conftest import REPO_ROOT
-
-    spec = importlib.util.spec_from_file_location("mlm_quality", REPO_ROOT / "benchmarks" / "mlm_quality.py")
-    quality = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(quality)
-    return quality
-
-
 def test_bundled_model_fills_everyday_blanks():
     """The bundled GAU-alpha (trained, not random): for most of the everyday sentences of
     benchmarks/fill_mask_probes.tsv the obvious answer is among its top 5, and the README's
     first command gets a sensible answer."""
-    quality = _mlm_quality()
+    quality = load_benchmark("mlm_quality")
     model, tokenizer = load_pretrained(with_mlm=True)
     probes = quality.read_probes(quality.PROBES)
     results = quality.probe_hits(model, tokenizer, probes)
@@ -93,7 +83,7 @@ def test_bundled_model_reads_the_second_text_of_a_pair(shared_data):
     held-out text given as a pair (second half segment 1) about as well as one text: a model
     whose segment-1 embedding was never trained (every pretraining segment id 0) got 0.109 on
     the second halves against 0.320 on whole documents."""
-    quality = _mlm_quality()
+    quality = load_benchmark("mlm_quality")
     model, tokenizer = load_pretrained(with_mlm="linear")
     with open(shared_data / "corpus" / "zh_corpus.txt", encoding="utf-8") as f:
         held_out = [line.strip() for line in f.read().splitlines()[49::50]]   # the pretraining held-out split

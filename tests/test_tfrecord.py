@@ -88,7 +88,7 @@ def test_pair_segments_are_the_tokenizers_pair_encoding(tmp_path):
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("今天气很好我爱吃苹果")
     tokenizer = Tokenizer({t: i for i, t in enumerate(vocab)})
     token_ids, segment_ids = tokenizer.encode("今天气很好", "我爱吃苹果")
-    np.testing.assert_array_equal(pair_segment_ids([token_ids + [0, 0]], tokenizer._token_end_id),
+    np.testing.assert_array_equal(pair_segment_ids([token_ids + [0, 0]], tokenizer.token_sep_id),
                                   [segment_ids + [0, 0]])
     packer = SequencePacker(16)
     packed = []
@@ -100,9 +100,9 @@ def test_pair_segments_are_the_tokenizers_pair_encoding(tmp_path):
         for features in packed:
             writer.write(features)
     (inputs, _), = load_dataset(str(tmp_path / "*"), batch_size=4, maxlen=16, shuffle=False,
-                                pair_segments=True, sep_token_id=tokenizer._token_end_id)
+                                pair_segments=True, sep_token_id=tokenizer.token_sep_id)
     tokens, segments = inputs["Input-Token"].numpy()[0], inputs["Input-Segment"].numpy()[0]
-    first_sep = list(tokens).index(tokenizer._token_end_id)
+    first_sep = list(tokens).index(tokenizer.token_sep_id)
     assert first_sep == 3 and not segments[:first_sep + 1].any()
     np.testing.assert_array_equal(segments[first_sep + 1:], (tokens[first_sep + 1:] != 0).astype("int32"))
     assert segments.sum() == 4 + 6       # 气很好[SEP], 我爱吃苹果[SEP]

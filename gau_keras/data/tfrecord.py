@@ -172,7 +172,7 @@ def load_dataset(file_pattern, batch_size, maxlen=512, dynamic_mask=None, shuffl
         raise ValueError(f"load_dataset: char_mask_fraction={char_mask_fraction} needs shards of dynamic masks; "
                          f"{files[0]} holds fixed masks")
     if pair_segments and sep_token_id is None:
-        raise ValueError("load_dataset: pair_segments needs sep_token_id (e.g. tokenizer._token_end_id)")
+        raise ValueError("load_dataset: pair_segments needs sep_token_id (e.g. tokenizer.token_sep_id)")
     masking = _masking(files, mask_prob, mask_ratio, random_ratio)
     dataset = _examples(files, "word_starts" if dynamic_mask else "labels", maxlen, shuffle, shuffle_buffer,
                         seed, repeat)
