@@ -81,6 +81,8 @@ def _char_masks(config):
     text = f" ({fraction:g} of the sequences masked per character instead)" if fraction else ""
     if config["data"].get("pair_segments"):
         text += ", segment id 1 after the first [SEP] of each packed sequence"
+    if config.get("stages"):
+        text += f" (after {len(config['stages'])} stages with other settings: the config's `stages`)"
     return text
 
 

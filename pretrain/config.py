@@ -2,6 +2,11 @@
 
 Every key is checked: an unknown key or a missing required one is an error
 naming the file and the key, so a typo never silently falls back to a default.
+
+``stages`` (optional) trains the first updates with some settings changed: a
+list of ``{"until": N, "data": {...}, "optimizer": {...}}``, each applying its
+overrides to the updates from the previous stage's ``until`` up to its own;
+the config itself applies after the last one, up to ``train.steps``.
 """
 import copy
 import json
@@ -22,6 +27,7 @@ DEFAULTS = {
     "train": {"steps": 1000, "save_every": 500, "keep_checkpoints": 3, "log_every": 10,
               "eval_every": 0, "eval_batches": 0, "output_dir": None, "init_checkpoint": None,
               "xla": None, "precision": "auto", "seed": 42},
+    "stages": [],
 }
 SECTIONS = ("data", "optimizer", "train")
 
@@ -86,6 +92,9 @@ def validate(config, where):
     if config["model_config"] is not None and not isinstance(config["model_config"], dict):
         raise ValueError(f"{where}: model_config must be an object of bert_config.json keys")
 REQUIRED = [("vocab",), ("data", "train"), ("train", "output_dir")]
+#: what a stage may change: settings the checkpointed model, optimizer and data iterator do not depend on
+STAGE_KEYS = {"data": ("char_mask_fraction", "pair_segments", "dynamic_mask"),
+              "optimizer": ("learning_rate", "schedule", "weight_decay_rate")}
 
 
 def _merge(given, where):
@@ -142,8 +151,50 @@ def load(path, args=None):
         validate(config, path)
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
+    try:
+        stage_configs(config, path)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
     config["config_path"] = path
     return config
+
+
+def stage_configs(config, where="config"):
+    """The config of each stage, the config itself last, each with
+    ``train.steps`` set to the update its stage ends at; errors name ``where``
+    and the stage."""
+    stages = config["stages"]
+    if not isinstance(stages, list):
+        raise ValueError(f"{where}: stages must be a list of {{\"until\": N, ...}} objects")
+    result, start = [], 0
+    for i, stage in enumerate(stages):
+        name = f"{where}: stages[{i}]"
+        if not isinstance(stage, dict):
+            raise ValueError(f"{name} must be an object")
+        until = stage.get("until")
+        if not _fits(until, INT) or not start < until < config["train"]["steps"]:
+            raise ValueError(f"{name}.until must be an integer above {start} (the previous stage's end) "
+                             f"and below train.steps={config['train']['steps']}, got {json.dumps(until)}")
+        staged = copy.deepcopy(config)
+        staged["stages"], staged["train"]["steps"] = [], until
+        for section, values in stage.items():
+            if section == "until":
+                continue
+            if section not in STAGE_KEYS or not isinstance(values, dict):
+                raise ValueError(f"{name}: '{section}' cannot be set by a stage; a stage sets 'until' and "
+                                 f"objects 'data' / 'optimizer'")
+            for key, value in values.items():
+                if key not in STAGE_KEYS[section]:
+                    raise ValueError(f"{name}: {section}.{key} cannot change between stages (the checkpointed "
+                                     f"model, optimizer or data iterator depend on it); a stage may set "
+                                     f"{section}.{{{', '.join(STAGE_KEYS[section])}}}")
+                staged[section][key] = value
+        validate(staged, name)
+        result.append(staged)
+        start = until
+    final = copy.deepcopy(config)
+    final["stages"] = []
+    return result + [final]
 
 
 def model_config(config):

@@ -16,6 +16,7 @@ or skipped. Relative paths in the config are taken from the current directory.
 import argparse
 import os
 import sys
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 if not __package__:   # run as a script (python3 pretrain/pretrain.py): this folder would shadow the package
@@ -55,17 +56,54 @@ def main(argv=None):
 
     if args.evaluate_only and not config["data"]["eval"]:
         raise SystemExit("error: --evaluate-only needs data.eval (or --eval-data)")
-    run = trainer.Trainer(config, tpu=args.tpu, xla=args.xla, restart=args.restart)
+    stages = config_lib.stage_configs(config, args.config)
+    if not (args.evaluate_only or args.export_only):
+        train_stages(trainer, stages, args)
+        return 0
+    run = trainer.Trainer(stages[-1], tpu=args.tpu, xla=args.xla, restart=args.restart)
     try:
         if args.evaluate_only:
             run.log_evaluation(batches=0)
-        elif args.export_only:
-            print(f"exported step {run.updates()} to {run.export()}")
         else:
-            run.train(max_minutes=args.max_minutes)
+            print(f"exported step {run.updates()} to {run.export()}")
     finally:
         run.close()
     return 0
+
+
+def stage_of(stages, update):
+    """The index of the stage that trains the update after ``update``."""
+    return next((i for i, s in enumerate(stages) if update < s["train"]["steps"]), len(stages) - 1)
+
+
+def train_stages(trainer, stages, args):
+    """Trains each stage in turn from where the run directory stands; a stage
+    ends with a checkpoint that the next one resumes, as a restarted run would."""
+    start = time.time()
+    newest = 0 if args.restart else run_dir_newest(stages[-1]["train"]["output_dir"])
+    index, restart = stage_of(stages, newest), args.restart
+    while True:
+        run = trainer.Trainer(stages[index], tpu=args.tpu, xla=args.xla, restart=restart)
+        restart = False
+        done, end = run.updates(), stages[index]["train"]["steps"]
+        if stage_of(stages, done) != index:     # the newest checkpoint did not restore: an older stage's
+            run.close()
+            index = stage_of(stages, done)
+            continue
+        if len(stages) > 1:
+            print(f"stage {index + 1} of {len(stages)}: updates {done} to {end}")
+        left = None if args.max_minutes is None else args.max_minutes - (time.time() - start) / 60
+        run.train(max_minutes=left)
+        if run.updates() < end or index == len(stages) - 1:   # stopped early (time, signal) or all done
+            return
+        index += 1
+
+
+def run_dir_newest(output_dir):
+    """The update of the newest checkpoint in ``output_dir`` (0 when none)."""
+    from pretrain import run_dir
+    prefixes = run_dir.scan_checkpoints(os.path.join(output_dir, "checkpoints"))
+    return max((run_dir.checkpoint_number(p) for p in prefixes), default=0)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,55 @@ def test_resume_continues_step_count_and_reproduces_losses(tmp_path, shards):
     np.testing.assert_allclose(losses(tmp_path, "interrupted"), losses(tmp_path, "straight"), rtol=1e-5)
 
 
+def _with(path, **sections):
+    """Rewrites the config at ``path`` with top-level keys / sections updated."""
+    config = json.loads(open(path).read())
+    for key, value in sections.items():
+        config[key] = {**config[key], **value} if isinstance(config.get(key), dict) else value
+    open(path, "w").write(json.dumps(config))
+    return path
+
+
+def _logged(tmp_path, name, key):
+    lines = (tmp_path / name / "log.jsonl").read_text().splitlines()
+    return [json.loads(line)[key] for line in lines if "loss" in json.loads(line)]
+
+
+def test_stages_train_like_a_run_resumed_with_its_config_changed(tmp_path, shards):
+    first = {"learning_rate": 1e-2, "schedule": {"0": 1}}
+    stages = [{"until": 2, "optimizer": first}]
+    staged = _with(write_config(tmp_path, shards, "staged", steps=4), stages=stages)
+    assert pretrain.main(["--config", staged]) == 0
+    assert _logged(tmp_path, "staged", "update") == [1, 2, 3, 4]
+    lrs = _logged(tmp_path, "staged", "learning_rate")
+    np.testing.assert_allclose(lrs, [1e-2, 1e-2, 5e-3 * (1 - 0.9 * 3 / 10), 5e-3 * (1 - 0.9 * 4 / 10)], rtol=1e-5)
+    # by hand: the first stage's settings for 2 updates, then the staged config resumes from there
+    by_hand = _with(write_config(tmp_path, shards, "by_hand", steps=2), optimizer=first)
+    assert pretrain.main(["--config", by_hand]) == 0
+    assert pretrain.main(["--config", staged, "--output-dir", str(tmp_path / "by_hand")]) == 0
+    assert _logged(tmp_path, "by_hand", "update") == [1, 2, 3, 4]
+    np.testing.assert_allclose(losses(tmp_path, "by_hand"), losses(tmp_path, "staged"), rtol=1e-5)
+    np.testing.assert_allclose(_logged(tmp_path, "by_hand", "learning_rate"), lrs, rtol=1e-6)
+
+
+@pytest.mark.parametrize("stages, message", [
+    ([{"until": 4}], r"stages\[0\]\.until must be an integer above 0 .* below train.steps=4, got 4"),
+    ([{"until": 2}, {"until": 2}], r"stages\[1\]\.until must be an integer above 2"),
+    ([{"data": {}}], r"stages\[0\]\.until must be an integer above 0 .*, got null"),
+    ([{"until": 1, "data": {"maxlen": 12}}], r"stages\[0\]: data.maxlen cannot change between stages"),
+    ([{"until": 1, "model_config": {}}], r"stages\[0\]: 'model_config' cannot be set by a stage"),
+    ([{"until": 1, "optimizer": {"learning_rate": -1}}],
+     r"stages\[0\]: optimizer.learning_rate must be a number >= 0, got -1"),
+    ({"until": 1}, "stages must be a list"),
+])
+def test_stage_errors_name_the_stage(tmp_path, shards, stages, message):
+    path = _with(write_config(tmp_path, shards, steps=4), stages=stages)
+    with pytest.raises(SystemExit, match=message) as error:
+        pretrain.main(["--config", path])
+    assert path in str(error.value)
+    assert not (tmp_path / "run").exists()
+
+
 def test_evaluate_reports_majority_baseline(tmp_path, shards):
     from pretrain.trainer import Trainer
     trainer = Trainer(config_lib.load(write_config(tmp_path, shards)), xla=False)
@@ -144,3 +193,23 @@ def test_every_builder_key_pretrains(tmp_path, shards):
     config["model_config"].update(initializer_range=0.02, layer_norm_eps=1e-6, architectures=["GAUAlpha"])
     open(path, "w").write(json.dumps(config))
     assert pretrain.main(["--config", path]) == 0
+
+
+def test_shipped_configs_load_and_the_twins_train_like_the_bundled_model():
+    import glob
+    configs = {path: config_lib.load(path) for path in sorted(glob.glob("pretrain/configs/*.json"))}
+    assert len(configs) >= 7
+
+    def recipe(path):   # everything but the model and where it is written, stage by stage
+        stages = config_lib.stage_configs(configs[path])
+        for stage in stages:
+            for key in ("model", "model_config", "config_path"):
+                stage.pop(key, None)
+            stage["train"]["output_dir"] = None
+        return stages
+
+    bundled = recipe("pretrain/configs/small.json")
+    assert [s["data"]["char_mask_fraction"] for s in bundled] == [0.0, 0.5, 0.6, 0.6]
+    assert [s["train"]["steps"] for s in bundled] == [2008, 6000, 6500, 10000]
+    for twin in ("pretrain/configs/small_roformer_v2.json", "pretrain/configs/small_softmax.json"):
+        assert recipe(twin) == bundled, twin
