@@ -6,7 +6,8 @@ naming the file and the key, so a typo never silently falls back to a default.
 ``stages`` (optional) trains the first updates with some settings changed: a
 list of ``{"until": N, "data": {...}, "optimizer": {...}}``, each applying its
 overrides to the updates from the previous stage's ``until`` up to its own;
-the config itself applies after the last one, up to ``train.steps``.
+the config itself applies after the last one, up to ``train.steps``
+(docs/pretraining.md, "Stages").
 """
 import copy
 import json
@@ -83,9 +84,11 @@ def validate(config, where):
         patterns = config["optimizer"][key]
         if patterns is not None and (not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns)):
             raise ValueError(f"{where}: optimizer.{key} must be a list of strings, got {json.dumps(patterns)}")
-    if not isinstance(config["optimizer"]["schedule"], dict) or not config["optimizer"]["schedule"]:
-        raise ValueError(f"{where}: optimizer.schedule must be an object {{step: multiplier}}, "
-                         f"got {json.dumps(config['optimizer']['schedule'])}")
+    schedule = config["optimizer"]["schedule"]
+    if (not isinstance(schedule, dict) or not schedule
+            or not all(str(k).isdigit() and _fits(v, NUMBER) for k, v in schedule.items())):
+        raise ValueError(f"{where}: optimizer.schedule must be an object {{update: multiplier}} "
+                         f"(e.g. {{\"0\": 1, \"1000\": 0.1}}), got {json.dumps(schedule)}")
     for key in ("vocab", "model_config_path"):
         if config[key] is not None and not isinstance(config[key], str):
             raise ValueError(f"{where}: {key} must be a string path, got {json.dumps(config[key])}")
@@ -93,7 +96,7 @@ def validate(config, where):
         raise ValueError(f"{where}: model_config must be an object of bert_config.json keys")
 REQUIRED = [("vocab",), ("data", "train"), ("train", "output_dir")]
 #: what a stage may change: settings the checkpointed model, optimizer and data iterator do not depend on
-STAGE_KEYS = {"data": ("char_mask_fraction", "pair_segments", "dynamic_mask"),
+STAGE_KEYS = {"data": ("char_mask_fraction", "pair_segments"),
               "optimizer": ("learning_rate", "schedule", "weight_decay_rate")}
 
 
@@ -132,6 +135,7 @@ def load(path, args=None):
         config = _merge(given, path)
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
+    file_steps = config["train"]["steps"]
     if args is not None:
         overrides = {("data", "train"): args.data, ("data", "eval"): args.eval_data,
                      ("train", "output_dir"): args.output_dir, ("train", "steps"): args.steps,
@@ -151,38 +155,48 @@ def load(path, args=None):
         validate(config, path)
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
-    try:
-        stage_configs(config, path)
+    if not _fits(file_steps, INT):
+        file_steps = config["train"]["steps"]
+    try:   # every stage, also those beyond a --steps that cuts the run short
+        stage_configs({**config, "train": {**config["train"], "steps": file_steps}}, path, file_steps)
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
     config["config_path"] = path
     return config
 
 
-def stage_configs(config, where="config"):
-    """The config of each stage, the config itself last, each with
-    ``train.steps`` set to the update its stage ends at; errors name ``where``
+def stage_configs(config, where="config", file_steps=None):
+    """``[(end, config)]``: each stage's config (``config_path`` naming the
+    stage) and the update it ends at, then the config itself up to
+    ``train.steps``. With ``file_steps`` (the config file's own
+    ``train.steps``) a stage must end before it; without, a ``train.steps``
+    overridden below a stage's end cuts the run there. Errors name ``where``
     and the stage."""
     stages = config["stages"]
     if not isinstance(stages, list):
         raise ValueError(f"{where}: stages must be a list of {{\"until\": N, ...}} objects")
+    steps = config["train"]["steps"]
     result, start = [], 0
     for i, stage in enumerate(stages):
         name = f"{where}: stages[{i}]"
         if not isinstance(stage, dict):
             raise ValueError(f"{name} must be an object")
         until = stage.get("until")
-        if not _fits(until, INT) or not start < until < config["train"]["steps"]:
-            raise ValueError(f"{name}.until must be an integer above {start} (the previous stage's end) "
-                             f"and below train.steps={config['train']['steps']}, got {json.dumps(until)}")
+        if not _fits(until, INT) or not start < until or (file_steps is not None and until >= file_steps):
+            after = f"above {start} (the previous stage's end)" if i else "at least 1"
+            raise ValueError(f"{name}.until must be an integer {after} and below train.steps="
+                             f"{steps if file_steps is None else file_steps}, got {json.dumps(until)}")
         staged = copy.deepcopy(config)
-        staged["stages"], staged["train"]["steps"] = [], until
+        staged["stages"] = []
+        staged["config_path"] = f"{config.get('config_path', where)}: stages[{i}]"
         for section, values in stage.items():
             if section == "until":
                 continue
-            if section not in STAGE_KEYS or not isinstance(values, dict):
+            if section not in STAGE_KEYS:
                 raise ValueError(f"{name}: '{section}' cannot be set by a stage; a stage sets 'until' and "
                                  f"objects 'data' / 'optimizer'")
+            if not isinstance(values, dict):
+                raise ValueError(f"{name}: '{section}' must be an object, got {json.dumps(values)}")
             for key, value in values.items():
                 if key not in STAGE_KEYS[section]:
                     raise ValueError(f"{name}: {section}.{key} cannot change between stages (the checkpointed "
@@ -190,11 +204,13 @@ def stage_configs(config, where="config"):
                                      f"{section}.{{{', '.join(STAGE_KEYS[section])}}}")
                 staged[section][key] = value
         validate(staged, name)
-        result.append(staged)
+        if until >= steps:      # train.steps overridden (--steps) within this stage: the run ends in it
+            return result + [(steps, staged)]
+        result.append((until, staged))
         start = until
     final = copy.deepcopy(config)
     final["stages"] = []
-    return result + [final]
+    return result + [(steps, final)]
 
 
 def model_config(config):

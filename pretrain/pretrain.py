@@ -14,6 +14,7 @@ the last checkpoint: same data order, same optimizer state, no step repeated
 or skipped. Relative paths in the config are taken from the current directory.
 """
 import argparse
+import gc
 import os
 import sys
 import time
@@ -60,7 +61,9 @@ def main(argv=None):
     if not (args.evaluate_only or args.export_only):
         train_stages(trainer, stages, args)
         return 0
-    run = trainer.Trainer(stages[-1], tpu=args.tpu, xla=args.xla, restart=args.restart)
+    # evaluate with the data settings of the stage the newest checkpoint is in
+    index = stage_of(stages, run_dir_newest(config["train"]["output_dir"])) if args.evaluate_only else -1
+    run = trainer.Trainer(stages[index][1], tpu=args.tpu, xla=args.xla, restart=args.restart)
     try:
         if args.evaluate_only:
             run.log_evaluation(batches=0)
@@ -72,31 +75,48 @@ def main(argv=None):
 
 
 def stage_of(stages, update):
-    """The index of the stage that trains the update after ``update``."""
-    return next((i for i, s in enumerate(stages) if update < s["train"]["steps"]), len(stages) - 1)
+    """The index in ``stages`` (``[(end, config)]``) of the stage that trains the update after ``update``."""
+    return next((i for i, (end, _) in enumerate(stages) if update < end), len(stages) - 1)
 
 
 def train_stages(trainer, stages, args):
-    """Trains each stage in turn from where the run directory stands; a stage
-    ends with a checkpoint that the next one resumes, as a restarted run would."""
+    """Trains each stage in turn from where the run directory stands: a new
+    Trainer per stage resumes the previous stage's last checkpoint, as a run
+    stopped and started again with the config edited would. One strategy and
+    one hold of the run directory's lock serve all stages."""
+    from pretrain import run_dir
     start = time.time()
-    newest = 0 if args.restart else run_dir_newest(stages[-1]["train"]["output_dir"])
-    index, restart = stage_of(stages, newest), args.restart
-    while True:
-        run = trainer.Trainer(stages[index], tpu=args.tpu, xla=args.xla, restart=restart)
-        restart = False
-        done, end = run.updates(), stages[index]["train"]["steps"]
-        if stage_of(stages, done) != index:     # the newest checkpoint did not restore: an older stage's
-            run.close()
-            index = stage_of(stages, done)
-            continue
-        if len(stages) > 1:
-            print(f"stage {index + 1} of {len(stages)}: updates {done} to {end}")
-        left = None if args.max_minutes is None else args.max_minutes - (time.time() - start) / 60
-        run.train(max_minutes=left)
-        if run.updates() < end or index == len(stages) - 1:   # stopped early (time, signal) or all done
-            return
-        index += 1
+    for _, stage in stages:     # a stage's data error now, not hours into the run
+        trainer.check_data(stage)
+    output_dir = stages[-1][1]["train"]["output_dir"]
+    strategy = trainer.choose_strategy(args.tpu)
+    lock = run_dir.RunLock(output_dir).acquire() if trainer.is_chief(strategy[0]) else None
+    try:
+        index = 0 if args.restart else stage_of(stages, run_dir_newest(output_dir))
+        restart = args.restart
+        while True:
+            end, stage = stages[index]
+            run = trainer.Trainer(stage, xla=args.xla, restart=restart, strategy=strategy, lock=lock)
+            restart, done = False, run.updates()
+            if stage_of(stages, done) != index:     # the newest checkpoint did not restore: an older stage's
+                run.close()
+                index = stage_of(stages, done)
+                continue
+            if len(stages) > 1:
+                print(f"stage {index + 1} of {len(stages)}: updates {done} to {end}")
+            left = None if args.max_minutes is None else args.max_minutes - (time.time() - start) / 60
+            run.train(max_minutes=left, until=end)
+            if run.stopped_early or run.updates() < end or index == len(stages) - 1:
+                return
+            run = None
+            gc.collect()        # the previous stage's model, optimizer and pipeline buffers
+            index += 1
+            if args.max_minutes is not None and time.time() - start >= 60 * args.max_minutes:
+                print(f"the time limit is spent: stage {index + 1} starts when the run is resumed")
+                return
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def run_dir_newest(output_dir):

@@ -70,6 +70,7 @@ def point_config(base, lr, batch, args, out_dir):
     updates = max(1, args.sequences // batch)
     config["data"]["batch_size"] = micro
     config["optimizer"].update(learning_rate=lr, gradient_accumulation_steps=accumulation)
+    config["stages"] = []   # a point trains the config's own settings throughout (stage ends are absolute updates)
     if not args.keep_schedule:
         config["optimizer"]["schedule"] = {str(round(f * updates)): v for f, v in SCHEDULE_SHAPE}
     evals = max(1, updates // 4)

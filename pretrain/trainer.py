@@ -56,6 +56,39 @@ def choose_strategy(tpu=None):
     return tf.distribute.get_strategy(), kind
 
 
+def is_chief(strategy):
+    """Whether this process writes the run's checkpoints, logs and export."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not getattr(resolver, "task_type", None):
+        return True
+    return resolver.task_type == "chief" or (resolver.task_type == "worker" and resolver.task_id == 0
+                                             and "chief" not in resolver.cluster_spec().as_dict())
+
+
+def training_dataset(config, tokenizer, pattern, repeat, dynamic_mask=None, replicas=1):
+    """The batches of ``config``'s data settings from the shards at ``pattern``;
+    bad settings or shards are errors naming the config (``config_path``)."""
+    data = config["data"]
+    batch = data["batch_size"]
+    if batch % replicas:
+        raise SystemExit(f"error: data.batch_size={batch} is not divisible by the {replicas} replicas")
+    try:
+        return tfrecord.load_dataset(
+            pattern, batch, maxlen=data["maxlen"], dynamic_mask=dynamic_mask, shuffle=repeat,
+            shuffle_buffer=data["shuffle_buffer"], seed=data["seed"], repeat=repeat, drop_remainder=True,
+            mask_token_id=tokenizer.token_mask_id, random_token_ids=random_token_ids(tokenizer.token_dict),
+            char_mask_fraction=data["char_mask_fraction"] if repeat else 0.0,   # held-out masks stay as stored
+            pair_segments=data["pair_segments"], sep_token_id=tokenizer.token_sep_id)
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"error: {config['config_path']}: {e}") from None
+
+
+def check_data(config):
+    """Fails now, naming the config, if its training data settings do not fit its shards."""
+    training_dataset(config, Tokenizer(load_vocab(config["vocab"])), config["data"]["train"], repeat=True,
+                     dynamic_mask=config["data"]["dynamic_mask"])
+
+
 def default_precision(kind, replicas):
     """bfloat16 on TPU, float16 (with loss scaling) on several GPUs, else float32."""
     if kind == "tpu":
@@ -93,17 +126,23 @@ class Trainer:
         restart: move an earlier run's checkpoints and log aside and start
             from update 0 (otherwise an earlier run is resumed, and a run
             directory whose checkpoints all fail to restore is an error).
+        strategy: ``(strategy, device kind)`` of ``choose_strategy``, to share
+            one between the Trainers of one process (else made here).
+        lock: the run directory's ``run_dir.RunLock``, held by the caller
+            across several Trainers (else taken here and released by ``close``).
     """
 
-    def __init__(self, config, tpu=None, xla=None, restart=False):
+    def __init__(self, config, tpu=None, xla=None, restart=False, strategy=None, lock=None):
         self.config = config
         self.output_dir = config["train"]["output_dir"]
-        self.strategy, self.device_kind = choose_strategy(tpu)
-        self.is_chief = self._is_chief()
+        self.strategy, self.device_kind = strategy if strategy is not None else choose_strategy(tpu)
+        self.is_chief = is_chief(self.strategy)
         self.xla = self._choose(xla, config["train"]["xla"], default_xla(self.device_kind))
         self.precision = self._choose_precision()
         self.loss_scaling = self.precision == "mixed_float16"
-        self.lock = run_dir.RunLock(self.output_dir).acquire() if self.is_chief else None
+        self._owns_lock = lock is None
+        self.lock = lock if lock is not None else (
+            run_dir.RunLock(self.output_dir).acquire() if self.is_chief else None)
         try:
             self._set_up(restart)
         except BaseException:
@@ -156,6 +195,7 @@ class Trainer:
         self._eval_fn = None
         self._window = None
         self._stop_signal = None
+        self.stopped_early = False
 
     # ----------------------------------------------------------- set-up
     @staticmethod
@@ -172,13 +212,6 @@ class Trainer:
         if precision == "auto":
             return default_precision(self.device_kind, self.strategy.num_replicas_in_sync)
         return precision
-
-    def _is_chief(self):
-        resolver = getattr(self.strategy, "cluster_resolver", None)
-        if resolver is None or not getattr(resolver, "task_type", None):
-            return True
-        return resolver.task_type == "chief" or (resolver.task_type == "worker" and resolver.task_id == 0
-                                                 and "chief" not in resolver.cluster_spec().as_dict())
 
     def _checkpoint_dir(self):
         """The chief's checkpoints/; the other workers of a multi-worker run
@@ -214,21 +247,8 @@ class Trainer:
         return optimizer
 
     def _dataset(self, pattern, repeat, dynamic_mask=None):
-        data = self.config["data"]
-        batch = data["batch_size"]
-        if batch % self.strategy.num_replicas_in_sync:
-            raise SystemExit(f"error: data.batch_size={batch} is not divisible by the "
-                             f"{self.strategy.num_replicas_in_sync} replicas")
-        try:
-            dataset = tfrecord.load_dataset(
-                pattern, batch, maxlen=data["maxlen"], dynamic_mask=dynamic_mask, shuffle=repeat,
-                shuffle_buffer=data["shuffle_buffer"], seed=data["seed"], repeat=repeat, drop_remainder=True,
-                mask_token_id=self.tokenizer.token_mask_id, random_token_ids=random_token_ids(self.token_dict),
-                char_mask_fraction=data["char_mask_fraction"] if repeat else 0.0,   # held-out masks stay as stored
-                pair_segments=data["pair_segments"], sep_token_id=self.tokenizer.token_sep_id)
-        except (FileNotFoundError, ValueError) as e:
-            raise SystemExit(f"error: {self.config['config_path']}: {e}") from None
-        return dataset
+        return training_dataset(self.config, self.tokenizer, pattern, repeat, dynamic_mask,
+                                self.strategy.num_replicas_in_sync)
 
     def _restore_or_initialise(self):
         # every worker restores the chief's checkpoints; only the chief repairs the folder
@@ -357,20 +377,22 @@ class Trainer:
             for s, h in previous.items():
                 signal.signal(s, h)
 
-    def train(self, max_minutes=None):
-        """Trains to ``train.steps`` updates (or for ``max_minutes``), then
-        checkpoints; exports when the last update is done."""
+    def train(self, max_minutes=None, until=None):
+        """Trains to ``train.steps`` updates (or to update ``until``, or for
+        ``max_minutes``), then checkpoints; exports when update ``train.steps``
+        is done. ``stopped_early`` then says whether time or a signal ended it."""
         try:
             with self._stop_on_signals():
-                self._train(max_minutes)
+                self._train(max_minutes, until)
         finally:
             self.close()
+        return self.updates()
 
     def close(self):
-        """Releases the run directory's lock."""
-        if self.lock is not None:
+        """Releases the run directory's lock (unless the caller holds it)."""
+        if self.lock is not None and self._owns_lock:
             self.lock.release()
-            self.lock = None
+        self.lock = None
 
     def _open_logs(self):
         if self.is_chief:
@@ -379,25 +401,29 @@ class Trainer:
             if self.is_chief else tf.summary.create_noop_writer()
         self._start = time.time()
 
-    def _train(self, max_minutes):
+    def _train(self, max_minutes, until):
         total = self.config["train"]["steps"]
+        end = total if until is None else min(until, total)
         self._open_logs()
         progress = tqdm(total=total, initial=self.updates(), desc="pretrain", unit="update",
                         dynamic_ncols=True, mininterval=2.0, disable=not self.is_chief)
         self._last_record = None
-        while self._micro // self.accumulation() < total:
+        while self._micro // self.accumulation() < end:
             update = self.advance()
             progress.update(1)
             if self._last_record is not None and self._last_record["update"] == update:
                 progress.set_postfix(loss=f"{self._last_record['loss']:.3f}",
                                      acc=f"{self._last_record['masked_accuracy']:.3f}")
             if max_minutes is not None and time.time() - self._start > 60 * max_minutes:
-                print(f"\nstopping after {max_minutes} minutes at update {update}")
+                print(f"\nthe time limit is spent: saving update {update} and stopping")
+                self.stopped_early = True
                 break
             if self._stop_signal is not None:
                 print(f"\nsignal {self._stop_signal}: saving update {update} and stopping")
+                self.stopped_early = True
                 break
         progress.close()
+        self.stopped_early = self.stopped_early or self._stop_signal is not None   # a signal during the last update
         self.manager.save(checkpoint_number=self.updates())
         if self.updates() >= total and self.is_chief:
             print(f"exported to {self.export()}")

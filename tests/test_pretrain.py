@@ -78,17 +78,46 @@ def test_stages_train_like_a_run_resumed_with_its_config_changed(tmp_path, shard
     assert _logged(tmp_path, "by_hand", "update") == [1, 2, 3, 4]
     np.testing.assert_allclose(losses(tmp_path, "by_hand"), losses(tmp_path, "staged"), rtol=1e-5)
     np.testing.assert_allclose(_logged(tmp_path, "by_hand", "learning_rate"), lrs, rtol=1e-6)
+    # --steps inside a stage ends the run there, with that stage's settings; resumed, it goes on
+    assert pretrain.main(["--config", staged, "--output-dir", str(tmp_path / "cut"), "--steps", "1"]) == 0
+    assert _logged(tmp_path, "cut", "learning_rate") == pytest.approx([1e-2])
+    assert pretrain.main(["--config", staged, "--output-dir", str(tmp_path / "cut")]) == 0
+    np.testing.assert_allclose(losses(tmp_path, "cut"), losses(tmp_path, "staged"), rtol=1e-5)
+    assert not (tmp_path / "staged" / "restarted").exists() and (tmp_path / "staged" / "export").exists()
+
+
+def test_a_signal_at_a_stage_end_stops_the_run(tmp_path, shards, monkeypatch):
+    import signal
+
+    from pretrain.trainer import Trainer
+    staged = _with(write_config(tmp_path, shards, steps=4), stages=[{"until": 2, "optimizer": {"learning_rate": 1e-2}}])
+    log = Trainer._log
+
+    def log_then_terminate(self, update, *args):
+        record = log(self, update, *args)
+        if update == 2:
+            signal.raise_signal(signal.SIGTERM)
+        return record
+
+    monkeypatch.setattr(Trainer, "_log", log_then_terminate)
+    assert pretrain.main(["--config", staged]) == 0
+    assert _logged(tmp_path, "run", "update") == [1, 2]
+    assert not (tmp_path / "run" / "export").exists()     # only the last stage's end exports
 
 
 @pytest.mark.parametrize("stages, message", [
-    ([{"until": 4}], r"stages\[0\]\.until must be an integer above 0 .* below train.steps=4, got 4"),
+    ([{"until": 4}], r"stages\[0\]\.until must be an integer at least 1 and below train.steps=4, got 4"),
     ([{"until": 2}, {"until": 2}], r"stages\[1\]\.until must be an integer above 2"),
-    ([{"data": {}}], r"stages\[0\]\.until must be an integer above 0 .*, got null"),
+    ([{"data": {}}], r"stages\[0\]\.until must be an integer at least 1 .*, got null"),
     ([{"until": 1, "data": {"maxlen": 12}}], r"stages\[0\]: data.maxlen cannot change between stages"),
     ([{"until": 1, "model_config": {}}], r"stages\[0\]: 'model_config' cannot be set by a stage"),
     ([{"until": 1, "optimizer": {"learning_rate": -1}}],
      r"stages\[0\]: optimizer.learning_rate must be a number >= 0, got -1"),
     ({"until": 1}, "stages must be a list"),
+    ([{"until": 1, "data": None}], r"stages\[0\]: 'data' must be an object, got null"),
+    ([{"until": 1, "optimizer": {"schedule": {"abc": 1}}}], r"stages\[0\]: optimizer.schedule must be an object"),
+    ([{"until": 1, "data": {"char_mask_fraction": 0.5}}],    # found before any update is trained
+     r"stages\[0\]: .*char_mask_fraction=0.5.*shards of dynamic masks"),
 ])
 def test_stage_errors_name_the_stage(tmp_path, shards, stages, message):
     path = _with(write_config(tmp_path, shards, steps=4), stages=stages)
@@ -196,20 +225,21 @@ def test_every_builder_key_pretrains(tmp_path, shards):
 
 
 def test_shipped_configs_load_and_the_twins_train_like_the_bundled_model():
-    import glob
-    configs = {path: config_lib.load(path) for path in sorted(glob.glob("pretrain/configs/*.json"))}
+    import pathlib
+    folder = pathlib.Path(__file__).resolve().parents[1] / "pretrain" / "configs"
+    configs = {path.name: config_lib.load(str(path)) for path in sorted(folder.glob("*.json"))}
     assert len(configs) >= 7
 
-    def recipe(path):   # everything but the model and where it is written, stage by stage
-        stages = config_lib.stage_configs(configs[path])
-        for stage in stages:
+    def recipe(name):   # everything but the model and where it is written, stage by stage
+        stages = config_lib.stage_configs(configs[name])
+        for _, stage in stages:
             for key in ("model", "model_config", "config_path"):
                 stage.pop(key, None)
             stage["train"]["output_dir"] = None
         return stages
 
-    bundled = recipe("pretrain/configs/small.json")
-    assert [s["data"]["char_mask_fraction"] for s in bundled] == [0.0, 0.5, 0.6, 0.6]
-    assert [s["train"]["steps"] for s in bundled] == [2008, 6000, 6500, 10000]
-    for twin in ("pretrain/configs/small_roformer_v2.json", "pretrain/configs/small_softmax.json"):
+    bundled = recipe("small.json")
+    assert [(end, s["data"]["char_mask_fraction"]) for end, s in bundled] == [
+        (2008, 0.0), (6000, 0.5), (6500, 0.6), (10000, 0.6)]
+    for twin in ("small_roformer_v2.json", "small_softmax.json"):
         assert recipe(twin) == bundled, twin
