@@ -86,20 +86,25 @@ def test_stages_train_like_a_run_resumed_with_its_config_changed(tmp_path, shard
     assert not (tmp_path / "staged" / "restarted").exists() and (tmp_path / "staged" / "export").exists()
 
 
-def test_a_signal_at_a_stage_end_stops_the_run(tmp_path, shards, monkeypatch):
+def _sigterm_at(monkeypatch, at):
+    """Makes the trainer receive SIGTERM as it logs update ``at``."""
     import signal
 
     from pretrain.trainer import Trainer
-    staged = _with(write_config(tmp_path, shards, steps=4), stages=[{"until": 2, "optimizer": {"learning_rate": 1e-2}}])
     log = Trainer._log
 
     def log_then_terminate(self, update, *args):
         record = log(self, update, *args)
-        if update == 2:
+        if update == at:
             signal.raise_signal(signal.SIGTERM)
         return record
 
     monkeypatch.setattr(Trainer, "_log", log_then_terminate)
+
+
+def test_a_signal_at_a_stage_end_stops_the_run(tmp_path, shards, monkeypatch):
+    staged = _with(write_config(tmp_path, shards, steps=4), stages=[{"until": 2, "optimizer": {"learning_rate": 1e-2}}])
+    _sigterm_at(monkeypatch, 2)
     assert pretrain.main(["--config", staged]) == 0
     assert _logged(tmp_path, "run", "update") == [1, 2]
     assert not (tmp_path / "run" / "export").exists()     # only the last stage's end exports
@@ -155,15 +160,7 @@ def test_sigterm_saves_the_current_update(tmp_path, shards, monkeypatch):
 
     from pretrain.trainer import Trainer
     trainer = Trainer(config_lib.load(write_config(tmp_path, shards, "term", steps=50, save_every=100)), xla=False)
-    log = Trainer._log
-
-    def log_then_terminate(self, update, *args):
-        record = log(self, update, *args)
-        if update == 3:
-            signal.raise_signal(signal.SIGTERM)
-        return record
-
-    monkeypatch.setattr(Trainer, "_log", log_then_terminate)
+    _sigterm_at(monkeypatch, 3)
     trainer.train()
     assert trainer.updates() == 3
     assert trainer.manager.latest_checkpoint.endswith("ckpt-3")
