@@ -86,10 +86,10 @@ def train_stages(trainer, stages, args):
     one hold of the run directory's lock serve all stages."""
     from pretrain import run_dir
     start = time.time()
+    strategy = trainer.choose_strategy(args.tpu)   # first: MultiWorkerMirroredStrategy must precede any TF op
     for _, stage in stages:     # a stage's data error now, not hours into the run
         trainer.check_data(stage)
     output_dir = stages[-1][1]["train"]["output_dir"]
-    strategy = trainer.choose_strategy(args.tpu)
     lock = run_dir.RunLock(output_dir).acquire() if trainer.is_chief(strategy[0]) else None
     try:
         index = 0 if args.restart else stage_of(stages, run_dir_newest(output_dir))
