@@ -62,7 +62,11 @@ def main(argv=None):
         train_stages(trainer, stages, args)
         return 0
     # evaluate with the data settings of the stage the newest checkpoint is in
-    index = stage_of(stages, run_dir_newest(config["train"]["output_dir"])) if args.evaluate_only else -1
+    if args.evaluate_only:
+        from pretrain import run_dir
+        index = stage_of(stages, run_dir.newest_update(config["train"]["output_dir"]))
+    else:
+        index = -1
     run = trainer.Trainer(stages[index][1], tpu=args.tpu, xla=args.xla, restart=args.restart)
     try:
         if args.evaluate_only:
@@ -92,7 +96,7 @@ def train_stages(trainer, stages, args):
     output_dir = stages[-1][1]["train"]["output_dir"]
     lock = run_dir.RunLock(output_dir).acquire() if trainer.is_chief(strategy[0]) else None
     try:
-        index = 0 if args.restart else stage_of(stages, run_dir_newest(output_dir))
+        index = 0 if args.restart else stage_of(stages, run_dir.newest_update(output_dir))
         restart = args.restart
         while True:
             end, stage = stages[index]
@@ -106,7 +110,7 @@ def train_stages(trainer, stages, args):
                 print(f"stage {index + 1} of {len(stages)}: updates {done} to {end}")
             left = None if args.max_minutes is None else args.max_minutes - (time.time() - start) / 60
             run.train(max_minutes=left, until=end)
-            if run.stopped_early or run.updates() < end or index == len(stages) - 1:
+            if run.stopped_early or index == len(stages) - 1:
                 return
             run = None
             gc.collect()        # the previous stage's model, optimizer and pipeline buffers
@@ -117,13 +121,6 @@ def train_stages(trainer, stages, args):
     finally:
         if lock is not None:
             lock.release()
-
-
-def run_dir_newest(output_dir):
-    """The update of the newest checkpoint in ``output_dir`` (0 when none)."""
-    from pretrain import run_dir
-    prefixes = run_dir.scan_checkpoints(os.path.join(output_dir, "checkpoints"))
-    return max((run_dir.checkpoint_number(p) for p in prefixes), default=0)
 
 
 if __name__ == "__main__":

@@ -95,6 +95,12 @@ def scan_checkpoints(directory):
     return [prefix for _, prefix in sorted(found)]
 
 
+def newest_update(output_dir):
+    """The update number of the newest checkpoint in ``output_dir/checkpoints`` (0 when none)."""
+    prefixes = scan_checkpoints(os.path.join(output_dir, "checkpoints"))
+    return max((checkpoint_number(p) for p in prefixes), default=0)
+
+
 def _state_file_problem(directory, prefixes):
     """Why the state file cannot be trusted (or None): missing, unparsable,
     or naming a checkpoint other than the newest one on disk."""

@@ -386,7 +386,6 @@ class Trainer:
                 self._train(max_minutes, until)
         finally:
             self.close()
-        return self.updates()
 
     def close(self):
         """Releases the run directory's lock (unless the caller holds it)."""
