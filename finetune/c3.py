@@ -22,7 +22,7 @@ from gau_keras.layers import heads
 class C3Task(Task):
     task_names = ("c3",)
     defaults = dict(epochs=3, batch_size=8, maxlen=256, lr=5e-5)
-    budget = dict(epochs=2, maxlen=128, max_train_examples=800, max_eval_examples=400)
+    budget = dict(epochs=6, maxlen=128, max_train_examples=800, max_eval_examples=400)
 
     def features(self, example, training):
         context = "".join(example.context)

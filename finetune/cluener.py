@@ -37,7 +37,7 @@ class ClueNerTask(Task):
     task_names = ("cluener",)
     metric = "f1"
     defaults = dict(epochs=5, batch_size=16, maxlen=64, lr=5e-5)
-    budget = dict(epochs=2, batch_size=32, max_train_examples=3000)
+    budget = dict(epochs=6, batch_size=32, max_train_examples=3000)
 
     def __init__(self, task_name, tokenizer, maxlen, head_size=64):
         super().__init__(task_name, tokenizer, maxlen)

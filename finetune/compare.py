@@ -12,8 +12,9 @@ defaults overridden by its ``budget`` (sized for a 2-core CPU; see ``COMPARED``)
 and the shared ``--seed``, once per rate of ``--lrs`` (or the one ``--lr``):
 the best rate on dev is kept per variant and task, so every starting point gets
 the same grid. Outputs and logs go to ``OUT_DIR/<label>/`` (``.../lr<rate>/``
-with a grid). A run whose metrics file says it finished is not repeated, so an
-interrupted comparison resumes where it stopped. At the end the best dev metric
+with a grid). A run whose metrics file says it finished with the same options is not
+repeated, so an interrupted comparison resumes where it stopped (one with other options,
+e.g. an older budget, runs again). At the end the best dev metric
 of every (variant, task) and the average over the tasks are printed as a
 markdown table and written to ``OUT_DIR/summary.md`` and ``OUT_DIR/summary.json``.
 """
@@ -28,8 +29,8 @@ import time
 
 #: task name -> the command (``python -m finetune.<command>``) that runs it. Each run takes the
 #: command's defaults overridden by its ``budget`` (sized for a 2-core CPU: few-shot tasks get
-#: more epochs, large ones a training subset). Only the first 100 test rows are predicted:
-#: the table is about dev.
+#: more epochs, large ones a training subset; every task enough epochs for its dev metric to
+#: peak before the last). Only the first 100 test rows are predicted: the table is about dev.
 COMPARED = {"tnews": "tnews", "iflytek": "iflytek", "ocnli_full": "ocnli", "bustm": "afqmc", "csl": "csl",
             "cluewsc": "wsc", "chid": "chid", "c3": "c3", "cmrc2018": "cmrc2018", "cluener": "cluener"}
 
@@ -90,19 +91,46 @@ def finished_record(path):
     return record if record.get("finished") else None
 
 
+def given_options(command, options):
+    """The options a run's argv sets explicitly, as {dest: parsed value} (its defaults left out)."""
+    from finetune.commands import task_for
+    from finetune.runner import build_parser
+
+    parser = build_parser(task_for(command))
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS
+        action.required = False
+    return vars(parser.parse_args(options))
+
+
+def changed_options(record, command, options):
+    """'name: earlier -> now' for every option of ``options`` a finished run's record ran with otherwise."""
+    recorded = record.get("args", {})
+    return [f"--{key.replace('_', '-')}: {recorded.get(key)!r} -> {value!r}"
+            for key, value in given_options(command, options).items()
+            if key not in ("out_dir", "overwrite") and recorded.get(key) != value]
+
+
 def run_one(task, label, variant_args, args, lr, budget):
-    """Runs (or reuses) one (task, variant, lr); returns its metrics record or None when it failed."""
+    """Runs (or reuses) one (task, variant, lr); returns its metrics record or None when it failed.
+
+    A finished run is reused only when it ran with every option this run gives (budget, rate,
+    seed, variant arguments); otherwise it runs again, saying what changed."""
     out = pathlib.Path(args.out_dir) / label
     if len(args.lrs) > 1:
         out = out / f"lr{lr:g}"
     metrics_path = out / f"{task}_metrics.json"
+    command = run_command(task, COMPARED[task], budget, variant_args, args, lr)
     record = finished_record(metrics_path)
     if record is not None:
-        print(f"[{label}] {task} lr {lr:g}: finished earlier ({metrics_path})")
-        return record
+        changed = changed_options(record, COMPARED[task], command[5:])
+        if not changed:
+            print(f"[{label}] {task} lr {lr:g}: finished earlier ({metrics_path})")
+            return record
+        print(f"[{label}] {task} lr {lr:g}: the run in {metrics_path} used other options "
+              f"({'; '.join(changed)}): running again", flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    command = run_command(task, COMPARED[task], budget, variant_args, args, lr) + ["--out-dir", str(out),
-                                                                                 "--overwrite"]
+    command += ["--out-dir", str(out), "--overwrite"]
     log = out / f"{task}.log"
     print(f"[{label}] {task} lr {lr:g}: {shlex.join(command)}  (log: {log})", flush=True)
     started = time.time()

@@ -74,3 +74,37 @@ def test_unit_score_puts_every_task_on_a_0_1_scale():
     cluener = {"task": "cluener", "metric": "f1", "best": {"f1": 0.5176}}
     tnews = {"task": "tnews", "metric": "accuracy", "best": {"accuracy": 0.39}}
     assert [unit_score(r) for r in (cmrc, cluener, tnews)] == pytest.approx([0.1127, 0.5176, 0.39])
+
+
+def test_a_finished_run_is_reused_only_with_the_same_options(tmp_path, capsys, monkeypatch):
+    """A budget, rate or variant change reruns the (task, variant, lr) instead of reusing its old metrics."""
+    import argparse
+
+    args = argparse.Namespace(out_dir=str(tmp_path), lrs=[1e-3], data_dir="data", seed=0, extra="")
+    budget = compare.budget_arguments("cluener")
+    earlier = {"finished": True, "metric": "f1", "best": {"epoch": 2, "f1": 0.5}, "seconds": 1.0,
+               "args": {"data_dir": "data", "task_name": "cluener", "lr": 1e-3, "seed": 0, "max_test_examples": 100,
+                        "epochs": 2, "maxlen": 64, "batch_size": 32, "max_train_examples": 3000,
+                        "model": "roformer_v2", "model_dir": "m", "out_dir": "elsewhere", "overwrite": True}}
+    (tmp_path / "v").mkdir()
+    (tmp_path / "v" / "cluener_metrics.json").write_text(json.dumps(earlier))
+    calls = []
+
+    def fake_run(command, stdout, stderr):
+        calls.append(command)
+        (tmp_path / "v" / "cluener_metrics.json").write_text(json.dumps(dict(earlier, args={})))
+        return 0
+
+    monkeypatch.setattr(compare.subprocess, "call", fake_run)
+    same = ["--model", "roformer_v2", "--model-dir", "m"]
+    # the record's budget is the old one (2 epochs): the run goes again with the budget's epochs
+    assert "--epochs 2" not in budget
+    assert compare.run_one("cluener", "v", same, args, 1e-3, budget) is not None
+    assert len(calls) == 1 and "--epochs: 2 -> " in capsys.readouterr().out
+
+    (tmp_path / "v" / "cluener_metrics.json").write_text(json.dumps(earlier))
+    old_budget = "--epochs 2 --maxlen 64 --batch-size 32 --max-train-examples 3000"
+    assert compare.run_one("cluener", "v", same, args, 1e-3, old_budget) == earlier  # same options: reused
+    assert len(calls) == 1 and "finished earlier" in capsys.readouterr().out
+    compare.run_one("cluener", "v", ["--model", "roformer_v2", "--model-dir", "other"], args, 1e-3, old_budget)
+    assert len(calls) == 2 and "--model-dir: 'm' -> 'other'" in capsys.readouterr().out
