@@ -6,9 +6,6 @@ from keras import ops
 
 from gau_keras import ops as gops
 
-#: the score given to impossible spans (padding, end before start); finite so
-#: that losses built from log-sum-exp stay finite.
-
 
 @keras.saving.register_keras_serializable(package="gau_keras")
 class GlobalPointer(keras.layers.Layer):
@@ -21,7 +18,7 @@ class GlobalPointer(keras.layers.Layer):
         s_t(i, j) = <q_t(i), k_t(j)> / sqrt(head_size)
 
     depends on the relative position of start i and end j. Spans touching a
-    padded position, and with ``tril_mask`` spans with j < i, get ``NEG_INF``.
+    padded position, and with ``tril_mask`` spans with j < i, get ``gau_keras.ops.NEG_INF``.
 
     Input: hidden states [B, L, H]; an optional mask [B, L] (True = real
     token; the Keras mask of the input is used when none is passed).
