@@ -29,8 +29,8 @@ import time
 
 #: task name -> the command (``python -m finetune.<command>``) that runs it. Each run takes the
 #: command's defaults overridden by its ``budget`` (sized for a 2-core CPU: few-shot tasks get
-#: more epochs, large ones a training subset; every task enough epochs for its dev metric to
-#: peak before the last). Only the first 100 test rows are predicted: the table is about dev.
+#: more epochs, large ones a training subset; more epochs where every start's best dev epoch was
+#: the last). Only the first 100 test rows are predicted: the table is about dev.
 COMPARED = {"tnews": "tnews", "iflytek": "iflytek", "ocnli_full": "ocnli", "bustm": "afqmc", "csl": "csl",
             "cluewsc": "wsc", "chid": "chid", "c3": "c3", "cmrc2018": "cmrc2018", "cluener": "cluener"}
 
