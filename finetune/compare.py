@@ -75,10 +75,10 @@ def build_parser():
     return parser
 
 
-def run_command(task, command, budget, variant_args, args, lr):
-    """The argv of one run (budget first, so variant and --extra arguments win)."""
-    return ([sys.executable, "-m", "gau_keras", "finetune", command, "--data-dir", args.data_dir, "--task-name", task,
-             "--lr", repr(lr), "--seed", str(args.seed), "--max-test-examples", "100"]
+def run_options(task, budget, variant_args, args, lr):
+    """The task command's options for one run (budget first, so variant and --extra arguments win)."""
+    return (["--data-dir", args.data_dir, "--task-name", task, "--lr", repr(lr), "--seed", str(args.seed),
+             "--max-test-examples", "100"]
             + shlex.split(budget) + list(variant_args) + shlex.split(args.extra))
 
 
@@ -120,17 +120,18 @@ def run_one(task, label, variant_args, args, lr, budget):
     if len(args.lrs) > 1:
         out = out / f"lr{lr:g}"
     metrics_path = out / f"{task}_metrics.json"
-    command = run_command(task, COMPARED[task], budget, variant_args, args, lr)
+    options = run_options(task, budget, variant_args, args, lr)
     record = finished_record(metrics_path)
     if record is not None:
-        changed = changed_options(record, COMPARED[task], command[5:])
+        changed = changed_options(record, COMPARED[task], options)
         if not changed:
             print(f"[{label}] {task} lr {lr:g}: finished earlier ({metrics_path})")
             return record
         print(f"[{label}] {task} lr {lr:g}: the run in {metrics_path} used other options "
               f"({'; '.join(changed)}): running again", flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    command += ["--out-dir", str(out), "--overwrite"]
+    command = [sys.executable, "-m", "gau_keras", "finetune", COMPARED[task], *options,
+               "--out-dir", str(out), "--overwrite"]
     log = out / f"{task}.log"
     print(f"[{label}] {task} lr {lr:g}: {shlex.join(command)}  (log: {log})", flush=True)
     started = time.time()
