@@ -33,8 +33,10 @@ Usage: python3 benchmarks/pretrain_throughput.py [--configs pretrain/configs/tin
     [--updates 20] [--repeats 5] [--no-finetune] [--quick]
 """
 import argparse
+import atexit
 import json
 import pathlib
+import shutil
 import statistics
 import sys
 import tempfile
@@ -97,10 +99,17 @@ def run_config(spec, scratch):
 
 
 # ---------------------------------------------------------------- workers
+def scratch_dir():
+    """A temporary folder for a worker's synthetic data and run, removed when the worker exits."""
+    scratch = tempfile.mkdtemp(prefix="pretrain_throughput_")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    return scratch
+
+
 def loop_setup(spec):
     from pretrain.trainer import Trainer
 
-    scratch = tempfile.mkdtemp(prefix="pretrain_throughput_")
+    scratch = scratch_dir()
     trainer = Trainer(run_config(spec, scratch), xla=spec["xla"])
     trainer._open_logs()
     updates = spec["updates"]
@@ -122,7 +131,7 @@ def bare_setup(spec):
     from gau_keras.models.builder import build_transformer_model
     from gau_keras.optimizers import LAMB, PiecewiseLinearDecay
 
-    scratch = tempfile.mkdtemp(prefix="pretrain_throughput_")
+    scratch = scratch_dir()
     config = run_config(spec, scratch)
     keras.utils.set_random_seed(config["train"]["seed"])
     data = config["data"]

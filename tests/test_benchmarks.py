@@ -4,6 +4,7 @@ No timing is asserted: the quick run only has to produce a well-formed table
 of positive numbers.
 """
 import json
+import os
 import subprocess
 import sys
 
@@ -107,16 +108,17 @@ def test_memory_probe_rss_fallback_sees_a_numpy_buffer(common):
     assert peak >= 15 * 2 ** 20
 
 
-def _run_quick(name, *args):
+def _run_quick(name, *args, env=None):
     result = subprocess.run([sys.executable, str(BENCHMARKS / name), *args], capture_output=True, text=True,
-                            timeout=900, cwd=REPO_ROOT)
+                            timeout=900, cwd=REPO_ROOT, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
     return result.stdout
 
 
-def test_pretrain_throughput_quick_prints_loop_and_bare_ratios():
+def test_pretrain_throughput_quick_prints_loop_and_bare_ratios(tmp_path):
     stdout = _run_quick("pretrain_throughput.py", "--quick", "--configs", "pretrain/configs/tiny.json",
-                        "--xla", "off")
+                        "--xla", "off", env=dict(os.environ, TMPDIR=str(tmp_path)))
+    assert not list(tmp_path.glob("pretrain_throughput_*")), "the workers' synthetic data is left behind"
     tables = stdout.split("\n\n")
     pretraining = _table_rows(next(t for t in tables if "loop / bare" in t))
     assert [row["variant"] for row in pretraining] == ["loop, xla off"]
