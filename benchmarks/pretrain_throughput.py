@@ -79,9 +79,13 @@ def synthetic_shards(directory, vocab_size, maxlen, sequences, seed=0):
     return str(pathlib.Path(directory) / "shard-*.tfrecord")
 
 
-def run_config(spec, scratch):
-    """The config of ``spec['config']`` pointed at synthetic data in ``scratch``."""
+def run_config(spec):
+    """The config of ``spec['config']`` pointed at synthetic data in a temporary folder, removed when
+    the worker exits."""
     from pretrain import config as config_lib
+
+    scratch = tempfile.mkdtemp(prefix="pretrain_throughput_")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
 
     config = config_lib.load(str(REPO / spec["config"]))
     model_config = config_lib.model_config(config)
@@ -99,18 +103,10 @@ def run_config(spec, scratch):
 
 
 # ---------------------------------------------------------------- workers
-def scratch_dir():
-    """A temporary folder for a worker's synthetic data and run, removed when the worker exits."""
-    scratch = tempfile.mkdtemp(prefix="pretrain_throughput_")
-    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
-    return scratch
-
-
 def loop_setup(spec):
     from pretrain.trainer import Trainer
 
-    scratch = scratch_dir()
-    trainer = Trainer(run_config(spec, scratch), xla=spec["xla"])
+    trainer = Trainer(run_config(spec), xla=spec["xla"])
     trainer._open_logs()
     updates = spec["updates"]
 
@@ -131,8 +127,7 @@ def bare_setup(spec):
     from gau_keras.models.builder import build_transformer_model
     from gau_keras.optimizers import LAMB, PiecewiseLinearDecay
 
-    scratch = scratch_dir()
-    config = run_config(spec, scratch)
+    config = run_config(spec)
     keras.utils.set_random_seed(config["train"]["seed"])
     data = config["data"]
     transformer = build_transformer_model(config["model_config"], model=config["model"], with_mlm="linear",
