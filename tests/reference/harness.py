@@ -152,3 +152,38 @@ def _parse_variables(stdout):
             _, name, shape = line.split("\t")
             variables[name] = json.loads(shape)
     return variables
+
+
+EXEC_SCRIPT = pathlib.Path(__file__).resolve().with_name("bert4keras_exec.py")
+
+
+def run_bert4keras_code(code, inputs=None, *, graph=False, seed=0, timeout=600):
+    """Run ``code`` (Python source) against the original bert4keras in a subprocess.
+
+    The code sees ``np``, ``tf``, ``keras`` (tf_keras), ``K``, ``bert4keras`` and
+    ``inputs`` (the arrays of ``inputs``, a dict of numpy arrays / lists), and
+    fills the dict ``outputs``; this returns that dict as numpy arrays. ``graph``
+    runs it in TF1 graph mode (bert4keras's optimizers need it); tensors left in
+    ``outputs`` are evaluated. See ``bert4keras_exec.py`` for the shim. Skips
+    the calling test when bert4keras or tf_keras is missing.
+    """
+    require_bert4keras()
+    with tempfile.TemporaryDirectory(prefix="bert4keras_exec_") as work:
+        work = pathlib.Path(work)
+        (work / "snippet.py").write_text(code, encoding="utf-8")
+        cmd = [sys.executable, str(EXEC_SCRIPT), "--code", str(work / "snippet.py"),
+               "--output", str(work / "out.npz"), "--seed", str(seed)]
+        if inputs:
+            np.savez(work / "in.npz", **{k: np.asarray(v) for k, v in inputs.items()})
+            cmd += ["--inputs", str(work / "in.npz")]
+        if graph:
+            cmd.append("--graph")
+        result = subprocess.run(cmd, env=reference_env(), capture_output=True, text=True,
+                                timeout=timeout)
+        if result.returncode == EXIT_MISSING_PACKAGE:
+            _skip(result.stderr.strip().splitlines()[-1])
+        if result.returncode != 0:
+            raise RuntimeError("bert4keras snippet failed (exit %d):\n%s\n%s"
+                               % (result.returncode, code, result.stderr[-_STDERR_TAIL:]))
+        with np.load(work / "out.npz", allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
