@@ -37,8 +37,8 @@ except ImportError:  # run as a script from a checkout that is not pip-installed
 
 from gau_keras import tf_free_children  # noqa: E402
 from gau_keras.data.mlm import MaskStats, SequencePacker, WholeWordMLM  # noqa: E402
-from gau_keras.segmenters import SEGMENTERS, get_segmenter, restore_default_sigterm  # noqa: E402
-from gau_keras.tokenizers import Tokenizer  # noqa: E402
+from gau_keras.segmenters import SEGMENTERS, get_segmenter, lac_model_dir, restore_default_sigterm  # noqa: E402
+from gau_keras.tokenizers import Tokenizer, load_vocab  # noqa: E402
 
 SHARD_GLOB = "shard-*-of-*.tfrecord"  # = tfrecord.SHARD_PATTERN (not imported here: TensorFlow)
 SKIP_REASONS = ("binary", "undecodable", "invalid_json", "no_text_key", "empty", "no_tokens")
@@ -87,6 +87,15 @@ def parse_args(argv=None):
                      f"{args.mask_prob}, {args.mask_ratio}, {args.random_ratio}")
     if not os.path.isfile(args.vocab):
         parser.error(f"--vocab {args.vocab}: no such file")
+    try:    # what every worker would fail on at start-up, said once, here
+        load_vocab(args.vocab)
+    except ValueError as e:
+        parser.error(f"--vocab: {e}")
+    if args.segmenter == "lac":
+        try:
+            lac_model_dir()
+        except ImportError as e:
+            parser.error(f"--segmenter lac: {e}")
     args.files = expand_inputs(args.inputs, parser)
     return args
 
@@ -152,8 +161,23 @@ def read_documents(files, is_json, text_key):
 _WORKER = {}
 
 
-def _init_worker(vocab, lower_case, segmenter, maxlen, mask_prob, dynamic, seed, mask_ratio=0.8,
-                 random_ratio=0.1):
+class WorkerStartupError(RuntimeError):
+    """A worker could not start (bad vocab, segmenter missing ...): the run stops with its message."""
+
+
+def _init_worker(*args, **kwargs):
+    """The pool's initializer. A failure here is kept and raised by the first
+    task instead: an initializer that raises makes the pool start a new worker
+    forever, and the run would never end."""
+    try:
+        _start_worker(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 - whatever it is, the main process reports it
+        plain = isinstance(e, (ValueError, ImportError, OSError))    # their messages name the file / package
+        _WORKER["startup_error"] = str(e) if plain else f"{type(e).__name__}: {e}"
+
+
+def _start_worker(vocab, lower_case, segmenter, maxlen, mask_prob, dynamic, seed, mask_ratio=0.8,
+                  random_ratio=0.1):
     tokenizer = Tokenizer(vocab, do_lower_case=lower_case)
     kwargs = {"in_process": True} if segmenter == "lac" else {}
     segmenter = get_segmenter(segmenter, **kwargs)
@@ -166,6 +190,8 @@ def _init_worker(vocab, lower_case, segmenter, maxlen, mask_prob, dynamic, seed,
 def process_batch(batch):
     """``batch``: list of (doc_index, location, text). Returns
     (examples in order, MaskStats as dict, [(location, 'no_tokens')])."""
+    if "startup_error" in _WORKER:
+        raise WorkerStartupError(_WORKER["startup_error"])
     words = _WORKER["segmenter"].segment([text for _, _, text in batch])
     examples, stats, skipped = [], MaskStats(), []
     for (doc_index, location, _), doc_words in zip(batch, words):
@@ -287,7 +313,9 @@ def _process_corpus(args, writer, stats, skipped, progress):
 
 
 def run(args):
-    """Prepares the shards; returns the summary dict."""
+    """Prepares the shards; returns the summary dict (``status`` "failed"
+    with an ``error`` when the input was mostly unusable). A run that fails
+    before its summary leaves no shard and no summary.json behind."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf  # after argument checks; the workers never import it
 
@@ -298,17 +326,29 @@ def run(args):
     check_output_dir(gfile, args.output_dir, args.overwrite)
     skipped, stats = [], MaskStats()
     total_bytes = sum(os.path.getsize(path) for path in args.files)
-    with ShardedWriter(args.output_dir, args.shards) as writer:
-        # written first, so that an interrupted run's files are known as ours (--overwrite replaces them)
-        _write_json(gfile, gfile.join(args.output_dir, SUMMARY),
-                    {"status": "running", "shards": [os.path.basename(p) for p in writer.paths]})
-        with tqdm(total=total_bytes, unit="B", unit_scale=True, desc="prepare_corpus", file=sys.stderr) as progress:
-            process_corpus(args, writer, stats, skipped, progress)
-    summary = make_summary(args, stats, skipped, writer.paths, time.time() - start, writer.count)
+    summary_path = gfile.join(args.output_dir, SUMMARY)
+    try:
+        with ShardedWriter(args.output_dir, args.shards) as writer:
+            # written first, so that an interrupted run's files are known as ours (--overwrite replaces them)
+            _write_json(gfile, summary_path,
+                        {"status": "running", "shards": [os.path.basename(p) for p in writer.paths]})
+            with tqdm(total=total_bytes, unit="B", unit_scale=True, desc="prepare_corpus",
+                      file=sys.stderr) as progress:
+                process_corpus(args, writer, stats, skipped, progress)
+    except BaseException as e:
+        if gfile.exists(summary_path):
+            gfile.remove(summary_path)
+        if isinstance(e, WorkerStartupError):
+            raise SystemExit(f"prepare_corpus: error: a worker failed at start-up: {e}") from None
+        raise
+    summary = make_summary(args, stats, skipped, writer, time.time() - start)
+    problem = usable_input_problem(summary)
+    if problem:
+        summary.update(status="failed", error=problem)
     with gfile.GFile(gfile.join(args.output_dir, SKIPPED_LOG), "w") as f:
         f.write("".join(f"{location}: {reason}: {detail}\n"
                         for location, reason, detail in sorted(skipped, key=_loc_key)))
-    _write_json(gfile, gfile.join(args.output_dir, SUMMARY), summary)
+    _write_json(gfile, summary_path, summary)
     return summary
 
 
@@ -329,7 +369,10 @@ def _loc_key(item):
     return path, int(line)
 
 
-def make_summary(args, stats, skipped, shard_paths, seconds, sequences):
+def make_summary(args, stats, skipped, writer, seconds):
+    """The summary.json record of a run; ``writer``: its closed ``ShardedWriter``."""
+    from gau_keras.data.tfrecord import vocab_checksum
+
     reasons = collections.Counter(reason for _, reason, _ in skipped)
     content = max(stats.content_tokens, 1)
     selected = max(stats.selected_tokens, 1)
@@ -345,7 +388,7 @@ def make_summary(args, stats, skipped, shard_paths, seconds, sequences):
         "skipped_by_reason": {reason: reasons.get(reason, 0) for reason in SKIP_REASONS},
         "examples": stats.examples,
         "packed": args.pack,
-        "sequences": sequences,
+        "sequences": writer.count,
         "tokens": stats.tokens,
         "content_tokens": stats.content_tokens,
         "words": stats.words,
@@ -357,7 +400,10 @@ def make_summary(args, stats, skipped, shard_paths, seconds, sequences):
         "mask_split": None if args.dynamic_mask else {
             "mask": stats.mask_tokens / selected, "random": stats.random_tokens / selected,
             "unchanged": stats.kept_tokens / selected},
-        "shards": [os.path.basename(path) for path in shard_paths],
+        "shards": [os.path.basename(path) for path in writer.paths],
+        # checked by tfrecord.load_dataset: a truncated or replaced shard, shards of another vocab
+        "shard_records": writer.records, "shard_bytes": writer.sizes,
+        "vocab_size": len(load_vocab(args.vocab)), "vocab_checksum": vocab_checksum(args.vocab),
         "status": "done",
         "seconds": round(seconds, 2),
     }
@@ -388,9 +434,8 @@ def main(argv=None):
     args = parse_args(argv)
     summary = run(args)
     print_summary(summary, args.output_dir)
-    problem = usable_input_problem(summary)
-    if problem:
-        raise SystemExit(f"prepare_corpus: error: {problem} (see {args.output_dir}/{SKIPPED_LOG})")
+    if summary["status"] != "done":
+        raise SystemExit(f"prepare_corpus: error: {summary['error']} (see {args.output_dir}/{SKIPPED_LOG})")
     return summary
 
 

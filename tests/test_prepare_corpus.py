@@ -50,6 +50,10 @@ def _run(tmp_path, out, *extra):
     return prepare_corpus.main(argv)
 
 
+def _records_of(path):
+    return list(tf.data.TFRecordDataset([str(path)]))
+
+
 def _records(directory):
     return [r.numpy() for r in tf.data.TFRecordDataset(sorted(tf.io.gfile.glob(f"{directory}/shard-*")))]
 
@@ -73,6 +77,13 @@ def test_summary_counts_log_and_determinism(tmp_path, capsys):
         [f"{jsonl}:5", "undecodable"], [f"{jsonl}:6", "empty"], [f"{jsonl}:7", "no_tokens"],
         [f"{text}:6", "undecodable"], [f"{text}:7", "empty"]]
     assert json.loads((tmp_path / "a" / "summary.json").read_text())["examples"] == summary["examples"]
+    # each shard's record count and size, and the vocab, as load_dataset checks them
+    for name in summary["shards"]:
+        assert summary["shard_records"][name] == len(_records_of(tmp_path / "a" / name))
+        assert summary["shard_bytes"][name] == os.path.getsize(tmp_path / "a" / name)
+    assert summary["vocab_size"] == len(_vocab(tmp_path / "vocab.txt").read_text().split())
+    assert summary["vocab_checksum"].startswith("sha256:") and summary["status"] == "done"
+    assert not list((tmp_path / "a").glob("*.tmp"))
 
     # same seed, other worker count: identical shards; another seed: different masks
     _run(tmp_path, "b", "--workers", "1", "--seed", "1")
@@ -131,7 +142,63 @@ def test_empty_or_binary_input_fails_after_the_summary(tmp_path, capsys):
     with pytest.raises(SystemExit, match=r"6 of 7 lines \(86%\) were skipped \(binary 6"):
         prepare_corpus.main(_argv(tmp_path, [binary], "binary"))
     assert "documents read 7, used 1, skipped 6" in capsys.readouterr().out   # the summary is still printed
-    assert json.loads((tmp_path / "binary" / "summary.json").read_text())["skipped_by_reason"]["binary"] == 6
+    summary = json.loads((tmp_path / "binary" / "summary.json").read_text())
+    assert summary["skipped_by_reason"]["binary"] == 6
+    assert summary["status"] == "failed" and "6 of 7 lines" in summary["error"]   # not "done"
+
+
+def test_a_worker_that_cannot_start_stops_the_run(tmp_path):
+    # the vocab turns bad after the argument checks: every worker fails at start-up
+    argv = _argv(tmp_path, _corpus(tmp_path), "out", "--workers", "2")
+    code = ("import sys; from pretrain import prepare_corpus as pc;"
+            f"args = pc.parse_args({argv!r});"
+            f"open({argv[argv.index('--vocab') + 1]!r}, 'a', encoding='utf-8').write('我\\n');"
+            "pc.run(args)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
+                            timeout=120)   # before the fix: the pool restarted the workers forever
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("prepare_corpus: error: a worker failed at start-up:") and "duplicate token '我'" in last
+    assert "Traceback" not in result.stderr
+    assert os.listdir(tmp_path / "out") == []      # no empty shard, no summary.json
+
+
+def test_a_bad_vocab_or_a_missing_lac_is_an_argument_error(tmp_path, capsys, monkeypatch):
+    corpus = _corpus(tmp_path)
+    argv = _argv(tmp_path, corpus, "out")
+    vocab = argv[argv.index("--vocab") + 1]
+    with open(vocab, "a", encoding="utf-8") as f:
+        f.write("我\n")
+    with pytest.raises(SystemExit) as stopped:
+        prepare_corpus.main(argv)
+    assert stopped.value.code == 2
+    assert f"--vocab: {vocab}:" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    _vocab(tmp_path / "vocab.txt")
+
+    def no_lac():
+        raise ImportError("LAC is not installed. Install it (optional extra) with: pip install lac")
+
+    monkeypatch.setattr(prepare_corpus, "lac_model_dir", no_lac)
+    with pytest.raises(SystemExit) as stopped:
+        prepare_corpus.main(argv + ["--segmenter", "lac"])
+    assert stopped.value.code == 2 and "--segmenter lac: LAC is not installed" in capsys.readouterr().err
+
+
+def test_shards_that_do_not_match_their_summary_are_errors_naming_them(tmp_path):
+    corpus = _corpus(tmp_path)
+    prepare_corpus.main(_argv(tmp_path, corpus, "out"))
+    pattern = str(tmp_path / "out" / "shard-*")
+    other = tmp_path / "other_vocab.txt"
+    other.write_text(_vocab(tmp_path / "vocab.txt").read_text() + "extra\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"another vocab: {tmp_path / 'out' / 'summary.json'} .* but {other} has"):
+        load_dataset(pattern, batch_size=2, maxlen=32, vocab=str(other))
+    assert load_dataset(pattern, batch_size=2, maxlen=32, vocab=str(tmp_path / "vocab.txt")) is not None
+    shard = tmp_path / "out" / "shard-00001-of-00002.tfrecord"
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 2])       # cut in half
+    with pytest.raises(ValueError, match=rf"{shard} is {len(data) // 2} bytes but .*summary.json records "
+                                         rf"{len(data)} bytes \(\d+ records\): the shard is truncated"):
+        load_dataset(pattern, batch_size=2, maxlen=32)
 
 
 def test_never_replaces_a_file_it_did_not_write(tmp_path):

@@ -82,6 +82,19 @@ def test_load_dataset_errors(tmp_path, rng):
         list(load_dataset(str(tmp_path / "long" / "*"), batch_size=1, maxlen=8))
 
 
+def test_a_failed_write_leaves_no_shard_and_foreign_files_are_named(tmp_path, rng):
+    with pytest.raises(RuntimeError, match="stop"):
+        with ShardedWriter(str(tmp_path / "failed"), 2) as writer:
+            writer.write(_examples(rng, 1, 10)[0])
+            raise RuntimeError("stop")
+    assert list((tmp_path / "failed").iterdir()) == []
+    _write(tmp_path / "mixed", _examples(rng, 6, 10), ("token_ids", "labels"), shards=2)
+    noise = tmp_path / "mixed" / "shard-00002-of-00003.tfrecord"
+    noise.write_bytes(np.random.default_rng(0).bytes(4000))        # a shard of random bytes
+    with pytest.raises(ValueError, match=rf"{noise} is not a TFRecord file of MLM examples"):
+        load_dataset(str(tmp_path / "mixed" / "*"), batch_size=2, maxlen=10)
+
+
 def test_pair_segments_are_the_tokenizers_pair_encoding(tmp_path):
     """pair_segments: the segment ids Tokenizer.encode(first, second) gives, on
     packed sequences [CLS] a [SEP] b [SEP] c [SEP] (1 after the first [SEP])."""

@@ -11,16 +11,20 @@ and either ``labels`` (static masks) or ``word_starts`` (dynamic masks, see
 
 Design notes: docs/pretraining.md (Data).
 """
+import hashlib
 import json
 import os
 
 import tensorflow as tf
+from google.protobuf.message import DecodeError
 
 from gau_keras.data.mlm import dynamic_whole_word_mask
 
 SHARD_PATTERN = "shard-*-of-*.tfrecord"
 #: what prepare_corpus writes beside the shards (its summary, with the masking parameters)
 SUMMARY_NAME = "summary.json"
+#: the suffix of a shard while it is being written
+TEMP_SUFFIX = ".tmp"
 #: whole-word masking parameters and their defaults (GAU-alpha's recipe)
 MASKING_DEFAULTS = {"mask_prob": 0.15, "mask_ratio": 0.8, "random_ratio": 0.1}
 
@@ -39,30 +43,50 @@ def serialize_example(features):
 class ShardedWriter:
     """Writes examples round-robin over ``shards`` files in ``output_dir``
     (example i goes to shard i mod shards), so the layout is a pure function
-    of the example order."""
+    of the example order.
+
+    The shards are written under temporary names (``<shard>.tmp``, which
+    ``SHARD_PATTERN`` does not match) and renamed to their final names only
+    when the ``with`` block ends without an error; after an error they are
+    removed, so a failed or killed run never leaves a shard that looks whole.
+    ``records`` and ``sizes`` then give each shard's record count and bytes.
+    """
 
     def __init__(self, output_dir, shards):
         if shards < 1:
             raise ValueError(f"ShardedWriter: shards must be >= 1, got {shards}")
         tf.io.gfile.makedirs(output_dir)
         self.paths = [tf.io.gfile.join(output_dir, shard_name(i, shards)) for i in range(shards)]
-        self._writers = [tf.io.TFRecordWriter(path) for path in self.paths]
+        self._writers = [tf.io.TFRecordWriter(path + TEMP_SUFFIX) for path in self.paths]
+        self._counts = [0] * shards
         self.count = 0
+        self.records, self.sizes = {}, {}
 
     def write(self, features):
-        self._writers[self.count % len(self._writers)].write(serialize_example(features))
+        index = self.count % len(self._writers)
+        self._writers[index].write(serialize_example(features))
+        self._counts[index] += 1
         self.count += 1
 
-    def close(self):
+    def close(self, commit=True):
+        """Closes the files; ``commit`` renames them to their final names, else removes them."""
         for writer in self._writers:
             writer.close()
+        if self._writers:
+            for path, count in zip(self.paths, self._counts):
+                if commit:
+                    tf.io.gfile.rename(path + TEMP_SUFFIX, path, overwrite=True)
+                    name = os.path.basename(path)
+                    self.records[name], self.sizes[name] = count, tf.io.gfile.stat(path).length
+                elif tf.io.gfile.exists(path + TEMP_SUFFIX):
+                    tf.io.gfile.remove(path + TEMP_SUFFIX)
         self._writers = []
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        self.close(commit=exc_type is None)
 
 
 def _parse(serialized, label_key):
@@ -78,24 +102,56 @@ def _check_length(features, maxlen):
         return {name: tf.identity(value) for name, value in features.items()}
 
 
+def vocab_checksum(vocab_path):
+    """A checksum of a vocab's tokens in id order (recorded by prepare_corpus in
+    summary.json, so that shards made with another vocab are recognised)."""
+    from gau_keras.tokenizers import load_vocab
+
+    token_dict = load_vocab(vocab_path)
+    text = "\n".join(sorted(token_dict, key=token_dict.get))
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _first_record(path):
+    """The first record of a shard as a ``tf.train.Example`` (None when it is empty);
+    a ValueError naming the file when it is not a TFRecord file of examples."""
+    try:
+        for record in tf.data.TFRecordDataset([path]).take(1):
+            return tf.train.Example.FromString(record.numpy())
+    except (tf.errors.DataLossError, DecodeError) as e:
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"load_dataset: {path} is not a TFRecord file of MLM examples ({detail}); "
+                         f"prepare the shards again (prepare_corpus)") from None
+    return None
+
+
 def shard_format(files):
-    """``'static'`` or ``'dynamic'``: which label feature the first record of
-    ``files`` holds (``labels`` or ``word_starts``)."""
-    for record in tf.data.TFRecordDataset(files[:1]).take(1):
-        features = tf.train.Example.FromString(record.numpy()).features.feature
-        if "word_starts" in features:
-            return "dynamic"
-        if "labels" in features:
-            return "static"
-        raise ValueError(f"load_dataset: {files[0]}: a record has neither 'labels' nor 'word_starts' "
-                         f"(features {sorted(features)}); not an MLM shard of prepare_corpus")
-    raise ValueError(f"load_dataset: {files[0]} holds no record")
-
-
-def masking_of_shards(files):
-    """The masking parameters recorded in the ``summary.json`` beside ``files``
-    (``{}`` when there is none); shards from different runs must agree."""
+    """``'static'`` or ``'dynamic'``: which label feature the records of
+    ``files`` hold (``labels`` or ``word_starts``). The first record of every
+    file is read, so a damaged or foreign file is an error naming it."""
     found = {}
+    for path in files:
+        example = _first_record(path)
+        if example is None:
+            continue
+        features = example.features.feature
+        kind = "dynamic" if "word_starts" in features else "static" if "labels" in features else None
+        if kind is None:
+            raise ValueError(f"load_dataset: {path}: a record has neither 'labels' nor 'word_starts' "
+                             f"(features {sorted(features)}); not an MLM shard of prepare_corpus")
+        found.setdefault(kind, path)
+    if len(found) > 1:
+        raise ValueError(f"load_dataset: {found['static']} holds fixed masks but {found['dynamic']} dynamic "
+                         f"ones; use shards of one prepare_corpus mode")
+    if not found:
+        raise ValueError(f"load_dataset: {files[0]} holds no record")
+    return next(iter(found))
+
+
+def _summaries(files):
+    """``[(summary.json path, its dict, the files of ``files`` beside it)]`` of the
+    folders of ``files`` that have one."""
+    found = []
     for directory in sorted({os.path.dirname(path) for path in files}):
         path = tf.io.gfile.join(directory, SUMMARY_NAME)
         if not tf.io.gfile.exists(path):
@@ -105,7 +161,42 @@ def masking_of_shards(files):
                 summary = json.load(f)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"load_dataset: {path} is not valid JSON: {e}") from e
-        masking = {k: summary[k] for k in MASKING_DEFAULTS if isinstance(summary, dict) and k in summary}
+        if isinstance(summary, dict):
+            found.append((path, summary, [p for p in files if os.path.dirname(p) == directory]))
+    return found
+
+
+def check_shards(files, vocab=None):
+    """The shards against the summary.json beside them: each shard's size (a
+    truncated or replaced shard), and with ``vocab`` (a vocab.txt path) the
+    vocab they were made with. Errors name the shard or both files."""
+    summaries = _summaries(files)
+    for summary_path, summary, beside in summaries:
+        sizes, records = summary.get("shard_bytes") or {}, summary.get("shard_records") or {}
+        for path in beside:
+            name = os.path.basename(path)
+            if name in sizes and tf.io.gfile.stat(path).length != sizes[name]:
+                raise ValueError(f"load_dataset: {path} is {tf.io.gfile.stat(path).length} bytes but {summary_path} "
+                                 f"records {sizes[name]} bytes ({records.get(name, '?')} records): the shard is "
+                                 f"truncated or was replaced; prepare the shards again")
+        if vocab is not None and summary.get("vocab_checksum"):
+            checksum = vocab_checksum(vocab)
+            if checksum != summary["vocab_checksum"]:
+                from gau_keras.tokenizers import load_vocab
+
+                raise ValueError(f"load_dataset: the shards were made with another vocab: {summary_path} records "
+                                 f"a vocab of {summary.get('vocab_size')} tokens ({summary.get('vocab')}), "
+                                 f"but {vocab} has {len(load_vocab(vocab))} tokens (checksums differ); "
+                                 f"prepare the shards with {vocab} or train with their vocab")
+    return summaries
+
+
+def masking_of_shards(files):
+    """The masking parameters recorded in the ``summary.json`` beside ``files``
+    (``{}`` when there is none); shards from different runs must agree."""
+    found = {}
+    for path, summary, _ in _summaries(files):
+        masking = {k: summary[k] for k in MASKING_DEFAULTS if k in summary}
         if found and masking and masking != found:
             raise ValueError(f"load_dataset: {path} records masking {masking}, other shards {found}")
         found = found or masking
@@ -128,7 +219,7 @@ def load_dataset(file_pattern, batch_size, maxlen=512, dynamic_mask=None, shuffl
                  shuffle_buffer=10000, seed=0, repeat=False, drop_remainder=False,
                  mask_token_id=None, random_token_ids=None, mask_prob=None,
                  mask_ratio=None, random_ratio=None, char_mask_fraction=0.0, pair_segments=False,
-                 sep_token_id=None):
+                 sep_token_id=None, vocab=None):
     """MLM batches from TFRecord shards.
 
     Args:
@@ -158,11 +249,15 @@ def load_dataset(file_pattern, batch_size, maxlen=512, dynamic_mask=None, shuffl
             differ per example and per epoch).
         repeat: cycle forever (each epoch reshuffled and re-masked).
         drop_remainder: drop the last partial batch (static shapes for TPU).
+        vocab: the vocab.txt the batches are for: an error when the shards'
+            summary.json records another (``check_shards``, which also checks
+            every shard's size against the summary).
     Returns:
         ``tf.data.Dataset`` of ``({'Input-Token': int32 [B, maxlen],
         'Input-Segment': int32 [B, maxlen]}, labels int32 [B, maxlen])``.
     """
     files = _shard_files(file_pattern)
+    check_shards(files, vocab)
     dynamic_mask = _follow_shards(files, dynamic_mask)
     if dynamic_mask and (mask_token_id is None or random_token_ids is None):
         raise ValueError("load_dataset: dynamic masks need mask_token_id and random_token_ids")
