@@ -61,9 +61,14 @@ def main(argv=None):
     if not (args.evaluate_only or args.export_only):
         train_stages(trainer, stages, args)
         return 0
+    from pretrain import run_dir
+    output_dir = config["train"]["output_dir"]
+    if not run_dir.scan_checkpoints(os.path.join(output_dir, "checkpoints")):
+        flag = "--evaluate-only" if args.evaluate_only else "--export-only"
+        raise SystemExit(f"error: {flag}: no checkpoint in {os.path.join(output_dir, 'checkpoints')}; "
+                         f"train first (the random initial weights are not a model)")
     # evaluate with the data settings of the stage the newest checkpoint is in
     if args.evaluate_only:
-        from pretrain import run_dir
         index = stage_of(stages, run_dir.newest_update(config["train"]["output_dir"]))
     else:
         index = -1

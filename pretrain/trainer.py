@@ -8,6 +8,7 @@ lock, checkpoint discovery and log continuity live in ``pretrain.run_dir``.
 Design notes: docs/pretraining.md.
 """
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -21,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 from tqdm import tqdm
 
+from gau_keras.checkpoints import CheckpointError
 from gau_keras.data import tfrecord
 from gau_keras.data.mlm import random_token_ids
 from gau_keras.losses import masked_lm_sums, masked_positions
@@ -78,15 +80,20 @@ def training_dataset(config, tokenizer, pattern, repeat, dynamic_mask=None, repl
             shuffle_buffer=data["shuffle_buffer"], seed=data["seed"], repeat=repeat, drop_remainder=True,
             mask_token_id=tokenizer.token_mask_id, random_token_ids=random_token_ids(tokenizer.token_dict),
             char_mask_fraction=data["char_mask_fraction"] if repeat else 0.0,   # held-out masks stay as stored
-            pair_segments=data["pair_segments"], sep_token_id=tokenizer.token_sep_id)
+            pair_segments=data["pair_segments"], sep_token_id=tokenizer.token_sep_id, vocab=config["vocab"])
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"error: {config['config_path']}: {e}") from None
 
 
 def check_data(config):
-    """Fails now, naming the config, if its training data settings do not fit its shards."""
-    training_dataset(config, Tokenizer(load_vocab(config["vocab"])), config["data"]["train"], repeat=True,
+    """Fails now, naming the config, if its data settings do not fit its shards
+    (data.train, and data.eval when set: a pattern matching nothing would
+    otherwise be found at the first evaluation)."""
+    tokenizer = Tokenizer(load_vocab(config["vocab"]))
+    training_dataset(config, tokenizer, config["data"]["train"], repeat=True,
                      dynamic_mask=config["data"]["dynamic_mask"])
+    if config["data"]["eval"]:
+        training_dataset(config, tokenizer, config["data"]["eval"], repeat=False)
 
 
 def default_precision(kind, replicas):
@@ -257,8 +264,13 @@ class Trainer:
         if restored:
             print(f"resumed from {restored}: update {self.updates()} (micro-step {int(self.micro_step.numpy())})")
         elif self.config["train"]["init_checkpoint"]:
-            n = self.transformer.load_weights_from_checkpoint(self.config["train"]["init_checkpoint"])
-            print(f"initialised {n} weights from {self.config['train']['init_checkpoint']}")
+            path = self.config["train"]["init_checkpoint"]
+            try:
+                n = self.transformer.load_weights_from_checkpoint(path)
+            except CheckpointError as e:     # another size or another model: a one-line error
+                raise SystemExit(f"error: train.init_checkpoint {path} does not fit the {self.config['model']} "
+                                 f"model of {self.config['config_path']}: {e}") from None
+            print(f"initialised {n} weights from {path}")
         if self.is_chief:
             dropped = run_dir.continue_log(os.path.join(self.output_dir, "log.jsonl"), self.updates())
             if dropped:
@@ -340,7 +352,7 @@ class Trainer:
         """Runs the micro-steps of one optimizer update and its bookkeeping
         (log, evaluation, checkpoint on their schedules); returns the update number."""
         while True:
-            sums = self.train_step(next(self.iterator))
+            sums = self.train_step(self._next_batch())
             self._window = sums if self._window is None else [a + b for a, b in zip(self._window, sums)]
             if self._micro % self.accumulation() == 0:
                 break
@@ -353,8 +365,33 @@ class Trainer:
                 and self.config["data"]["eval"] and self.is_chief):
             self._log_eval(update)
         if update % train["save_every"] == 0:
-            self.manager.save(checkpoint_number=update)
+            self.save(update)
         return update
+
+    def _next_batch(self):
+        try:
+            return next(self.iterator)
+        except tf.errors.DataLossError as e:   # a record damaged past the start of its shard
+            raise SystemExit(f"error: {self.config['config_path']}: a shard of data.train "
+                             f"{self.config['data']['train']!r} is damaged ({str(e).strip().splitlines()[0]}); "
+                             f"prepare the shards again") from None
+
+    def save(self, update):
+        """Writes checkpoint ``ckpt-<update>``. When the disk is full: a
+        one-line error naming the folder, the half-written temporary folder
+        removed, the previous checkpoints kept."""
+        try:
+            self.manager.save(checkpoint_number=update)
+        except (tf.errors.ResourceExhaustedError, OSError) as e:
+            if not isinstance(e, tf.errors.ResourceExhaustedError) and e.errno != errno.ENOSPC:
+                raise
+            for temp in tf.io.gfile.glob(os.path.join(self.checkpoint_dir, f"ckpt-{update}_temp*")):
+                (tf.io.gfile.rmtree if tf.io.gfile.isdir(temp) else tf.io.gfile.remove)(temp)
+            kept = run_dir.scan_checkpoints(self.checkpoint_dir)
+            raise SystemExit(f"error: cannot write checkpoint {update} to {self.checkpoint_dir}: no space left on "
+                             f"device; " + (f"the previous checkpoint {os.path.basename(kept[-1])} is kept"
+                                            if kept else "no earlier checkpoint exists")
+                             + "; free some space and start the run again to resume") from None
 
     # ----------------------------------------------------------- loop
     @contextlib.contextmanager
@@ -423,7 +460,7 @@ class Trainer:
                 break
         progress.close()
         self.stopped_early = self.stopped_early or self._stop_signal is not None   # a signal during the last update
-        self.manager.save(checkpoint_number=self.updates())
+        self.save(self.updates())
         if self.updates() >= total and self.is_chief:
             print(f"exported to {self.export()}")
 

@@ -1,6 +1,7 @@
 """pretrain/pretrain.py on a tiny config: a short run, kill-and-resume
 reproducing the next losses, export loading back, config errors."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -240,3 +241,73 @@ def test_shipped_configs_load_and_the_twins_train_like_the_bundled_model():
         (2008, 0.0), (6000, 0.5), (6500, 0.6), (10000, 0.6)]
     for twin in ("small_roformer_v2.json", "small_softmax.json"):
         assert recipe(twin) == bundled, twin
+
+
+def _edit(path, **sections):
+    config = json.loads(open(path).read())
+    for section, values in sections.items():
+        if isinstance(values, dict):
+            config[section].update(values)
+        else:
+            config[section] = values
+    open(path, "w").write(json.dumps(config))
+    return path
+
+
+def test_data_problems_and_a_missing_checkpoint_are_found_before_any_update(tmp_path, shards):
+    vocab, _, vocab_size = shards
+    other = tmp_path / "other_vocab.txt"
+    other.write_text(open(vocab, encoding="utf-8").read() + "extra\n", encoding="utf-8")
+    path = _edit(write_config(tmp_path, shards), vocab=str(other), model_config={
+        **json.loads(open(write_config(tmp_path, shards, "plain")).read())["model_config"],
+        "vocab_size": vocab_size + 1})
+    with pytest.raises(SystemExit, match=r"another vocab: .*mlm/summary\.json records a vocab of "
+                                         rf"{vocab_size} tokens .* but {other} has {vocab_size + 1}"):
+        pretrain.main(["--config", path])
+    assert not (tmp_path / "run").exists()          # before the first update
+    path = write_config(tmp_path, shards, "eval")
+    with pytest.raises(SystemExit, match=r"no files match file_pattern='.*nothing-\*'"):
+        pretrain.main(["--config", path, "--eval-data", str(tmp_path / "nothing-*")])
+    assert not (tmp_path / "eval").exists()
+    for flag in ("--export-only", "--evaluate-only"):
+        with pytest.raises(SystemExit, match=rf"{flag}: no checkpoint in .*eval/checkpoints; train first"):
+            pretrain.main(["--config", path, flag])
+    assert not (tmp_path / "eval" / "export").exists()
+
+
+def test_an_init_checkpoint_of_another_size_is_a_one_line_error(tmp_path, shards):
+    from tests.model_utils import random_checkpoint
+
+    _, checkpoint = random_checkpoint(str(tmp_path), vocab_size=shards[2], hidden_size=24, attention_key_size=8)
+    path = write_config(tmp_path, shards)
+    with pytest.raises(SystemExit) as stopped:
+        pretrain.main(["--config", path, "--init-checkpoint", checkpoint])
+    message = str(stopped.value)
+    assert message.startswith(f"error: train.init_checkpoint {checkpoint} does not fit the gau_alpha model of {path}")
+    assert "shape" in message and "\n" not in message
+
+
+def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path, shards):
+    import tensorflow as tf
+
+    from pretrain.trainer import Trainer
+
+    trainer = Trainer(config_lib.load(write_config(tmp_path, shards, "full", steps=3, save_every=1)), xla=False)
+    save = trainer.manager.save
+
+    def save_until_full(checkpoint_number):
+        if checkpoint_number < 2:
+            return save(checkpoint_number=checkpoint_number)
+        temp = tmp_path / "full" / "checkpoints" / f"ckpt-{checkpoint_number}_temp"
+        temp.mkdir()
+        (temp / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"")
+        raise tf.errors.ResourceExhaustedError(None, None, f"{temp}/part-00000: No space left on device")
+
+    trainer.manager.save = save_until_full
+    with pytest.raises(SystemExit) as stopped:
+        trainer.train()
+    folder = tmp_path / "full" / "checkpoints"
+    assert str(stopped.value) == (f"error: cannot write checkpoint 2 to {folder}: no space left on device; the "
+                                  f"previous checkpoint ckpt-1 is kept; free some space and start the run again "
+                                  f"to resume")
+    assert sorted(os.listdir(folder)) == ["checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
