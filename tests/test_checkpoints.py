@@ -1,12 +1,14 @@
 """TF1 checkpoint round trips and error messages."""
 import os
+import warnings
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from gau_keras import build_transformer_model, checkpoints
-from tests.model_utils import TINY_GAU, random_checkpoint, write_config
+from gau_keras.models.base import CheckpointWarning
+from tests.model_utils import TINY_GAU, random_checkpoint, read_checkpoint, write_config
 
 IDS = np.array([[2, 9, 14, 33, 3, 0]])
 SEGMENTS = np.zeros_like(IDS)
@@ -83,3 +85,46 @@ def test_state_file_points_at_prefix(tmp_path):
     np.testing.assert_array_equal(checkpoints.load_variable(str(tmp_path), "a/b"), np.ones(3))
     with pytest.raises(checkpoints.CheckpointError, match="no variable 'a/c'"):
         checkpoints.load_variable(prefix, "a/c")
+
+
+def test_fewer_layers_than_the_checkpoint_warns_once_naming_the_unused(tmp_path):
+    config, ckpt = random_checkpoint(str(tmp_path), num_hidden_layers=3)
+    with pytest.warns(CheckpointWarning) as record:
+        model = build_transformer_model(config, ckpt, num_hidden_layers=1)
+    assert len(record) == 1
+    message = str(record[0].message)
+    assert "8 variable(s)" in message and "GAU_alpha/encoder/layer_{1..2}/* (8 variables)" in message
+    assert "unused_checkpoint_variables='error'" in message
+    weights = read_checkpoint(ckpt)
+    np.testing.assert_allclose(model.get_layer("Transformer-0-GatedAttentionUnit").o_dense.kernel.numpy(),
+                               weights["GAU_alpha/encoder/layer_0/gau/o_dense/kernel"], atol=1e-7)
+    with pytest.raises(checkpoints.CheckpointError, match=r"layer_\{1..2\}"):
+        build_transformer_model(config, ckpt, num_hidden_layers=1, unused_checkpoint_variables="error")
+    transformer = build_transformer_model(config, num_hidden_layers=1, return_keras_model=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert transformer.load_weights_from_checkpoint(ckpt, unused_variables="ignore") == 6
+
+
+def test_optimizer_state_is_not_an_unused_variable(tmp_path):
+    config, ckpt = random_checkpoint(str(tmp_path))
+    kernel = "GAU_alpha/encoder/layer_0/gau/i_dense/kernel"
+    extra = {name: np.zeros(3, "float32") for name in (
+        "global_step", f"{kernel}/adam_m", f"{kernel}/adam_v", f"{kernel}/lamb_m", f"{kernel}/Adam_1",
+        "beta1_power", "training/Adam/iterations")}
+    with_state = _rewrite(ckpt, str(tmp_path / "state" / "bert_model.ckpt"), replace=extra)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build_transformer_model(config, with_state)
+    stray = _rewrite(ckpt, str(tmp_path / "stray" / "bert_model.ckpt"),
+                     replace={"bert/encoder/extra/kernel": np.zeros(3, "float32")})
+    with pytest.warns(CheckpointWarning, match="1 variable.*bert/encoder/extra/kernel"):
+        build_transformer_model(config, stray)
+
+
+def test_dict_checkpoint_loads_like_a_file(tmp_path):
+    config, ckpt = random_checkpoint(str(tmp_path))
+    from_file = build_transformer_model(config, ckpt)
+    from_dict = build_transformer_model(config, read_checkpoint(ckpt))
+    np.testing.assert_allclose(from_dict.predict([IDS, SEGMENTS], verbose=0),
+                               from_file.predict([IDS, SEGMENTS], verbose=0), atol=1e-6)

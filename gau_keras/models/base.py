@@ -4,6 +4,8 @@ sequence, attention-bias applications and name-based checkpoint mapping.
 Design notes: docs/models.md and docs/architecture.md (Extension points).
 """
 import logging
+import re
+import warnings
 
 import keras
 import numpy as np
@@ -11,11 +13,30 @@ import numpy as np
 from gau_keras import checkpoints
 from gau_keras.initializers import ScaledTruncatedNormal
 from gau_keras.layers import AttentionBias, Embedding, SinusoidalPositionEmbedding
+from gau_keras.layers.heads import FirstToken
 from gau_keras.layers.recompute import default_recompute
 
 logger = logging.getLogger(__name__)
 
 APPLICATIONS = ("encoder", "lm", "unilm")
+#: what ``load_weights_from_checkpoint`` does with checkpoint variables no mapping names
+UNUSED_VARIABLE_ACTIONS = ("warn", "error", "ignore")
+#: ``Transformer.build`` arguments of bert4keras (``build_transformer_model`` passes them on)
+BUILD_ARGUMENTS = ("attention_caches", "layer_norm_cond", "layer_norm_cond_hidden_size",
+                   "layer_norm_cond_hidden_act", "additional_input_layers")
+#: the Pooler-Dense weights a BERT checkpoint has and GAU-alpha / RoFormerV2 ones lack
+POOLER_VARIABLES = {"kernel": "bert/pooler/dense/kernel", "bias": "bert/pooler/dense/bias"}
+# training state that TF1/TF2 checkpoints keep beside the model's variables
+_OPTIMIZER_STATE = re.compile(
+    r"(^|/)(global_step|beta[12]_power|good_steps|(current_)?loss_scale|_CHECKPOINTABLE_OBJECT_GRAPH)$"
+    r"|/((adam|lamb|adafactor|lazy|ema)_\w+|Adam(_\d+)?|Momentum|RMSProp(_\d+)?|Adagrad\w*"
+    r"|ExponentialMovingAverage|accumulator\w*)$"
+    r"|^(optimizer|training)/")
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint that loads but does not fit the model exactly (missing
+    optional weights, variables the model does not use)."""
 
 
 class Transformer:
@@ -33,6 +54,9 @@ class Transformer:
     initializer_order = 2
     #: the attention normalisation when the config names none
     default_normalization = "softmax"
+    #: whether the class has bert4keras's pooler (``with_pool``) and position-id input
+    supports_pooler = False
+    supports_custom_position_ids = False
 
     def __init__(self, vocab_size, hidden_size, num_hidden_layers, num_attention_heads=1,
                  intermediate_size=None, hidden_act="relu", dropout_rate=None,
@@ -40,15 +64,23 @@ class Transformer:
                  attention_key_size=None, sequence_length=None, keep_tokens=None,
                  compound_tokens=None, segment_vocab_size=2, max_position=512,
                  layer_norm_epsilon=None, softmax_plus_min_len=16, normalization=None, recompute=None,
-                 with_mlm=False,
-                 application="encoder", ignore_invalid_weights=False, layers=None,
-                 prefix=None, name=None):
+                 with_mlm=False, with_pool=False, with_nsp=False, custom_position_ids=False,
+                 hierarchical_position=None, shared_segment_embeddings=False,
+                 residual_attention_scores=False, autoresize_weights=False,
+                 application="encoder", ignore_invalid_weights=False, unused_checkpoint_variables="warn",
+                 layers=None, prefix=None, name=None):
         if keep_tokens is not None:
             vocab_size = len(keep_tokens)
         if compound_tokens is not None:
             vocab_size += len(compound_tokens)
         if application not in APPLICATIONS:
             raise ValueError(f"application must be one of {APPLICATIONS}, got {application!r}")
+        if unused_checkpoint_variables not in UNUSED_VARIABLE_ACTIONS:
+            raise ValueError(f"unused_checkpoint_variables must be one of {UNUSED_VARIABLE_ACTIONS}, "
+                             f"got {unused_checkpoint_variables!r}")
+        self._refuse_bert_only_options(with_pool, with_nsp, custom_position_ids, hierarchical_position,
+                                       shared_segment_embeddings, residual_attention_scores,
+                                       autoresize_weights)
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         self.num_hidden_layers = num_hidden_layers
@@ -73,27 +105,94 @@ class Transformer:
         self.application = application
         # bert4keras: LM and UniLM models always have the MLM head
         self.with_mlm = with_mlm or application in ("lm", "unilm")
+        self.with_pool = with_pool
+        self.with_nsp = with_nsp
+        self.custom_position_ids = custom_position_ids
+        self.hierarchical_position = hierarchical_position
+        self.shared_segment_embeddings = shared_segment_embeddings
+        self.residual_attention_scores = residual_attention_scores
+        self.autoresize_weights = autoresize_weights
         self.ignore_invalid_weights = ignore_invalid_weights
+        self.unused_checkpoint_variables = unused_checkpoint_variables
         self.layers = {} if layers is None else layers
         self.prefix = prefix or ""
         self.name = name
         self.attention_bias = None
         self.position_bias = None
-        self.inputs = None
+        self.attention_scores = None
+        self.inputs = self.input = None
+        self.outputs = self.output = None
         self.model = None
         self.encoder_output = None
         self.built = False
 
+    def _refuse_bert_only_options(self, with_pool, with_nsp, custom_position_ids, hierarchical_position,
+                                  shared_segment_embeddings, residual_attention_scores, autoresize_weights):
+        """bert4keras accepts these for every model and some of its models ignore
+        them; here an option the model cannot honour is an error saying why."""
+        model = type(self).__name__
+        if with_pool and not self.supports_pooler:
+            raise ValueError(f"with_pool={with_pool!r}: {model} has no pooler (it is not a BERT-style encoder "
+                             f"with a [CLS] position)")
+        if custom_position_ids and not self.supports_custom_position_ids:
+            raise ValueError(f"custom_position_ids=True: {model} takes no position ids")
+        if with_nsp:
+            raise ValueError(f"with_nsp={with_nsp!r}: {model} has no next-sentence head (GAU-alpha and "
+                             f"RoFormerV2 were pretrained without NSP); use with_pool and a Dense(2) of your own")
+        if hierarchical_position is not None:
+            raise ValueError(f"hierarchical_position={hierarchical_position!r} decomposes BERT's absolute "
+                             f"position embeddings; {model} has none (it uses rotary positions, which need "
+                             f"no decomposition to run past max_position)")
+        if shared_segment_embeddings:
+            raise ValueError(f"shared_segment_embeddings=True is not supported by {model}: its token embedding "
+                             f"masks id 0, which would mask every first-segment token")
+        if residual_attention_scores:
+            raise ValueError(f"residual_attention_scores=True (RealFormer) is not supported by {model}")
+        if autoresize_weights:
+            raise ValueError(f"autoresize_weights=True is not supported by {model}: a checkpoint of another "
+                             f"size is an error naming the variable and both shapes")
+
     # ------------------------------------------------------------------ build
-    def build(self):
-        """Creates ``self.model`` (a ``keras.Model``) once."""
+    def build(self, attention_caches=None, layer_norm_cond=None, layer_norm_cond_hidden_size=None,
+              layer_norm_cond_hidden_act=None, additional_input_layers=None, **kwargs):
+        """Creates ``self.model`` (a ``keras.Model``) once.
+
+        bert4keras's build arguments: ``additional_input_layers`` (Keras inputs
+        appended to the model's, for layers of your own that use them) is
+        supported; ``attention_caches`` and ``layer_norm_cond`` are refused
+        with the reason. Other keywords (bert4keras passes the whole config)
+        are ignored, as there.
+        """
         if self.built:
             return self.model
-        self.inputs = self.get_inputs()
-        outputs = self.call(self.inputs)
-        self.model = keras.Model(self.inputs, outputs, name=self.name)
+        model = type(self).__name__
+        if attention_caches:
+            raise ValueError(f"attention_caches: {model} has no cached-key/value attention; "
+                             f"AutoRegressiveDecoder recomputes the prefix at each step")
+        if layer_norm_cond is not None:
+            raise ValueError(f"layer_norm_cond: {model}'s norms are parameter-free RMS norms (no gamma/beta "
+                             f"to condition); conditional layer norm applies to BERT only")
+        inputs = self.get_inputs()
+        self.set_inputs(inputs, additional_input_layers)
+        self.set_outputs(self.call(inputs))
+        self.model = keras.Model(self.inputs, self.output, name=self.name)
         self.built = True
         return self.model
+
+    def set_inputs(self, inputs, additional_input_layers=None):
+        """Sets ``inputs`` (a list) and ``input`` (the one input, or the list)."""
+        inputs = [] if inputs is None else list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        if additional_input_layers is not None:
+            extra = additional_input_layers
+            inputs.extend(extra if isinstance(extra, (list, tuple)) else [extra])
+        self.inputs = inputs
+        self.input = inputs if len(inputs) > 1 else inputs[0]
+
+    def set_outputs(self, outputs):
+        """Sets ``outputs`` (a list) and ``output`` (the one output, or the list)."""
+        outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        self.outputs = outputs
+        self.output = outputs if len(outputs) > 1 else outputs[0]
 
     def call(self, inputs):
         x = self.apply_embeddings(inputs)
@@ -101,6 +200,12 @@ class Transformer:
             x = self.apply_main_layers(x, index)
         self.encoder_output = x     # the hidden states before any head
         return self.apply_final_layers(x)
+
+    @staticmethod
+    def simplify(inputs):
+        """``inputs`` without its Nones; a single remaining item unwrapped."""
+        inputs = [i for i in inputs if i is not None]
+        return inputs[0] if len(inputs) == 1 else inputs
 
     def prefixed(self, name):
         return None if name is None else self.prefix + name
@@ -140,6 +245,25 @@ class Transformer:
         return self.apply(x, keras.layers.Activation, activation=activation, dtype="float32",
                           name="Output-MLM-Activation")
 
+    def apply_pooler(self, x):
+        """bert4keras's BERT pooler: ``Pooler`` ([CLS] vector, [B, H]) ->
+        ``Pooler-Dense`` (tanh for ``with_pool=True``, else the named activation)."""
+        x = self.apply(x, FirstToken, name="Pooler")
+        activation = "tanh" if self.with_pool is True else self.with_pool
+        return self.apply(x, keras.layers.Dense, units=self.hidden_size, activation=activation,
+                          kernel_initializer=self.initializer, name="Pooler-Dense")
+
+    def apply_heads(self, x, width):
+        """bert4keras's BERT output rule on hidden states ``x`` [B, L, width]:
+        no head -> ``x``; one of pooler / MLM -> that head's output; both ->
+        ``[pooled, mlm]``."""
+        outputs = [x]
+        if self.with_pool:
+            outputs.append(self.apply_pooler(x))
+        if self.with_mlm:
+            outputs.append(self.apply_mlm_head(x, width))
+        return outputs[0] if len(outputs) == 1 else outputs[1] if len(outputs) == 2 else outputs[1:]
+
     # ------------------------------------------------------------- biases
     def compute_attention_bias(self, inputs=None):
         """The additive attention bias of the application ([1|B, L, L]) or None."""
@@ -156,10 +280,14 @@ class Transformer:
         return self.attention_bias
 
     def compute_position_bias(self, inputs=None):
-        """Rotary sinusoidal embeddings [1, L, attention_key_size], built once."""
+        """Rotary sinusoidal embeddings [1, L, attention_key_size] (or
+        [B, L, attention_key_size] from ``Input-Position``), built once."""
         if self.position_bias is None:
+            if self.custom_position_ids:    # [1 or B, L, d] from the Input-Position ids
+                inputs = [inputs, self.inputs[1 + int(self.segment_vocab_size > 0)]]
             self.position_bias = self.apply(inputs, SinusoidalPositionEmbedding,
                                             output_dim=self.attention_key_size, merge_mode="zero",
+                                            custom_position_ids=self.custom_position_ids,
                                             name="Embedding-Rotary-Position")
         return self.position_bias
 
@@ -197,13 +325,45 @@ class Transformer:
                 for weight, ckpt_name in zip(layer.trainable_weights, variables):
                     yield layer_name, weight, ckpt_name
 
-    def load_weights_from_checkpoint(self, checkpoint, mapping=None):
-        """Loads weights by checkpoint variable name (see ``variable_mapping``)."""
-        reader = checkpoints.CheckpointReader(checkpoint)
-        assignments = []
-        for layer_name, weight, ckpt_name in self._weight_pairs(mapping or self.variable_mapping()):
+    def optional_variables(self):
+        """Checkpoint variables that may be absent: the layer then keeps its
+        initial weights, with one warning (GAU-alpha / RoFormerV2 checkpoints
+        have no pooler)."""
+        return set(POOLER_VARIABLES.values())
+
+    def load_variable(self, checkpoint, name):
+        """One variable of ``checkpoint`` (a path or a ``{name: array}`` dict)."""
+        return _reader(checkpoint).get(name)
+
+    def load_weights_from_checkpoint(self, checkpoint, mapping=None, unused_variables=None):
+        """Loads weights by checkpoint variable name (see ``variable_mapping``).
+
+        Args:
+            checkpoint: TF1 checkpoint prefix or directory, or ``{name: array}``.
+            mapping: ``{layer_name: {weight_attr: ckpt_name}}``; default
+                ``variable_mapping()``.
+            unused_variables: what to do with checkpoint variables that no
+                entry of the mapping names (e.g. layers 4-5 of a 6-layer
+                checkpoint loaded into a 4-layer model): 'warn' (one
+                ``CheckpointWarning`` listing them), 'error' (a
+                ``CheckpointError``) or 'ignore'; default the model's
+                ``unused_checkpoint_variables``. Optimizer state
+                (``*/adam_m``, ``global_step``, ...) never counts.
+        Returns:
+            the number of weights assigned.
+        """
+        reader = _reader(checkpoint)
+        mapping = mapping or self.variable_mapping()
+        action = unused_variables or self.unused_checkpoint_variables
+        if action not in UNUSED_VARIABLE_ACTIONS:
+            raise ValueError(f"unused_variables must be one of {UNUSED_VARIABLE_ACTIONS}, got {action!r}")
+        assignments, absent = [], {}
+        for layer_name, weight, ckpt_name in self._weight_pairs(mapping):
             expected = tuple(weight.shape)
             if ckpt_name not in reader:
+                if ckpt_name in self.optional_variables():
+                    absent.setdefault(layer_name, []).append(ckpt_name)
+                    continue
                 message = (f"layer {layer_name!r} (weight {weight.path}, shape {expected}): checkpoint "
                            f"variable {ckpt_name!r} is missing from {reader.path!r}")
                 if self.ignore_invalid_weights:
@@ -221,15 +381,84 @@ class Transformer:
                     continue
                 raise checkpoints.CheckpointError(message)
             assignments.append((weight, value))
+        if absent:
+            warnings.warn(f"checkpoint {reader.path!r} has no " + "; ".join(
+                f"{', '.join(names)} (layer {layer!r} keeps its random initial weights)"
+                for layer, names in absent.items()), CheckpointWarning, stacklevel=2)
+        self._check_unused(reader, mapping, action)
         for weight, value in assignments:
             weight.assign(value)
         return len(assignments)
+
+    def _check_unused(self, reader, mapping, action):
+        """Warns about / refuses checkpoint variables that ``mapping`` does not name."""
+        if action == "ignore":
+            return
+        named = {ckpt_name for variables in mapping.values()
+                 for ckpt_name in (variables.values() if isinstance(variables, dict) else variables)}
+        unused = sorted(n for n in reader.shapes if n not in named and not _OPTIMIZER_STATE.search(n))
+        if not unused:
+            return
+        message = (f"checkpoint {reader.path!r} has {len(unused)} variable(s) that {type(self).__name__} "
+                   f"({self.num_hidden_layers} layers) does not use: {summarize_names(unused)}")
+        if action == "error":
+            raise checkpoints.CheckpointError(message + " (unused_checkpoint_variables='error')")
+        warnings.warn(message + "; pass unused_checkpoint_variables='error' to make this an error, "
+                      "'ignore' to silence it", CheckpointWarning, stacklevel=3)
 
     def save_weights_as_checkpoint(self, filename, mapping=None, dtype=None):
         """Writes the mapped weights as a TF1 checkpoint with the original names."""
         values = {ckpt_name: keras.ops.convert_to_numpy(weight.value)
                   for _, weight, ckpt_name in self._weight_pairs(mapping or self.variable_mapping())}
         return checkpoints.save_checkpoint(filename, values, dtype=dtype)
+
+
+def summarize_names(names, limit=8):
+    """Checkpoint names listed compactly: names that differ only in their
+    ``layer_N`` are grouped, e.g. ``GAU_alpha/encoder/layer_{4..5}/* (8 variables)``."""
+    groups, singles = {}, []
+    for name in names:
+        match = re.match(r"(.*?layer_)(\d+)/", name)
+        if match:
+            groups.setdefault(match.group(1), []).append(int(match.group(2)))
+        else:
+            singles.append(name)
+    parts = []
+    for prefix, numbers in groups.items():
+        layers = sorted(set(numbers))
+        if layers == list(range(layers[0], layers[-1] + 1)) and len(layers) > 1:
+            span = f"{layers[0]}..{layers[-1]}"
+        else:
+            span = ",".join(map(str, layers))
+        parts.append(f"{prefix}{{{span}}}/* ({len(numbers)} variables)")
+    parts += singles
+    shown = ", ".join(parts[:limit])
+    return shown + (f", ... and {len(parts) - limit} more" if len(parts) > limit else "")
+
+
+class _DictReader:
+    """``{name: array}`` with the ``CheckpointReader`` interface (bert4keras
+    accepts a dict as the checkpoint)."""
+
+    path = "<dict checkpoint>"
+
+    def __init__(self, values):
+        self._values = values
+        self.shapes = {name: list(np.shape(value)) for name, value in values.items()}
+
+    def __contains__(self, name):
+        return name in self._values
+
+    def get(self, name):
+        if name not in self._values:
+            raise checkpoints.CheckpointError(f"the dict checkpoint has no variable {name!r}")
+        return np.asarray(self._values[name])
+
+
+def _reader(checkpoint):
+    if isinstance(checkpoint, (_DictReader, checkpoints.CheckpointReader)):
+        return checkpoint
+    return _DictReader(checkpoint) if isinstance(checkpoint, dict) else checkpoints.CheckpointReader(checkpoint)
 
 
 def _checked_ids(ids, rows, argument, where):

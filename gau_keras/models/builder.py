@@ -3,6 +3,7 @@ import inspect
 import logging
 import os
 
+from gau_keras.models.base import BUILD_ARGUMENTS
 from gau_keras.models.config import CONFIG_ALIASES, METADATA_KEYS, read_config, validate
 from gau_keras.models.gau_alpha import GAU_alpha
 from gau_keras.models.roformer_v2 import RoFormerV2
@@ -19,6 +20,11 @@ MODELS = {
     "roformerv2": RoFormerV2,
     "srupp": SRUppModel,
 }
+
+#: bert4keras's other model names: not implemented here (said so, not "unknown")
+BERT4KERAS_ONLY_MODELS = ("bert", "albert", "albert_unshared", "roberta", "nezha", "roformer", "electra",
+                          "gpt", "gpt2", "gpt2_ml", "t5", "t5_encoder", "t5_decoder", "t5.1.0", "t5.1.1",
+                          "mt5.1.1")
 
 def load_config(config_path):
     """Reads a bert_config.json (or the PyTorch port's HF config.json) into
@@ -40,6 +46,9 @@ def _accepted_arguments(cls):
 def resolve_model_class(model):
     if isinstance(model, str):
         key = model.lower()
+        if key not in MODELS and key.split("_")[0] in BERT4KERAS_ONLY_MODELS:
+            raise ValueError(f"model {model!r}: bert4keras's {key} is not implemented in gau_keras, which has "
+                             f"GAU-alpha, RoFormerV2 and SRU++ ({sorted(MODELS)}) or a Transformer subclass")
         if key not in MODELS:
             raise ValueError(f"unknown model {model!r}; expected one of {sorted(MODELS)} or a class")
         return MODELS[key]
@@ -55,22 +64,31 @@ def build_transformer_model(config_path=None, checkpoint_path=None, model="gau_a
     Args:
         config_path: bert_config.json (or HF config.json) path, a dict of
             its keys, or None.
-        checkpoint_path: TF1 checkpoint prefix or directory, or None.
+        checkpoint_path: TF1 checkpoint prefix or directory, a
+            ``{name: array}`` dict, or None.
         model: 'gau_alpha', 'roformer_v2', ... or a ``Transformer`` subclass.
         application: 'encoder', 'lm' (causal) or 'unilm'.
-        return_keras_model: return the ``keras.Model`` (True) or the builder object.
+        return_keras_model: return the ``keras.Model`` (True) or the builder
+            object (``.model``, ``.inputs``, ``.outputs``, ``.layers``,
+            ``.apply``, ``.initializer``, ...).
         **kwargs: constructor arguments / config overrides (``with_mlm``,
-            ``keep_tokens``, ``compound_tokens``, ``sequence_length``,
-            ``ignore_invalid_weights``, ``softmax_plus_min_len``, ...). They win over
-            the config file; an unknown keyword is an error.
+            ``with_pool``, ``keep_tokens``, ``compound_tokens``,
+            ``segment_vocab_size``, ``sequence_length``, ``custom_position_ids``,
+            ``ignore_invalid_weights``, ``unused_checkpoint_variables``
+            ('warn' | 'error' | 'ignore': checkpoint variables the model does not
+            use), ``softmax_plus_min_len``, ``layers``/``prefix``/``name``, ...) and
+            bert4keras's build arguments (``additional_input_layers``, ...). They
+            win over the config file; an unknown keyword is an error, a
+            bert4keras option these models cannot honour an error saying why.
     """
     cls = resolve_model_class(model)
     kwargs = {CONFIG_ALIASES.get(k, k): v for k, v in kwargs.items()}   # bert_config names work too
+    build_arguments = {k: kwargs.pop(k) for k in BUILD_ARGUMENTS if k in kwargs}
     accepted = _accepted_arguments(cls)
     unknown = sorted(set(kwargs) - accepted)
     if unknown:
         raise TypeError(f"build_transformer_model: unknown argument(s) {unknown} for {cls.__name__}; "
-                        f"accepted: {sorted(accepted)}")
+                        f"accepted: {sorted(accepted | set(BUILD_ARGUMENTS))}")
     configs = {}
     if config_path is not None:
         where = None if isinstance(config_path, dict) else os.fspath(config_path)
@@ -89,7 +107,7 @@ def build_transformer_model(config_path=None, checkpoint_path=None, model="gau_a
         raise ValueError(f"build_transformer_model: {where} lacks {missing}")
     validate(configs, None if config_path is None or isinstance(config_path, dict) else os.fspath(config_path))
     transformer = cls(**configs)
-    transformer.build()
+    transformer.build(**build_arguments)
     if checkpoint_path is not None:
         transformer.load_weights_from_checkpoint(checkpoint_path)
     return transformer.model if return_keras_model else transformer

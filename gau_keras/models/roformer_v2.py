@@ -5,24 +5,36 @@ Design notes: docs/models.md.
 import keras
 
 from gau_keras.layers import Add, Embedding, FeedForward, LayerNormalization, MultiHeadAttention
-from gau_keras.models.base import Transformer
+from gau_keras.models.base import POOLER_VARIABLES, Transformer
 
 
 class RoFormerV2(Transformer):
     """RoFormerV2 (bert4keras names).
 
-    Inputs: ``Input-Token`` [B, L] int (0 = padding) and ``Input-Segment``
-    [B, L]. Output: hidden states [B, L, H], or with ``with_mlm`` the MLM
-    probabilities [B, L, V] (logits with ``with_mlm='linear'``).
+    Inputs: ``Input-Token`` [B, L] int (0 = padding), ``Input-Segment``
+    [B, L] (unless ``segment_vocab_size=0``) and, with ``custom_position_ids``,
+    ``Input-Position`` [B, L] (the rotary positions). Output: hidden states
+    [B, L, H]; with ``with_mlm`` the MLM probabilities [B, L, V] (logits with
+    ``with_mlm='linear'``); with ``with_pool`` the pooled [CLS] vector [B, H]
+    (``Pooler-Dense``, tanh); with both, ``[pooled, mlm]`` (bert4keras's BERT
+    rule; bert4keras's own RoFormerV2 ignores ``with_pool``).
     """
 
     initializer_order = 2
+    supports_pooler = True
+    supports_custom_position_ids = True
 
     def get_inputs(self):
-        inputs = [keras.Input(shape=(self.sequence_length,), dtype="int32", name="Input-Token")]
+        inputs = [self.input_layer("Input-Token")]
         if self.segment_vocab_size > 0:
-            inputs.append(keras.Input(shape=(self.sequence_length,), dtype="int32", name="Input-Segment"))
+            inputs.append(self.input_layer("Input-Segment"))
+        if self.custom_position_ids:
+            inputs.append(self.input_layer("Input-Position"))
         return inputs
+
+    def input_layer(self, name):
+        """An int [B, sequence_length] input named ``prefix + name``."""
+        return keras.Input(shape=(self.sequence_length,), dtype="int32", name=self.prefixed(name))
 
     def rms_norm(self, x, name):
         return self.apply(x, LayerNormalization, zero_mean=False, scale=False, offset=False,
@@ -72,7 +84,7 @@ class RoFormerV2(Transformer):
         return self.residual(x, y, name)
 
     def apply_final_layers(self, x):
-        return self.apply_mlm_head(x, self.hidden_size) if self.with_mlm else x
+        return self.apply_heads(x, self.hidden_size)
 
     def mlm_logits(self, hidden, training=False):
         """The tied MLM head on any hidden states [..., H] -> logits [..., V]
@@ -90,6 +102,7 @@ class RoFormerV2(Transformer):
             "Embedding-Segment": {"embeddings": "bert/embeddings/token_type_embeddings"},
             "Embedding-Mapping": {"kernel": "bert/encoder/embedding_hidden_mapping_in/kernel"},
             "Output-Mapping": {"kernel": "cls/predictions/transform/dense/kernel"},
+            "Pooler-Dense": dict(POOLER_VARIABLES),
         }
         for i in range(self.num_hidden_layers):
             prefix = f"bert/encoder/layer_{i}/"

@@ -1,0 +1,140 @@
+"""The builder object and bert4keras's build_transformer_model arguments:
+attributes scripts read, with_pool, segment_vocab_size=0, custom_position_ids,
+prefix / layers sharing, additional_input_layers, and the options refused with a reason."""
+import warnings
+
+import keras
+import numpy as np
+import pytest
+
+from gau_keras.models import GAU_alpha, RoFormerV2, Transformer, build_transformer_model
+from tests.model_utils import TINY_GAU, random_checkpoint
+
+IDS = np.array([[2, 9, 14, 33, 5, 3, 0, 0], [2, 40, 41, 42, 43, 44, 45, 3]])
+SEGMENTS = np.array([[0, 0, 0, 1, 1, 1, 0, 0], [0, 0, 0, 0, 1, 1, 1, 1]])
+SMALL = dict(vocab_size=60, hidden_size=16, num_hidden_layers=1, intermediate_size=24, attention_key_size=8,
+             hidden_act="swish")
+
+
+def test_builder_object_attributes(tmp_path):
+    config, ckpt = random_checkpoint(str(tmp_path))
+    bert = build_transformer_model(config, ckpt, model=GAU_alpha, return_keras_model=False)
+    assert isinstance(bert, Transformer) and isinstance(bert.model, keras.Model)
+    assert (bert.num_hidden_layers, bert.hidden_size, bert.vocab_size) == (2, 16, 60)
+    assert [x.name for x in bert.inputs] == ["Input-Token", "Input-Segment"]
+    assert bert.input == bert.inputs and bert.outputs == [bert.output]
+    assert bert.model.inputs == bert.inputs
+    assert "Transformer-1-GatedAttentionUnit" in bert.layers
+    assert bert.apply(layer=keras.layers.Dense, name="Transformer-1-GatedAttentionUnit") is \
+        bert.layers["Transformer-1-GatedAttentionUnit"]    # apply(inputs=None) returns the named layer
+    assert bert.simplify([None, 3]) == 3 and bert.simplify([1, None, 2]) == [1, 2]
+    kernel = keras.ops.convert_to_numpy(bert.initializer((200, 16)))   # a callable initializer
+    assert kernel.shape == (200, 16) and 0 < kernel.std() < 0.2
+    head = keras.layers.Dense(3, kernel_initializer=bert.initializer)(bert.output)
+    assert keras.Model(bert.inputs, head).predict([IDS, SEGMENTS], verbose=0).shape == (2, 8, 3)
+
+
+def test_with_pool_rules_and_values(tmp_path):
+    config, ckpt = random_checkpoint(str(tmp_path))
+    encoder = build_transformer_model(config, ckpt, return_keras_model=False)
+    with pytest.warns(UserWarning, match="bert/pooler/dense/kernel, bert/pooler/dense/bias") as record:
+        pooled = build_transformer_model(config, ckpt, with_pool=True, layers=encoder.layers,
+                                         return_keras_model=False)
+    assert len([w for w in record if "pooler" in str(w.message)]) == 1   # one warning, both names
+    assert pooled.model.output.shape == (None, 16)
+    hidden = encoder.model.predict([IDS, SEGMENTS], verbose=0)
+    dense = pooled.layers["Pooler-Dense"]
+    expected = np.tanh(hidden[:, 0] @ dense.kernel.numpy() + dense.bias.numpy())
+    np.testing.assert_allclose(pooled.model.predict([IDS, SEGMENTS], verbose=0), expected, atol=1e-5)
+
+    both = build_transformer_model(config, with_pool="linear", with_mlm=True, return_keras_model=False)
+    assert [tuple(o.shape) for o in both.outputs] == [(None, 16), (None, None, 60)]
+    assert both.layers["Pooler-Dense"].activation is keras.activations.linear
+    simbert = build_transformer_model(config, with_pool="linear", application="unilm")  # SimBERT's layout
+    assert len(simbert.outputs) == 2
+
+
+def test_pooler_weights_round_trip_through_checkpoint(tmp_path):
+    config, _ = random_checkpoint(str(tmp_path))
+    original = build_transformer_model(config, with_pool=True, return_keras_model=False)
+    ckpt = original.save_weights_as_checkpoint(str(tmp_path / "pooled" / "model.ckpt"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")     # the checkpoint has the pooler: nothing to warn about
+        again = build_transformer_model(config, ckpt, with_pool=True)
+    np.testing.assert_allclose(again.predict([IDS, SEGMENTS], verbose=0),
+                               original.model.predict([IDS, SEGMENTS], verbose=0), atol=1e-6)
+
+
+def test_segment_vocab_size_zero_has_token_input_only():
+    model = build_transformer_model(segment_vocab_size=0, **SMALL)
+    assert [x.name for x in model.inputs] == ["Input-Token"]
+    assert "Embedding-Segment" not in {layer.name for layer in model.layers}
+    assert model.predict(IDS, verbose=0).shape == (2, 8, 16)
+    with pytest.raises(ValueError, match="segment_vocab_size"):
+        build_transformer_model(segment_vocab_size=0, application="unilm", **SMALL)
+
+
+@pytest.mark.parametrize("cls", [GAU_alpha, RoFormerV2])
+def test_custom_position_ids_are_the_rotary_positions(cls):
+    keras.utils.set_random_seed(1)
+    t = build_transformer_model(model=cls, custom_position_ids=True, num_attention_heads=2,
+                                return_keras_model=False, **SMALL)
+    assert [x.name for x in t.inputs] == ["Input-Token", "Input-Segment", "Input-Position"]
+    plain = build_transformer_model(model=cls, num_attention_heads=2, **SMALL)
+    plain.set_weights(t.model.get_weights())
+    positions = np.tile(np.arange(8), (2, 1))
+    expected = plain.predict([IDS, SEGMENTS], verbose=0)
+    run = lambda p: t.model.predict([IDS, SEGMENTS, p], verbose=0)  # noqa: E731
+    np.testing.assert_allclose(run(positions), expected, atol=1e-5)
+    np.testing.assert_allclose(run(positions + 7), expected, atol=1e-4)   # rotary: only differences count
+    assert np.abs(run(positions[:, ::-1].copy()) - expected).max() > 1e-3
+
+
+def test_prefix_and_layer_sharing():
+    a = build_transformer_model(prefix="Predecessor-", return_keras_model=False, **SMALL)
+    b = build_transformer_model(prefix="Successor-", return_keras_model=False, **SMALL)
+    assert a.inputs[0].name == "Predecessor-Input-Token"
+    assert "Successor-Transformer-0-GatedAttentionUnit" in b.layers and not set(a.layers) & set(b.layers)
+    shared = build_transformer_model(layers=a.layers, prefix="Predecessor-", name="again",
+                                     return_keras_model=False, **SMALL)
+    assert shared.model.name == "again"
+    assert shared.model.get_layer("Predecessor-Embedding-Token") is a.model.get_layer("Predecessor-Embedding-Token")
+    np.testing.assert_allclose(shared.model.predict([IDS, SEGMENTS], verbose=0),
+                               a.model.predict([IDS, SEGMENTS], verbose=0), atol=1e-6)
+    # BERT-of-Theseus style: run a's layers again on the same inputs
+    x = a.apply_embeddings(a.inputs)
+    x = a.apply_main_layers(x, 0)
+    np.testing.assert_allclose(keras.Model(a.inputs, x).predict([IDS, SEGMENTS], verbose=0),
+                               a.model.predict([IDS, SEGMENTS], verbose=0), atol=1e-6)
+
+
+def test_additional_input_layers():
+    extra = keras.Input(shape=(3,), name="Input-Condition")
+    t = build_transformer_model(additional_input_layers=extra, return_keras_model=False, **SMALL)
+    assert t.inputs[-1] is extra and len(t.model.inputs) == 3
+
+
+@pytest.mark.parametrize("argument, value, message", [
+    ("with_nsp", True, "no next-sentence head"),
+    ("hierarchical_position", 0.4, "rotary positions"),
+    ("shared_segment_embeddings", True, "first-segment"),
+    ("residual_attention_scores", True, "RealFormer"),
+    ("autoresize_weights", True, "both shapes"),
+    ("layer_norm_cond", "anything", "parameter-free"),
+    ("attention_caches", {"x": 1}, "recomputes the prefix"),
+    ("unused_checkpoint_variables", "maybe", "'warn', 'error', 'ignore'"),
+])
+def test_options_that_do_not_apply_are_refused_with_the_reason(argument, value, message):
+    with pytest.raises(ValueError, match=message) as info:
+        build_transformer_model(**{argument: value}, **SMALL)
+    assert argument in str(info.value)
+
+
+def test_bert4keras_only_models_and_srupp_pooler_are_refused():
+    with pytest.raises(ValueError, match="bert4keras's bert is not implemented"):
+        build_transformer_model(model="bert", **SMALL)
+    with pytest.raises(ValueError, match="SRUppModel has no pooler"):
+        build_transformer_model(model="srupp", application="lm", with_pool=True, vocab_size=30, hidden_size=8,
+                                num_hidden_layers=1)
+    with pytest.raises(TypeError, match="hiden_size"):
+        build_transformer_model(hiden_size=3, **{k: v for k, v in TINY_GAU.items() if k != "hidden_size"})
