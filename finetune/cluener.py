@@ -29,7 +29,7 @@ import numpy as np
 
 from finetune.runner import run
 from finetune.task import Feature, Task
-from gau_keras import losses, metrics
+from gau_keras import flags, losses, metrics
 from gau_keras.layers import heads
 
 
@@ -46,7 +46,7 @@ class ClueNerTask(Task):
 
     @classmethod
     def add_arguments(cls, parser):
-        parser.add_argument("--head-size", type=int, default=64, help="GlobalPointer q/k size per type")
+        parser.add_argument("--head-size", type=flags.positive_int, default=64, help="GlobalPointer q/k size per type")
 
     @classmethod
     def options(cls, args):

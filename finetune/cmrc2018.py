@@ -20,7 +20,7 @@ import numpy as np
 
 from finetune.runner import run
 from finetune.task import Feature, Task
-from gau_keras import metrics
+from gau_keras import flags, metrics
 from gau_keras.layers import heads
 
 
@@ -69,10 +69,10 @@ class Cmrc2018Task(Task):
 
     @classmethod
     def add_arguments(cls, parser):
-        parser.add_argument("--doc-stride", type=int, default=128,
+        parser.add_argument("--doc-stride", type=flags.positive_int, default=128,
                             help="passage tokens between the starts of two windows")
-        parser.add_argument("--max-question-len", type=int, default=64)
-        parser.add_argument("--max-answer-len", type=int, default=32, help="in tokens")
+        parser.add_argument("--max-question-len", type=flags.positive_int, default=64)
+        parser.add_argument("--max-answer-len", type=flags.positive_int, default=32, help="in tokens")
 
     @classmethod
     def options(cls, args):

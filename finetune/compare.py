@@ -27,6 +27,8 @@ import subprocess
 import sys
 import time
 
+from gau_keras import flags
+
 #: task name -> the command (``python -m finetune.<command>``) that runs it. Each run takes the
 #: command's defaults overridden by its ``budget`` (sized for a 2-core CPU: few-shot tasks get
 #: more epochs, large ones a training subset; more epochs where every start's best dev epoch was
@@ -66,8 +68,8 @@ def build_parser():
                         help="LABEL=ARGS (repeatable): extra arguments of that variant's runs")
     parser.add_argument("--tasks", default=",".join(COMPARED),
                         help="comma-separated subset of: " + ", ".join(COMPARED))
-    parser.add_argument("--lr", type=float, default=1e-3, help="the fine-tuning rate (without --lrs)")
-    parser.add_argument("--lrs", default=None,
+    parser.add_argument("--lr", type=flags.positive_float, default=1e-3, help="the fine-tuning rate (without --lrs)")
+    parser.add_argument("--lrs", type=flags.positive_floats, default=None,
                         help="a grid of rates, e.g. 3e-4,1e-3,3e-3: every (task, variant) runs each and the "
                              "table keeps the best on dev (the rate is picked per variant and task)")
     parser.add_argument("--seed", type=int, default=0)
@@ -202,11 +204,7 @@ def main(argv=None):
     if len(set(labels)) != len(labels):
         print(f"error: --variant labels must differ, got {labels}", file=sys.stderr)
         return 2
-    try:
-        args.lrs = [float(x) for x in args.lrs.split(",")] if args.lrs else [args.lr]
-    except ValueError:
-        print(f"error: --lrs: expected comma-separated numbers, got {args.lrs!r}", file=sys.stderr)
-        return 2
+    args.lrs = args.lrs or [args.lr]
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     budgets = protocol(tasks)
     results, rates, grid = {}, {}, {}

@@ -32,6 +32,7 @@ import time
 import numpy as np
 
 from finetune.batching import PaddedBatches
+from gau_keras import flags
 
 #: the dev subset of --max-eval-examples does not depend on --seed, so runs compare on the same examples
 DEV_SUBSET_SEED = 0
@@ -78,24 +79,24 @@ def build_parser(task_cls):
                         help="random initialisation with the model's config (baseline runs)")
     parser.add_argument("--out-dir", default="finetune_outputs")
     parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
-    parser.add_argument("--epochs", type=int, default=defaults["epochs"])
-    parser.add_argument("--batch-size", type=int, default=defaults["batch_size"])
-    parser.add_argument("--maxlen", type=int, default=defaults["maxlen"])
-    parser.add_argument("--lr", type=float, default=defaults["lr"])
-    parser.add_argument("--weight-decay", type=float, default=0.01)
+    parser.add_argument("--epochs", type=flags.non_negative_int, default=defaults["epochs"])
+    parser.add_argument("--batch-size", type=flags.positive_int, default=defaults["batch_size"])
+    parser.add_argument("--maxlen", type=flags.at_least(8), default=defaults["maxlen"])
+    parser.add_argument("--lr", type=flags.positive_float, default=defaults["lr"])
+    parser.add_argument("--weight-decay", type=flags.non_negative_float, default=0.01)
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--max-train-examples", type=int, default=None,
+    parser.add_argument("--max-train-examples", type=flags.positive_int, default=None,
                         help="train on a random subset of this size (seeded)")
-    parser.add_argument("--max-eval-examples", type=int, default=None,
+    parser.add_argument("--max-eval-examples", type=flags.positive_int, default=None,
                         help="evaluate on a random subset of N dev examples (the same subset for every "
                              "--seed: dev files may be sorted by label)")
-    parser.add_argument("--max-test-examples", type=int, default=None,
+    parser.add_argument("--max-test-examples", type=flags.positive_int, default=None,
                         help="predict only the first N test examples (smoke runs; not a valid submission)")
     parser.add_argument("--predict-split", default="test",
                         help="the unlabelled split to write predictions for (default: %(default)s)")
-    parser.add_argument("--dropout", type=float, default=task_cls.dropout_rate,
+    parser.add_argument("--dropout", type=flags.rate_below_one, default=task_cls.dropout_rate,
                         help="dropout of the task head (default: %(default)s)")
-    parser.add_argument("--devices", type=int, default=1,
+    parser.add_argument("--devices", type=flags.positive_int, default=1,
                         help="train with MirroredStrategy on this many devices: GPUs when there are enough, "
                              "else logical CPU devices (default: 1, no strategy)")
     parser.add_argument("--xla", choices=("auto", "on", "off"), default="auto",

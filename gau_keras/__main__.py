@@ -15,6 +15,8 @@ import argparse
 import os
 import sys
 
+from gau_keras import flags
+
 #: subcommands handled by another module's own argument parser
 DELEGATED = {"prepare-corpus": "pretrain.prepare_corpus", "pretrain": "pretrain.pretrain",
              "compare": "finetune.compare"}
@@ -41,16 +43,6 @@ def _export(args):
     return export.main(args)
 
 
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def build_parser():
     parser = argparse.ArgumentParser(prog="gau-keras", description=__doc__.split("\n\n")[0],
                                      epilog="also: prepare-corpus, pretrain, finetune TASK, compare "
@@ -62,8 +54,8 @@ def build_parser():
                       help="directory with bert_config.json, bert_model.ckpt.* and vocab.txt "
                            "(default: the bundled small GAU-alpha)")
     fill.add_argument("--model", default="gau_alpha", help="gau_alpha (default) or roformer_v2")
-    fill.add_argument("--top-k", type=_positive_int, default=5, help="predictions per [MASK] (default 5)")
-    fill.add_argument("--softmax-plus-min-len", type=int, default=None,
+    fill.add_argument("--top-k", type=flags.positive_int, default=5, help="predictions per [MASK] (default 5)")
+    fill.add_argument("--softmax-plus-min-len", type=flags.positive_int, default=None,
                       help="floor of softmax_plus's n (16 default; 1 = the released model's training code)")
     fill.set_defaults(run=_fill_mask)
     export = commands.add_parser("export", help="write a TensorFlow SavedModel for serving")

@@ -21,6 +21,7 @@ except ImportError:  # run from a checkout that is not pip-installed
 
 from tqdm import tqdm  # noqa: E402
 
+from gau_keras import flags  # noqa: E402
 from gau_keras.tokenizers import Tokenizer, load_vocab  # noqa: E402
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -51,13 +52,16 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("corpus", nargs="+", help="text files, one document per line")
     parser.add_argument("--base-vocab", required=True)
-    parser.add_argument("--min-count", type=int, default=5)
+    parser.add_argument("--min-count", type=flags.positive_int, default=5)
     parser.add_argument("--output", required=True)
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
     if os.path.exists(args.output) and not args.overwrite:
         parser.error(f"{args.output} exists; pass --overwrite to replace it")
-    base = load_vocab(args.base_vocab)
+    try:
+        base = load_vocab(args.base_vocab)
+    except (OSError, ValueError) as e:     # a missing file, a duplicate token (its line), not UTF-8
+        parser.error(f"--base-vocab: {e}")
     counts = count_tokens(args.corpus, Tokenizer(base))
     tokens = derive_vocab(base, counts, args.min_count)
     with open(args.output, "w", encoding="utf-8") as f:

@@ -35,7 +35,7 @@ try:
 except ImportError:  # run as a script from a checkout that is not pip-installed
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gau_keras import tf_free_children  # noqa: E402
+from gau_keras import flags, tf_free_children  # noqa: E402
 from gau_keras.data.mlm import MaskStats, SequencePacker, WholeWordMLM  # noqa: E402
 from gau_keras.segmenters import SEGMENTERS, get_segmenter, lac_model_dir, restore_default_sigterm  # noqa: E402
 from gau_keras.tokenizers import Tokenizer, load_vocab  # noqa: E402
@@ -56,35 +56,29 @@ def parse_args(argv=None):
     parser.add_argument("--format", choices=("auto", "text", "jsonl"), default="auto",
                         help="auto: jsonl for *.json / *.jsonl, text otherwise")
     parser.add_argument("--text-key", default="text", help="JSON field holding the document text")
-    parser.add_argument("--shards", type=int, default=8)
-    parser.add_argument("--workers", type=int, default=max(1, min(4, os.cpu_count() or 1)),
+    parser.add_argument("--shards", type=flags.positive_int, default=8)
+    parser.add_argument("--workers", type=flags.positive_int, default=max(1, min(4, os.cpu_count() or 1)),
                         help="segmenting/masking processes")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--maxlen", type=int, default=512)
+    parser.add_argument("--maxlen", type=flags.at_least(3), default=512)
     parser.add_argument("--segmenter", choices=sorted(SEGMENTERS), default="jieba")
     parser.add_argument("--dynamic-mask", action="store_true",
                         help="store word starts instead of fixed masks (mask at training time)")
-    parser.add_argument("--mask-prob", type=float, default=0.15, help="share of words selected")
-    parser.add_argument("--mask-ratio", type=float, default=0.8,
+    parser.add_argument("--mask-prob", type=flags.fraction, default=0.15, help="share of words selected")
+    parser.add_argument("--mask-ratio", type=flags.fraction, default=0.8,
                         help="of the selected words, the share replaced by [MASK]")
-    parser.add_argument("--random-ratio", type=float, default=0.1,
+    parser.add_argument("--random-ratio", type=flags.fraction, default=0.1,
                         help="of the selected words, the share replaced by random tokens")
     parser.add_argument("--pack", action="store_true",
                         help="pack consecutive documents into sequences of up to --maxlen tokens "
                              "([CLS] a [SEP] b [SEP] ...) instead of one padded sequence each")
     parser.add_argument("--no-lower-case", action="store_true", help="keep case (default: lower-case)")
-    parser.add_argument("--docs-per-task", type=int, default=256, help="documents sent to a worker at once")
+    parser.add_argument("--docs-per-task", type=flags.positive_int, default=256,
+                        help="documents sent to a worker at once")
     parser.add_argument("--overwrite", action="store_true", help="replace existing shards in --output-dir")
     args = parser.parse_args(argv)
-    for name in ("shards", "workers", "docs_per_task"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.maxlen < 3:
-        parser.error(f"--maxlen must be >= 3, got {args.maxlen}")
-    if not (0 <= args.mask_prob <= 1 and args.mask_ratio >= 0 and args.random_ratio >= 0
-            and args.mask_ratio + args.random_ratio <= 1):
-        parser.error(f"need 0 <= --mask-prob <= 1 and --mask-ratio + --random-ratio <= 1 (both >= 0), got "
-                     f"{args.mask_prob}, {args.mask_ratio}, {args.random_ratio}")
+    if args.mask_ratio + args.random_ratio > 1:
+        parser.error(f"--mask-ratio + --random-ratio must be <= 1, got {args.mask_ratio} + {args.random_ratio}")
     if not os.path.isfile(args.vocab):
         parser.error(f"--vocab {args.vocab}: no such file")
     try:    # what every worker would fail on at start-up, said once, here

@@ -23,6 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 if not __package__:   # run as a script (python3 pretrain/pretrain.py): this folder would shadow the package
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from gau_keras import flags  # noqa: E402
 from pretrain import config as config_lib  # noqa: E402
 
 
@@ -32,8 +33,9 @@ def parse_args(argv=None):
     parser.add_argument("--data", help="override data.train (a file pattern of TFRecord shards)")
     parser.add_argument("--eval-data", help="override data.eval (held-out shards for masked accuracy)")
     parser.add_argument("--output-dir", help="override train.output_dir")
-    parser.add_argument("--steps", type=int, help="override train.steps (optimizer updates)")
-    parser.add_argument("--max-minutes", type=float, help="stop (after saving) once this wall time is spent")
+    parser.add_argument("--steps", type=flags.positive_int, help="override train.steps (optimizer updates)")
+    parser.add_argument("--max-minutes", type=flags.positive_float,
+                        help="stop (after saving) once this wall time is spent")
     parser.add_argument("--init-checkpoint", help="override train.init_checkpoint (TF1 checkpoint to start from)")
     parser.add_argument("--tpu", help="TPU name or address: use TPUStrategy and bfloat16")
     xla = parser.add_mutually_exclusive_group()

@@ -1,5 +1,6 @@
 """The ``gau-keras`` command line and the installed packages: every subcommand
 answers, and pretrain/finetune import without sys.path edits."""
+import argparse
 import os
 import shutil
 import subprocess
@@ -44,3 +45,70 @@ def test_console_script_and_packages_outside_the_checkout(tmp_path):
     code = "import pretrain.trainer, pretrain.run_dir, finetune.runner, finetune.cluener; print('ok')"
     result = _run([sys.executable, "-c", code], tmp_path)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-2000:]
+
+
+def _parsers():
+    """(command, parser) of every gau-keras command that takes numeric flags."""
+    from finetune import commands, compare
+    from finetune.runner import build_parser
+    from pretrain import prepare_corpus, pretrain
+
+    main = cli.build_parser()
+    subcommands = next(a for a in main._actions if isinstance(a, argparse._SubParsersAction)).choices
+    found = [(f"gau-keras {name}", parser) for name, parser in subcommands.items()]
+    found += [("prepare-corpus", _parser_of(prepare_corpus.parse_args)), ("pretrain", _parser_of(pretrain.parse_args)),
+              ("compare", compare.build_parser())]
+    found += [(f"finetune {name}", build_parser(commands.task_for(name))) for name in commands.names()]
+    return found
+
+
+def _parser_of(parse_args):
+    """The ArgumentParser a module's ``parse_args(argv)`` builds (caught as it parses)."""
+    seen = []
+    original = argparse.ArgumentParser.parse_args
+
+    def catch(self, *args, **kwargs):
+        seen.append(self)
+        raise _Caught
+
+    argparse.ArgumentParser.parse_args = catch
+    try:
+        parse_args([])
+    except _Caught:
+        pass
+    finally:
+        argparse.ArgumentParser.parse_args = original
+    return seen[0]
+
+
+class _Caught(Exception):
+    pass
+
+
+#: numeric flags that take any integer
+ANY_INTEGER = {"--seed"}
+
+
+def test_every_numeric_flag_of_every_command_refuses_bad_values(capsys):
+    from gau_keras import flags
+
+    checked = 0
+    for command, parser in _parsers():
+        for action in parser._actions:
+            numeric = action.type in (int, float) or getattr(action.type, "__module__", None) == flags.__name__
+            if not numeric or not action.option_strings:
+                continue
+            flag = action.option_strings[0]
+            if action.type in (int, float):     # a plain int/float takes 0, -1, nan ...: only where any value is fine
+                assert flag in ANY_INTEGER and action.type is int, f"{command} {flag}: its values are not checked"
+                bad = ("x", "1.5")
+            else:
+                bad = action.type.bad
+            for value in bad:
+                with pytest.raises(SystemExit) as stopped:
+                    parser.parse_args([flag, value])
+                err = capsys.readouterr().err
+                assert stopped.value.code == 2 and f"argument {flag}" in err, (command, flag, value, err)
+                assert "Traceback" not in err
+                checked += 1
+    assert checked > 150      # every finetune task's --lr, --epochs ..., pretrain's, prepare-corpus's, fill-mask's

@@ -1,0 +1,83 @@
+"""argparse types of numeric command-line flags: a bad value is a usage
+error (exit status 2, before any work) naming the flag and the range.
+
+    parser.add_argument("--lr", type=flags.positive_float)
+    parser.add_argument("--epochs", type=flags.at_least(0))
+"""
+import argparse
+import math
+
+
+def _number(text, kind):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
+                                         f"got {text!r}") from None
+    if kind is float and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def at_least(least):
+    """An integer >= ``least``."""
+    def check(text):
+        value = _number(text, int)
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {least}, got {value}")
+        return value
+    check.__name__ = f"integer >= {least}"
+    check.bad = ("x", "1.5", str(least - 1))
+    return check
+
+
+positive_int = at_least(1)
+non_negative_int = at_least(0)
+
+
+def positive_float(text):
+    """A finite number > 0 (rates, time limits)."""
+    value = _number(text, float)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value:g}")
+    return value
+
+
+def non_negative_float(text):
+    """A finite number >= 0 (weight decay)."""
+    value = _number(text, float)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value:g}")
+    return value
+
+
+def fraction(text):
+    """A number in [0, 1]."""
+    value = _number(text, float)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {value:g}")
+    return value
+
+
+def rate_below_one(text):
+    """A number in [0, 1) (dropout)."""
+    value = _number(text, float)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value:g}")
+    return value
+
+
+def positive_floats(text):
+    """Comma-separated numbers > 0 (a grid of rates)."""
+    values = [positive_float(part) for part in text.split(",") if part.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    return values
+
+
+#: values each type refuses (the command-line test tries them on every flag)
+positive_float.bad = ("x", "nan", "inf", "0", "-3e-4")
+non_negative_float.bad = ("x", "nan", "-0.01")
+fraction.bad = ("x", "nan", "-0.1", "1.5")
+rate_below_one.bad = ("x", "nan", "-0.1", "1")
+positive_floats.bad = ("x", "1e-3,0", "1e-3,-1", ",")
