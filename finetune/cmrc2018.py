@@ -93,10 +93,12 @@ class Cmrc2018Task(Task):
         answer = None
         if training:
             found = [a for a in example.answers or () if a.start is not None]
-            if not found:
-                return []      # a rephrased answer: nothing to point at
+            if not found:      # a rephrased answer: nothing to point at
+                self.left_out["answer not found in its context"] += 1
+                return []
             answer = char_span_to_tokens(mapping, found[0].start, found[0].start + len(found[0].text) - 1)
             if answer is None:
+                self.left_out["answer on no token of the context"] += 1
                 return []
         offset = len(question) + 2
         features = []

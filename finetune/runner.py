@@ -19,14 +19,22 @@ the CLUE submission format. Outputs in ``--out-dir``:
 * ``<task>_metrics.json``: arguments, data counts and per-epoch dev metrics;
 * ``<task>_predict.json``: test predictions (ids preserved).
 
-An existing output is never replaced unless ``--overwrite`` is given (checked
-before any training). Exit status: 0 on success, 2 on a usage or data error.
+Every output is written under a temporary name and renamed into place, so a
+killed run never leaves a truncated file under a final name. An existing
+output is never replaced unless ``--overwrite`` is given, or its metrics file
+says its run did not finish (an interrupted run, whose outputs are replaced
+with a message saying so). ``--out-dir`` is locked (``.lock``, as a
+pretraining run directory) for the whole run: a second run on it is refused,
+naming the first. The output folder, the data and ``--predict-split`` are
+checked before any training. Exit status: 0 on success, 2 on a usage or data
+error.
 """
 import argparse
 import json
 import os
 import pathlib
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -92,8 +100,8 @@ def build_parser(task_cls):
                              "--seed: dev files may be sorted by label)")
     parser.add_argument("--max-test-examples", type=flags.positive_int, default=None,
                         help="predict only the first N test examples (smoke runs; not a valid submission)")
-    parser.add_argument("--predict-split", default="test",
-                        help="the unlabelled split to write predictions for (default: %(default)s)")
+    parser.add_argument("--predict-split", default=None,
+                        help="the unlabelled split to write predictions for (default: test, when the data has one)")
     parser.add_argument("--dropout", type=flags.rate_below_one, default=task_cls.dropout_rate,
                         help="dropout of the task head (default: %(default)s)")
     parser.add_argument("--devices", type=flags.positive_int, default=1,
@@ -114,10 +122,66 @@ def output_paths(out_dir, task_name):
 
 
 def check_outputs(paths, overwrite):
-    """Refuses (FileExistsError) to run when an output exists and overwrite is off."""
+    """Refuses (FileExistsError) to run when an output of a finished run exists
+    and overwrite is off. The outputs of a run that did not finish (its
+    metrics file missing, unreadable or without ``finished``) are replaced,
+    with a message saying so; leftover temporary files are removed."""
+    for leftover in _temporaries(paths):
+        leftover.unlink()
     existing = [str(p) for p in paths.values() if p.exists()]
-    if existing and not overwrite:
+    if not existing or overwrite:
+        return
+    try:
+        finished = json.loads(paths["metrics"].read_text(encoding="utf-8")).get("finished")
+    except (OSError, ValueError, AttributeError):
+        finished = False
+    if finished:
         raise FileExistsError(f"output(s) {', '.join(existing)} already exist; pass --overwrite to replace them")
+    print(f"replacing the outputs of an interrupted run ({', '.join(existing)}): {paths['metrics']} does not "
+          f"say that run finished")
+
+
+def _temporary(path):
+    """Where ``path`` is written before it is renamed into place (Keras wants the suffix kept)."""
+    suffix = ".weights.h5" if path.name.endswith(".weights.h5") else path.suffix
+    return path.with_name(f"{path.name[: -len(suffix)]}.partial{suffix}")
+
+
+def _temporaries(paths):
+    return [t for t in (_temporary(p) for p in paths.values()) if t.exists()]
+
+
+def _save_atomically(save, path):
+    """``save(temporary path)``, then the temporary file renamed to ``path``."""
+    temporary = _temporary(pathlib.Path(path))
+    try:
+        save(str(temporary))
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def check_out_dir(out_dir):
+    """Creates ``--out-dir`` and checks that it is writable (before any work)."""
+    out_dir = pathlib.Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out-dir {out_dir} is a file, not a folder")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as e:
+        raise ValueError(f"--out-dir {out_dir} is not writable ({e.strerror or e})") from None
+
+
+def lock_out_dir(out_dir):
+    """The run lock of ``--out-dir`` (``pretrain.run_dir.RunLock``); a FileExistsError names its holder."""
+    from pretrain.run_dir import RunLock
+
+    try:
+        return RunLock(str(out_dir), other="give another --out-dir").acquire()
+    except SystemExit as held:
+        raise FileExistsError(str(held.code).removeprefix("error: ")) from None
 
 
 def load_split(task_name, split, data_dir, limit=None, seed=None):
@@ -253,11 +317,12 @@ def _callbacks():
 
         def on_epoch_end(self, epoch, logs=None):
             scores = self.evaluate(self.model)
-            record = {"epoch": epoch + 1, "train_loss": float((logs or {}).get("loss", float("nan"))), **scores}
+            loss = (logs or {}).get("loss")     # none with --epochs 0 (the starting point)
+            record = {"epoch": epoch + 1, "train_loss": None if loss is None else float(loss), **scores}
             improved = self.best is None or scores[self.metric] > self.best[self.metric]
             if improved:
                 self.best = record
-                self.model.save_weights(self.weights_path)
+                _save_atomically(self.model.save_weights, self.weights_path)
             self.history.append(record)
             shown = ", ".join(f"{k}={v:.4f}" for k, v in scores.items() if isinstance(v, float))
             print(f"epoch {epoch + 1}: dev {shown}; best {self.metric}={self.best[self.metric]:.4f} "
@@ -267,10 +332,20 @@ def _callbacks():
     return TqdmProgress, DevEvaluation
 
 
+def _finite(value):
+    """``value`` with every NaN / infinity replaced by None (strict JSON has neither)."""
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _write_json(path, value):
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    text = json.dumps(_finite(value), ensure_ascii=False, indent=1, allow_nan=False) + "\n"
+    _save_atomically(lambda temporary: pathlib.Path(temporary).write_text(text, encoding="utf-8"), path)
 
 
 def check_arguments(args):
@@ -282,15 +357,31 @@ def check_arguments(args):
             raise ValueError(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
 
 
-def write_test_predictions(task, model, args, path):
-    """Predicts ``--predict-split`` and writes it in the CLUE format; the number written (0: no such split)."""
-    from gau_keras.data.clue import find_split_files, write_predictions
+def check_predict_split(args):
+    """Before training: whether ``--predict-split`` can be predicted. A split
+    given on the command line must exist; a missing default ``test`` split
+    is said now (no predictions will be written) rather than after training."""
+    from gau_keras.data.clue import find_split_files
 
+    if args.predict_split is None:
+        args.predict_split = "test"
+        try:
+            find_split_files(args.task_name, "test", args.data_dir)
+        except FileNotFoundError as missing:
+            print(f"no predictions will be written: {missing} (--predict-split names another split)")
+            return False
+        return True
     try:
         find_split_files(args.task_name, args.predict_split, args.data_dir)
     except FileNotFoundError as missing:
-        print(f"no predictions written: {missing}")
-        return 0
+        raise FileNotFoundError(f"--predict-split {args.predict_split}: {missing}") from None
+    return True
+
+
+def write_test_predictions(task, model, args, path):
+    """Predicts ``--predict-split`` and writes it in the CLUE format; the number written."""
+    from gau_keras.data.clue import write_predictions
+
     test = load_split(args.task_name, args.predict_split, args.data_dir, args.max_test_examples)
     features = encode(task, test, training=False)
     predictions = predict(task, model, test, features, args.batch_size, args.predict_split)
@@ -302,11 +393,21 @@ def write_test_predictions(task, model, args, path):
 
 def train_and_predict(task_cls, args):
     """The whole run for parsed ``args``; returns the metrics record (also written to <task>_metrics.json)."""
+    check_arguments(args)
+    check_out_dir(args.out_dir)
+    lock = lock_out_dir(args.out_dir)
+    try:
+        return _train_and_predict(task_cls, args)
+    finally:
+        lock.release()
+
+
+def _train_and_predict(task_cls, args):
     import keras
 
     paths = output_paths(args.out_dir, args.task_name)
     check_outputs(paths, args.overwrite)
-    check_arguments(args)
+    predicting = check_predict_split(args)
     from gau_keras.pretrained import default_model_dir
 
     args.model_dir = args.model_dir or default_model_dir()     # recorded in the metrics file
@@ -320,6 +421,10 @@ def train_and_predict(task_cls, args):
         task = task_cls(args.task_name, tokenizer, args.maxlen, **task_cls.options(args))
         task.dropout_rate = args.dropout
         train_features, dev_features = encode(task, train, training=True), encode(task, dev, training=False)
+        left_out = dict(task.left_out)
+        if left_out:
+            print(f"{args.task_name}: {sum(left_out.values())} of {len(train)} train examples give no training "
+                  f"input: " + ", ".join(f"{n} {reason}" for reason, n in sorted(left_out.items())))
         model = task.build_model(transformer)
         batches = PaddedBatches(train_features, args.batch_size, shuffle=True, seed=args.seed)
         model.compile(optimizer=make_optimizer(args.lr, args.weight_decay, len(batches) * args.epochs),
@@ -327,7 +432,7 @@ def train_and_predict(task_cls, args):
     paths["weights"].parent.mkdir(parents=True, exist_ok=True)
     record = {"task": args.task_name, "module": task_module(task_cls)[0], "metric": task.metric,
               "args": dict(vars(args)), "train_examples": len(train), "train_features": len(train_features),
-              "dev_examples": len(dev), "replicas": strategy.num_replicas_in_sync,
+              "train_left_out": left_out, "dev_examples": len(dev), "replicas": strategy.num_replicas_in_sync,
               "xla": bool(model.jit_compile), "epochs": [], "best": None}
 
     def evaluate(trained):
@@ -347,9 +452,9 @@ def train_and_predict(task_cls, args):
         dev_eval.set_model(model)
         dev_eval.on_epoch_end(-1)
     # the whole model (head, custom layers, optimizer): reloads after `import gau_keras` alone
-    model.save(paths["model"])
+    _save_atomically(model.save, paths["model"])
     record["model"] = str(paths["model"])
-    written = write_test_predictions(task, model, args, paths["predictions"])
+    written = write_test_predictions(task, model, args, paths["predictions"]) if predicting else 0
     if written:
         record.update(predictions=str(paths["predictions"]), predicted_examples=written)
     record.update(seconds=round(time.time() - started, 1), finished=True)

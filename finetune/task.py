@@ -5,6 +5,7 @@ builds its head on the pretrained encoder, turns model outputs back into one
 prediction per example, scores them and renders them for the submission file.
 """
 import abc
+import collections
 from typing import Any, NamedTuple, Tuple
 
 import keras
@@ -54,6 +55,8 @@ class Task(abc.ABC):
         if maxlen < 8:
             raise ValueError(f"--maxlen must be at least 8, got {maxlen}")
         self.task_name = task_name
+        #: {reason: count} of training examples that gave no feature (counted by `features`)
+        self.left_out = collections.Counter()
         self.spec = get_task(task_name)
         self.tokenizer = tokenizer
         self.maxlen = maxlen

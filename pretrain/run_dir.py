@@ -45,8 +45,9 @@ class RunLock:
     directories cannot be locked; a warning says so.
     """
 
-    def __init__(self, output_dir):
+    def __init__(self, output_dir, other="give another train.output_dir"):
         self.path = os.path.join(output_dir, ".lock")
+        self.other = other      # the error's advice: how to choose another directory
         self._fd = None
 
     def acquire(self):
@@ -64,7 +65,7 @@ class RunLock:
             holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
             os.close(fd)
             raise SystemExit(f"error: run directory {directory} is in use by {holder} (lock file {self.path}); "
-                             f"wait for that run to end or give another train.output_dir") from None
+                             f"wait for that run to end or {self.other}") from None
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
                      .encode())

@@ -217,3 +217,4 @@ def test_cmrc2018_rephrased_answers_give_no_training_windows(tokenizer):
     task = Cmrc2018Task("cmrc2018", tokenizer, 32)
     assert task.features(example, training=True) == []
     assert len(task.features(example, training=False)) == 1
+    assert task.left_out == {"answer not found in its context": 1}      # counted, with its reason

@@ -169,8 +169,8 @@ def load_task(task, split, data_dir, labelled=None, answer_path=None):
             or the CLUE download folder) or the task's files themselves.
         labelled, answer_path: see `load_file`.
     Returns:
-        (list of typed examples, LoadStats). The summary is logged, as a
-        warning when records were malformed.
+        (list of typed examples, LoadStats). The summary is logged (INFO);
+        each malformed record was a `MalformedRecordWarning`.
     """
     if labelled is None:
         labelled = not str(split).startswith("test")
@@ -179,5 +179,5 @@ def load_task(task, split, data_dir, labelled=None, answer_path=None):
     for path in find_split_files(task, split, data_dir):
         found, stats = load_file(task, path, labelled=labelled, answer_path=answer_path, stats=stats)
         examples.extend(found)
-    logger.log(logging.WARNING if stats.malformed else logging.INFO, stats.summary())
+    logger.info(stats.summary())     # malformed records were warned about one by one
     return examples, stats

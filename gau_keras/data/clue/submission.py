@@ -11,6 +11,7 @@
 * cluener: one line per text, `{"id": ..., "label": {type: {entity: [[start, end]]}}}`
   (end inclusive).
 """
+import os
 import pathlib
 
 from gau_keras.data.clue.forms import FORMS
@@ -53,6 +54,12 @@ def write_predictions(task, records, path, overwrite=False):
         raise FileExistsError(f"{path} already exists; pass overwrite=True (--overwrite) to replace it")
     text = _render(spec, records)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w" if overwrite else "x", encoding="utf-8") as f:
-        f.write(text)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")   # a kill never leaves half a file at `path`
+    try:
+        temporary.write_text(text, encoding="utf-8")
+        if path.exists() and not overwrite:
+            raise FileExistsError(f"{path} already exists; pass overwrite=True (--overwrite) to replace it")
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
     return path
