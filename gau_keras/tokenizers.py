@@ -32,6 +32,13 @@ _CJK_RANGES = (
 )
 
 
+class TokenIdError(KeyError, ValueError):
+    """An id that is not in the vocab (message names the id and the vocab size)."""
+
+    def __str__(self):
+        return str(self.args[0]) if self.args else ""
+
+
 def is_cjk_character(ch):
     """True for a CJK unified / compatibility ideograph (one token each)."""
     code = ord(ch)
@@ -185,12 +192,14 @@ class Tokenizer:
             raise ValueError("Tokenizer: token_dict must be a vocab path or a non-empty {token: id} dict")
         self._token_dict = token_dict
         self._token_dict_inv = {index: token for token, index in token_dict.items()}
+        self._vocab_size = len(token_dict)
         self._do_lower_case = do_lower_case
         self._word_maxlen = word_maxlen
         self._token_pad, self._token_unk, self._token_mask = "[PAD]", "[UNK]", "[MASK]"
         self._token_start, self._token_end = token_start, token_end
         self._pre_tokenize = pre_tokenize
         self._token_translate = dict(token_translate or {})
+        self._token_translate_inv = {v: k for k, v in self._token_translate.items()}
         for name in ("pad", "unk", "mask", "start", "end"):
             token = getattr(self, f"_token_{name}")
             if token in token_dict:
@@ -209,6 +218,7 @@ class Tokenizer:
     _is_control = staticmethod(is_control)
     _is_special = staticmethod(is_special)
     _is_redundant = staticmethod(_is_redundant)
+    _cjk_punctuation = staticmethod(lambda: _CJK_PUNCTUATION)
 
     # -- special ids ------------------------------------------------------
     def _special_id(self, name):
@@ -257,7 +267,13 @@ class Tokenizer:
         return [self.token_to_id(token) for token in tokens]
 
     def id_to_token(self, i):
-        return self._token_dict_inv[i]
+        """The token of id ``i``; an id outside the vocab is a ``TokenIdError``
+        (a ``KeyError`` and a ``ValueError``) naming it and the vocab size."""
+        try:
+            return self._token_dict_inv[i]
+        except (KeyError, TypeError):
+            raise TokenIdError(f"Tokenizer: id {i!r} is not in the vocab ({self._vocab_size} tokens, "
+                               f"ids 0..{self._vocab_size - 1})") from None
 
     def ids_to_tokens(self, ids):
         return [self.id_to_token(i) for i in ids]
@@ -272,8 +288,21 @@ class Tokenizer:
         if self._token_end is not None:
             tokens.append(self._token_end)
         if maxlen is not None:
+            self._check_maxlen(maxlen, self._special_count())
             truncate_sequences(maxlen, -(int(self._token_end is not None) + 1), tokens)
         return tokens
+
+    def _special_count(self):
+        """How many of [CLS] / [SEP] ``tokenize`` adds to a text."""
+        return int(self._token_start is not None) + int(self._token_end is not None)
+
+    @staticmethod
+    def _check_maxlen(maxlen, least):
+        # bert4keras pops the special tokens themselves below this (maxlen=1 -> [SEP] alone)
+        # and fails with "pop index out of range" below 0
+        if isinstance(maxlen, bool) or not isinstance(maxlen, (int, np.integer)) or maxlen < least:
+            raise ValueError(f"maxlen={maxlen!r} leaves no room for the special tokens: it must be an "
+                             f"integer >= {least} here")
 
     def encode(self, first_text, second_text=None, maxlen=None, pattern="S*E*E",
                truncate_from="right"):
@@ -283,7 +312,9 @@ class Tokenizer:
         popped from the longer text (before its ``[SEP]`` for
         ``truncate_from='right'``, after ``[CLS]`` for ``'left'``, or at the
         given index). ``pattern='S*E*E'`` gives ``[CLS] a [SEP] b [SEP]``,
-        ``'S*ES*E'`` keeps the second ``[CLS]``.
+        ``'S*ES*E'`` keeps the second ``[CLS]``. A ``maxlen`` below the number
+        of special tokens (2 for a text, 3 for a pair) is a ValueError:
+        bert4keras would pop ``[CLS]`` itself, then fail.
         """
         first_tokens = self.tokenize(first_text) if isinstance(first_text, str) else list(first_text)
         if second_text is None:
@@ -293,6 +324,10 @@ class Tokenizer:
         else:
             second_tokens = list(second_text)
         if maxlen is not None:
+            least = sum(self._special_count() for text in (first_text, second_text) if isinstance(text, str))
+            if isinstance(second_text, str) and pattern == "S*E*E" and self._token_start is not None:
+                least -= 1   # the second [CLS] is dropped
+            self._check_maxlen(maxlen, least)
             if truncate_from == "right":
                 index = -int(self._token_end is not None) - 1
             elif truncate_from == "left":
@@ -405,3 +440,11 @@ class Tokenizer:
             token_mapping.append(sorted(set(char_mapping[start:end])))
             offset = end
         return token_mapping
+
+
+def __getattr__(name):
+    if name == "SpTokenizer":
+        raise ImportError("gau_keras.tokenizers has no SpTokenizer: bert4keras's SentencePiece tokenizer "
+                          "serves T5/mT5-style models, which gau_keras does not implement (GAU-alpha and "
+                          "RoFormerV2 use the WordPiece Tokenizer)")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
