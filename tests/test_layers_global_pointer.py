@@ -42,7 +42,7 @@ def _reference(layer, x, mask, rope, tril):
 def test_matches_numpy(rng, rope, tril):
     x = rng.normal(size=(2, 5, 6)).astype("float32")
     mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
-    layer = GlobalPointer(3, 4, rope=rope, tril_mask=tril)
+    layer = GlobalPointer(3, 4, RoPE=rope, tril_mask=tril)
     got = keras.ops.convert_to_numpy(layer(x, mask=mask))
     assert got.shape == (2, 3, 5, 5)
     np.testing.assert_allclose(got, _reference(layer, x, mask, rope, tril), rtol=1e-5, atol=1e-5)

@@ -1,0 +1,96 @@
+"""bert4keras's ``Loss`` layer: a loss written as a layer over several tensors.
+
+A subclass overrides ``compute_loss(inputs, mask=None)``; the layer adds the
+returned scalar with ``add_loss`` and passes (some of) its inputs through, so
+a model compiled with ``model.compile(optimizer=...)`` and no ``loss`` trains
+on it. ``self.add_metric(value, name=...)`` works inside ``compute_loss`` as
+in Keras 2 (Keras 3 layers removed it): each name gets a ``keras.metrics.Mean``
+owned by the layer, reported in ``model.fit``'s logs and history under that
+name and reset with the model's other metrics.
+"""
+import keras
+
+
+class _MetricBook:
+    """The layer's ``add_metric`` trackers by name.
+
+    A plain object, so that Keras's attribute tracking (locked once the layer
+    is built) does not see trackers created on the first call; the layer lists
+    them itself in ``metrics``."""
+
+    def __init__(self):
+        self.trackers = {}
+
+
+@keras.saving.register_keras_serializable(package="gau_keras")
+class Loss(keras.layers.Layer):
+    """Base class of a loss computed inside the model.
+
+    ``output_axis``: None returns ``inputs`` unchanged, an int returns
+    ``inputs[output_axis]``, a list of ints the list of those inputs. Masks
+    follow the same selection. ``mask`` given to ``compute_loss`` is a list
+    with one entry per input (None where that input has no mask), or None when
+    no input has one, as Keras 2 passed it.
+    """
+
+    def __init__(self, output_axis=None, **kwargs):
+        super().__init__(**kwargs)
+        if not (output_axis is None or isinstance(output_axis, (int, list, tuple))):
+            raise ValueError(f"Loss: output_axis must be None, an int or a list of ints, got {output_axis!r}")
+        self.output_axis = list(output_axis) if isinstance(output_axis, tuple) else output_axis
+        self.supports_masking = True
+        self._metric_book = _MetricBook()
+
+    def build(self, input_shape):
+        self.built = True
+
+    def call(self, inputs, mask=None):
+        if mask is not None and all(m is None for m in keras.tree.flatten(mask)):
+            mask = None
+        self.add_loss(self.compute_loss(inputs, mask))
+        return self._select(inputs)
+
+    def compute_loss(self, inputs, mask=None):
+        """The scalar loss of ``inputs`` (override it)."""
+        raise NotImplementedError(f"{type(self).__name__}: subclasses of Loss must define compute_loss")
+
+    def _select(self, items):
+        if self.output_axis is None:
+            return items
+        if isinstance(self.output_axis, list):
+            return [items[i] for i in self.output_axis]
+        return items[self.output_axis]
+
+    def compute_output_shape(self, input_shape):
+        return self._select(input_shape)
+
+    def compute_mask(self, inputs, mask=None):
+        if mask is None:
+            return None
+        return self._select(mask)
+
+    def add_metric(self, value, name=None, aggregation="mean"):
+        """Averages ``value`` (a tensor) over the batches of an epoch under ``name``.
+
+        Keras 2's layer API; only ``aggregation='mean'`` exists, as there."""
+        if aggregation not in ("mean", None):
+            raise ValueError(f"{self.name}.add_metric: aggregation must be 'mean', got {aggregation!r}")
+        if not name:
+            raise ValueError(f"{self.name}.add_metric: a metric needs a name")
+        tracker = self._metric_book.trackers.get(name)
+        if tracker is None:
+            # first met in the symbolic call that builds the functional model,
+            # inside Keras's stateless scope: the variables are created deferred
+            # and initialised when that scope ends, before any training step
+            tracker = keras.metrics.Mean(name=name)
+            self._metric_book.trackers[name] = tracker
+        tracker.update_state(value)
+
+    @property
+    def metrics(self):
+        return super().metrics + list(self._metric_book.trackers.values())
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(output_axis=self.output_axis)
+        return config
