@@ -1,0 +1,209 @@
+"""bert4keras's ``DataGenerator``: subclass it, write ``__iter__`` to yield
+batches, train with ``model.fit(gen.forfit(), steps_per_epoch=len(gen))``.
+
+    class data_generator(DataGenerator):
+        def __iter__(self, random=False):
+            batch_token_ids, batch_labels = [], []
+            for is_end, (text, label) in self.sample(random):
+                ...
+                if len(batch_token_ids) == self.batch_size or is_end:
+                    yield [sequence_padding(batch_token_ids)], sequence_padding(batch_labels)
+                    batch_token_ids, batch_labels = [], []
+
+Keras 3 differs from the Keras 2 that such code was written for in three ways
+that ``forfit`` / ``fortest`` absorb, so the code above works unchanged:
+
+* it wants each batch as a tuple: a list ``[token_ids, segment_ids]`` (the
+  idiom) is taken as one tensor. The batches Keras reads are converted: every
+  list holding arrays (or None) becomes a tuple, a list of plain numbers an
+  array. ``(x, None)``, the idiom for models whose loss is a layer, is kept.
+* it fixes every axis of the batches' shapes from the first two batches, so a
+  later batch padded to another length fails. As Keras 2 did, the batches are
+  declared with only their rank known.
+* ``predict`` reads a generator's tuple as (x, y): ``fortest`` hands Keras
+  ``(x,)``.
+
+Iterated directly (``next(gen.forfit())``) they yield the batches exactly as
+``__iter__`` makes them, as in bert4keras.
+"""
+import numpy as np
+
+from gau_keras.snippets.text import is_string
+
+
+class DataGenerator:
+    """Batches of ``data`` for training; subclasses define ``__iter__``.
+
+    Args:
+        data: a list (or anything with ``__len__`` and ``__getitem__``), or
+            an iterable without length (read as a stream).
+        batch_size: samples per batch; ``len(gen)`` is the number of batches.
+        buffer_size: for a stream, how many samples ``sample(random=True)``
+            shuffles among (default ``batch_size * 1000``).
+    """
+
+    def __init__(self, data, batch_size=32, buffer_size=None):
+        self.data = data
+        self.batch_size = batch_size
+        if hasattr(data, "__len__"):
+            self.steps = -(-len(data) // batch_size)
+        else:
+            self.steps = None
+        self.buffer_size = buffer_size or batch_size * 1000
+
+    def __len__(self):
+        if self.steps is None:
+            raise TypeError(f"{type(self).__name__}: its data has no length, so neither has the generator; "
+                            f"give fit a steps_per_epoch")
+        return self.steps
+
+    def sample(self, random=False):
+        """Yields ``(is_end, sample)`` for each sample, ``is_end`` True for the last.
+
+        ``random``: a random permutation of a list; for a stream, samples are
+        drawn at random from a buffer of ``buffer_size`` (numpy's global RNG).
+        """
+        if not random:
+            samples = iter(self.data)
+        elif self.steps is None:
+            samples = self._buffer_shuffled()
+        else:
+            samples = (self.data[i] for i in np.random.permutation(len(self.data)))
+        try:
+            current = next(samples)
+        except StopIteration:
+            return
+        for following in samples:
+            yield False, current
+            current = following
+        yield True, current
+
+    def _buffer_shuffled(self):
+        """The stream, shuffled within a window of ``buffer_size`` samples."""
+        buffer, full = [], False
+        for d in self.data:
+            buffer.append(d)
+            if full:
+                yield buffer.pop(np.random.randint(len(buffer)))
+            elif len(buffer) == self.buffer_size:
+                full = True
+        while buffer:
+            yield buffer.pop(np.random.randint(len(buffer)))
+
+    def __iter__(self, random=False):
+        """Yields the batches of one pass; to be written by the subclass."""
+        raise NotImplementedError(f"{type(self).__name__} must define __iter__(self, random=False)")
+
+    def _forever(self, random):
+        """The batches of ``__iter__``, pass after pass."""
+        while True:
+            empty = True
+            for d in self.__iter__(random):
+                empty = False
+                yield d
+            if empty:
+                raise ValueError(f"{type(self).__name__}.__iter__ yielded no batch (is its data empty?)")
+
+    def forfit(self, random=True):
+        """Endless batches for ``model.fit`` (shuffled by default); see the module notes."""
+        return _keras_batches(self._forever(random), _as_fit_batch)
+
+    def fortest(self, random=False):
+        """Endless inputs (the first item of each batch) for ``model.predict``."""
+        return _keras_batches((d[0] for d in self._forever(random)), _as_predict_batch)
+
+    def to_dataset(self, types, shapes, names=None, padded_batch=False):
+        """A ``tf.data.Dataset`` of this generator's samples, batched.
+
+        ``__iter__`` should then yield single samples. ``types`` and ``shapes``
+        describe one sample (same structure: e.g. ``('float32', 'float32')``
+        and ``([None], [None])``). With ``names`` (a name, names, or a tuple of
+        tuples of names) each sample becomes a dict keyed by them, e.g. the
+        model's input layer names. ``padded_batch=True`` pads each batch to its
+        longest sample (``shapes`` then give the padded shapes, None = longest);
+        otherwise samples must match ``shapes`` and are batched as they are.
+        """
+        import tensorflow as tf
+
+        if names is not None:
+            types, shapes = _named(names, types), _named(names, shapes)
+
+        def generator():
+            for d in self._forever(True):
+                yield _conform(d if names is None else _named(names, d), types)
+
+        if padded_batch:
+            signature = _map_leaves(lambda t, s: tf.TensorSpec(None, tf.as_dtype(t)), types, shapes)
+            padded = _map_leaves(lambda t, s: tf.TensorShape(s), types, shapes)
+            dataset = tf.data.Dataset.from_generator(generator, output_signature=signature)
+            return dataset.padded_batch(self.batch_size, padded)
+        signature = _map_leaves(lambda t, s: tf.TensorSpec(s, tf.as_dtype(t)), types, shapes)
+        dataset = tf.data.Dataset.from_generator(generator, output_signature=signature)
+        return dataset.batch(self.batch_size)
+
+
+def _named(names, values):
+    """bert4keras's naming of a sample: a dict, or a tuple of dicts, keyed by ``names``."""
+    if is_string(names):
+        return {names: values}
+    if is_string(names[0]):
+        return dict(zip(names, values))
+    return tuple(dict(zip(keys, group)) for keys, group in zip(names, values))
+
+
+def _map_leaves(func, types, *others):
+    """``func(type, *other leaves)`` over the structure of ``types`` (lists read as tuples)."""
+    if isinstance(types, dict):
+        return {k: _map_leaves(func, types[k], *(o[k] for o in others)) for k in types}
+    if isinstance(types, (list, tuple)):
+        return tuple(_map_leaves(func, t, *o) for t, *o in zip(types, *others))
+    return func(types, *others)
+
+
+def _conform(value, types):
+    """``value`` with tuples and dicts where ``types`` has them (tf.data reads lists as tensors)."""
+    if isinstance(types, dict):
+        return {k: _conform(value[k], types[k]) for k in types}
+    if isinstance(types, (list, tuple)):
+        if len(value) != len(types):
+            raise ValueError(f"to_dataset: a sample has {len(value)} parts where types has {len(types)}: "
+                             f"{types!r}")
+        return tuple(_conform(v, t) for v, t in zip(value, types))
+    return value
+
+
+def _is_structure(x):
+    """True for what Keras reads as several tensors: a list/tuple holding arrays, dicts or None."""
+    if x is None or isinstance(x, dict) or hasattr(x, "shape"):
+        return True
+    return isinstance(x, (list, tuple)) and any(_is_structure(item) for item in x)
+
+
+def _as_keras(x):
+    """Lists/tuples of arrays -> tuples, lists of numbers -> arrays, recursively."""
+    if isinstance(x, dict):
+        return {k: _as_keras(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return tuple(_as_keras(item) for item in x) if _is_structure(x) else np.asarray(x)
+    return x
+
+
+def _as_fit_batch(batch):
+    """A batch as ``fit`` reads it: the tuple ``(x, y[, sample_weight])``."""
+    if isinstance(batch, (list, tuple)):
+        return tuple(_as_keras(part) for part in batch)
+    return (_as_keras(batch),)
+
+
+def _as_predict_batch(inputs):
+    """The model inputs of a batch as ``predict`` reads them: ``(x,)``."""
+    return (_as_keras(inputs),)
+
+
+def _keras_batches(batches, convert):
+    """An iterator over ``batches`` that ``fit``/``predict`` also read as converted batches."""
+    try:
+        from gau_keras.snippets._keras_stream import KerasBatches
+    except ImportError:      # a Keras without the data-adapter internals: plain converted batches
+        return (convert(b) for b in batches)
+    return KerasBatches(batches, convert)
