@@ -10,6 +10,8 @@ Serving call its ``serving_default`` signature with the model's inputs,
 * ``token_ids`` int32 [B, L] and ``segment_ids`` int32 [B, L] for an encoder
   (other inputs keep their layer names in snake case: ``mask_positions`` ...),
 
+(ids outside ``[0, vocab_size)`` / ``[0, type_vocab_size)`` are an error naming
+the input: a negative id would otherwise index the embeddings from the end),
 and get a dict:
 
 * a model directory (MLM head): ``probabilities`` [B, L, V];
@@ -25,6 +27,8 @@ import re
 
 #: model input names -> signature input names
 INPUT_NAMES = {"Input-Token": "token_ids", "Input-Segment": "segment_ids"}
+#: signature input -> (the embedding layer that bounds its ids, the config key of that bound)
+ID_RANGES = {"token_ids": ("Embedding-Token", "vocab_size"), "segment_ids": ("Embedding-Segment", "type_vocab_size")}
 
 
 def signature_name(layer_name):
@@ -63,7 +67,12 @@ def export_saved_model(model, output):
     if len(set(names)) != len(names):
         raise ValueError(f"export: the model's inputs map to clashing signature names {names}")
 
+    bounds = id_bounds(model, names)
+
     def serve(*inputs):
+        checks = [_check_ids(x, name, *bounds[name]) for x, name in zip(inputs, names) if name in bounds]
+        with tf.control_dependencies(checks):
+            inputs = [tf.identity(x) for x in inputs]
         return serving_outputs(model, model(list(inputs), training=False))
 
     archive = keras.export.ExportArchive()
@@ -73,25 +82,81 @@ def export_saved_model(model, output):
     return names
 
 
+def id_bounds(model, names):
+    """``{signature input: (number of ids, config key)}`` for the inputs that index an embedding."""
+    bounds = {}
+    for name in names:
+        if name not in ID_RANGES:
+            continue
+        layer_name, key = ID_RANGES[name]
+        try:
+            layer = model.get_layer(layer_name)
+        except ValueError:
+            continue
+        if getattr(layer, "input_dim", None):
+            bounds[name] = (int(layer.input_dim), key)
+    return bounds
+
+
+def _check_ids(ids, name, size, key):
+    """An assertion that every id of the input ``name`` is in [0, size)."""
+    import tensorflow as tf
+
+    message = f"serving_default: input {name} holds an id outside [0, {size}) ({key}={size})"
+    ids = tf.cast(ids, tf.int64)
+    return tf.debugging.Assert(tf.reduce_all((ids >= 0) & (ids < size)),
+                               [message, "min", tf.reduce_min(ids), "max", tf.reduce_max(ids)], summarize=1)
+
+
 def load_for_export(model_dir=None, keras_file=None, model="gau_alpha"):
     """The model to export: the MLM model of a model directory, or a .keras file."""
     os.environ["GAU_KERAS_SRU_KERNEL"] = "xla"      # plain TF ops in the graph, no custom op
     if keras_file:
+        import zipfile
+
         import keras
 
         if not os.path.isfile(keras_file):
             raise FileNotFoundError(f"export: no .keras file {keras_file!r}")
-        return keras.saving.load_model(keras_file)
+        if not zipfile.is_zipfile(keras_file):
+            raise ValueError(f"export: --keras {keras_file} is not a .keras archive, or truncated")
+        try:
+            return keras.saving.load_model(keras_file)
+        except (zipfile.BadZipFile, OSError, EOFError) as e:
+            raise ValueError(f"export: --keras {keras_file} is not a .keras archive, or truncated "
+                             f"({e})") from None
     from gau_keras.pretrained import load_pretrained
 
     return load_pretrained(model_dir, model=model, with_mlm=True)[0]
 
 
+def check_output(output, overwrite):
+    """``--output`` must be a folder that is absent, empty, or replaced (``overwrite``)."""
+    if os.path.exists(output) and not os.path.isdir(output):
+        raise FileExistsError(f"export: --output {output} is a file, not a folder")
+    if os.path.isdir(output) and os.listdir(output) and not overwrite:
+        raise FileExistsError(f"export: {output} exists and is not empty; pass --overwrite to replace it")
+
+
 def main(args):
-    """``python -m gau_keras export`` (arguments parsed by ``gau_keras.__main__``)."""
-    if os.path.exists(args.output) and os.listdir(args.output) and not args.overwrite:
-        raise FileExistsError(f"export: {args.output} exists and is not empty; pass --overwrite to replace it")
+    """``python -m gau_keras export`` (arguments parsed by ``gau_keras.__main__``).
+
+    The SavedModel is written into ``<output>.partial`` and moved to
+    ``--output`` when complete, so a failed or killed export never leaves a
+    half-written SavedModel where a server would load it."""
+    import shutil
+
+    check_output(args.output, args.overwrite)
     network = load_for_export(args.model_dir, args.keras, args.model)
-    names = export_saved_model(network, args.output)
+    output = os.path.normpath(args.output)
+    partial = output + ".partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        names = export_saved_model(network, partial)
+        if os.path.isdir(output):
+            shutil.rmtree(output)
+        os.replace(partial, output)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
     print(f"wrote a SavedModel to {args.output}: signature serving_default({', '.join(names)})")
     return 0

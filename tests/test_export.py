@@ -87,6 +87,15 @@ def test_export_classifier_keras_file_serves_labels(tmp_path, rng):
     np.testing.assert_allclose(served["probabilities"], keras.ops.convert_to_numpy(keras.ops.softmax(logits)),
                                atol=1e-5)
     np.testing.assert_array_equal(served["labels"], logits.argmax(-1))
+    # ids outside the embeddings are refused, naming the input (a negative id indexed from the end)
+    import tensorflow as tf
+
+    signature = tf.saved_model.load(str(out)).signatures["serving_default"]
+    for name, bad, size in (("token_ids", -1, 60), ("token_ids", 60, 60), ("segment_ids", 2, 2)):
+        inputs = {"token_ids": ids.copy(), "segment_ids": np.zeros_like(ids)}
+        inputs[name][0, 3] = bad
+        with pytest.raises(tf.errors.InvalidArgumentError, match=rf"input {name} holds an id outside \[0, {size}\)"):
+            signature(**{k: tf.constant(v) for k, v in inputs.items()})
 
 
 def test_export_srupp_uses_plain_tensorflow_ops(tmp_path, rng):
@@ -101,7 +110,23 @@ def test_export_srupp_uses_plain_tensorflow_ops(tmp_path, rng):
 
 
 def test_export_errors(tmp_path, capsys):
+    import zipfile
+
     assert cli.main(["export", "--keras", str(tmp_path / "missing.keras"), "--output", str(tmp_path / "o")]) == 2
     assert "missing.keras" in capsys.readouterr().err
+    archive = tmp_path / "whole.keras"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("config.json", "{}" * 500)
+    (tmp_path / "cut.keras").write_bytes(archive.read_bytes()[:200])
+    (tmp_path / "text.keras").write_text("not a model")
+    for name in ("cut.keras", "text.keras"):
+        assert cli.main(["export", "--keras", str(tmp_path / name), "--output", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err
+        assert err == f"error: export: --keras {tmp_path / name} is not a .keras archive, or truncated\n"
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    assert cli.main(["export", "--keras", str(archive), "--output", str(a_file)]) == 2
+    assert capsys.readouterr().err == f"error: export: --output {a_file} is a file, not a folder\n"
+    assert not (tmp_path / "o").exists()
     with pytest.raises(SystemExit):
         cli.main(["export", "--output", str(tmp_path / "o")])        # a source is required
