@@ -128,7 +128,9 @@ class AutoRegressiveDecoder:
         if model not in self.models:
             import keras
 
-            outputs = [keras.layers.Lambda(lambda x: x[:, -1])(output) for output in model.outputs]
+            # the sequence mask (if any) does not apply to the one position kept
+            outputs = [keras.layers.Lambda(lambda x: x[:, -1], mask=lambda x, mask: None)(output)
+                       for output in model.outputs]
             self.models[model] = _QuietModel(model.inputs, outputs)
         return self.models[model]
 
