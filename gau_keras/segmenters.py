@@ -1,4 +1,6 @@
-"""Word segmenters for whole-word masking: jieba (default) and Baidu's LAC.
+"""Word segmenters for whole-word masking: jieba (default) and Baidu's LAC;
+and ``LAC``, a drop-in for ``from LAC import LAC`` in processes that import
+TensorFlow (the real lac package, run in a TensorFlow-free worker).
 
     segmenter = get_segmenter("jieba")
     segmenter.segment(["我爱北京天安门"])      # [["我", "爱", "北京", "天安门"]]
@@ -16,9 +18,11 @@ TF-free (e.g. the corpus-preparation workers).
 """
 import abc
 import importlib.util
+import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -228,6 +232,191 @@ class LACSegmenter(Segmenter):
             self._pool.shutdown()
             self._pool = None
             self._tf_free.__exit__(None, None, None)
+
+
+# -- the real LAC, drop-in ------------------------------------------------------------------------
+class _LoDTensor:
+    """The part of paddle.fluid's ``PaddleTensor`` the lac package uses:
+    ``.lod``, ``.shape`` and ``.data.int64_data()``."""
+
+    def __init__(self, array, lod=None):
+        self.array, self.lod, self.shape = array, lod or [], list(array.shape)
+        self.data = self
+
+    def int64_data(self):
+        return self.array.ravel().tolist()
+
+
+class _Predictor:
+    """``create_paddle_predictor(config).run([tensors]) -> [tensors]`` on ``paddle.inference``."""
+
+    def __init__(self, config):
+        import paddle.inference as paddle_inference
+
+        self._predictor = paddle_inference.create_predictor(config)
+
+    def run(self, tensors):
+        for name, tensor in zip(self._predictor.get_input_names(), tensors):
+            handle = self._predictor.get_input_handle(name)
+            handle.reshape(list(tensor.array.reshape(-1, 1).shape))
+            handle.copy_from_cpu(tensor.array.reshape(-1, 1))
+            handle.set_lod(tensor.lod)
+        self._predictor.run()
+        outputs = []
+        for name in self._predictor.get_output_names():
+            handle = self._predictor.get_output_handle(name)
+            outputs.append(_LoDTensor(handle.copy_to_cpu(), [list(level) for level in handle.lod()]))
+        return outputs
+
+
+def install_fluid_shim():
+    """Makes ``import paddle.fluid`` work on paddle >= 2.6 (which dropped it)
+    with what the lac package needs for inference: ``PaddleTensor``,
+    ``AnalysisConfig``, ``create_paddle_predictor``, places and an executor.
+    Imports paddle: only in a TensorFlow-free process. Training through
+    ``LAC.train`` needs the real fluid and is not covered."""
+    import types
+
+    import numpy as np
+    import paddle
+    import paddle.inference as paddle_inference
+
+    try:
+        import paddle.fluid  # noqa: F401
+        return
+    except ImportError:
+        pass
+    fluid = types.ModuleType("paddle.fluid")
+    core = types.ModuleType("paddle.fluid.core")
+    core.PaddleTensor = lambda data: _LoDTensor(np.asarray(data))
+    core.AnalysisConfig = paddle_inference.Config
+    core.create_paddle_predictor = _Predictor
+    fluid.core = core
+    fluid.CPUPlace, fluid.CUDAPlace = paddle.CPUPlace, paddle.CUDAPlace
+    fluid.Executor = paddle.static.Executor
+    fluid.is_compiled_with_cuda = paddle.is_compiled_with_cuda
+    sys.modules["paddle.fluid"], sys.modules["paddle.fluid.core"] = fluid, core
+    paddle.fluid = fluid
+
+
+def serve_lac():
+    """The worker process of ``LAC``: the real lac package, one JSON request
+    per line on stdin (first ``[model_path, mode, use_cuda]``, then ``[method,
+    args]``), one JSON reply per line on the original stdout (whatever paddle
+    or lac print goes to stderr)."""
+    replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def reply(**message):
+        replies.write(json.dumps(message, ensure_ascii=False) + "\n")
+        replies.flush()
+
+    try:
+        if "tensorflow" in sys.modules:
+            raise RuntimeError("TensorFlow is imported in the LAC worker; paddle would segfault")
+        model_path, mode, use_cuda = json.loads(sys.stdin.readline())
+        install_fluid_shim()
+        from LAC import LAC as RealLAC
+
+        lac = RealLAC(model_path=model_path, mode=mode, use_cuda=use_cuda)
+        restore_default_sigterm()
+    except Exception as e:  # the parent raises it, with this text
+        reply(error=f"{type(e).__name__}: {e}")
+        return
+    reply(ok=None)
+    for line in sys.stdin:
+        method, args = json.loads(line)
+        try:
+            reply(ok=getattr(lac, method)(*args))
+        except Exception as e:
+            reply(error=f"{type(e).__name__}: {e}")
+
+
+class LAC:
+    """Drop-in for ``from LAC import LAC`` in a process that imported TensorFlow.
+
+        lac = LAC(mode="seg")
+        lac.run("百度是一家高科技公司")          # ['百度', '是', '一家', '高科技', '公司']
+        lac.run(["我爱北京", "天安门"])          # [['我', '爱', '北京'], ['天安门']]
+        LAC(mode="lac").run("我爱北京")          # [['我', '爱', '北京'], ['r', 'v', 'LOC']]
+
+    The real lac package runs in a worker process (a fresh interpreter, so it
+    never imports TensorFlow, whatever this process's script imports: paddle
+    segfaults when imported after it); on paddle releases without
+    ``paddle.fluid`` the worker first installs an inference-only stand-in
+    (``install_fluid_shim``). Same arguments, ``run``, ``add_word`` and
+    ``load_customization`` as the real class; results come back as lists
+    (JSON); ``train`` is not available. ``close()`` (or ``with``) ends the worker.
+    """
+
+    def __init__(self, model_path=None, mode="lac", use_cuda=False):
+        if mode not in ("lac", "seg", "rank"):
+            raise ValueError(f"LAC: mode must be 'lac', 'seg' or 'rank', got {mode!r}")
+        lac_model_dir()  # fails early, in this process, when LAC is missing
+        self.mode = mode
+        env = dict(os.environ, GAU_KERAS_TF_FREE="1", PYTHONIOENCODING="utf-8")
+        self._worker = subprocess.Popen(
+            [sys.executable, "-c", "from gau_keras.segmenters import serve_lac; serve_lac()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, encoding="utf-8")
+        self._request([model_path, mode, use_cuda])
+
+    def _request(self, message):
+        if self._worker is None:
+            raise RuntimeError("LAC: the worker process was closed")
+        try:
+            self._worker.stdin.write(json.dumps(message, ensure_ascii=False) + "\n")
+            self._worker.stdin.flush()
+            line = self._worker.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        if not line:
+            code = self._worker.wait()
+            self._worker = None
+            raise RuntimeError(f"LAC: the worker process ended (exit {code}); its stderr says why")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(f"LAC worker: {answer['error']}")
+        return answer["ok"]
+
+    def run(self, texts):
+        """Words of a text (``mode='seg'``), ``[words, tags]`` (``'lac'``), ``[words,
+        tags, weights]`` (``'rank'``); a list of texts gives a list of those."""
+        return self._request(["run", [texts]])
+
+    def add_word(self, word, sep=None):
+        return self._request(["add_word", [word, sep]])
+
+    def load_customization(self, customization_file, sep=None):
+        return self._request(["load_customization", [os.fspath(customization_file), sep]])
+
+    def train(self, *args, **kwargs):
+        raise NotImplementedError("LAC.train needs paddle.fluid's training API, which paddle >= 2.6 lacks")
+
+    def close(self):
+        worker, self._worker = getattr(self, "_worker", None), None
+        if worker is not None:
+            worker.stdin.close()
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+            worker.stdout.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        worker = getattr(self, "_worker", None)
+        if worker is not None and worker.stdin is not None:
+            try:
+                worker.stdin.close()   # the worker's loop ends on end of input
+            except (OSError, ValueError):
+                pass
 
 
 SEGMENTERS = {"jieba": JiebaSegmenter, "lac": LACSegmenter}

@@ -77,3 +77,47 @@ def test_lac_in_process_full_width_input():
     words = out.strip().splitlines()[-1].split("|")
     assert "".join(words) == "ＬＡＣ是个优秀的分词工具"
     assert "分词" in words or "分词工具" in words
+
+
+LAC_TEXTS = ["百度是一家高科技公司", "我爱北京天安门", "", "ＬＡＣ是个优秀的分词工具，2023年 ok"]
+REFERENCE_LAC = """
+import json, sys
+from gau_keras.segmenters import get_segmenter, install_fluid_shim
+install_fluid_shim()
+from LAC import LAC
+texts = json.loads(sys.argv[1])
+seg, lac = LAC(mode="seg"), LAC(mode="lac")
+# list(texts): the real LAC removes the empty texts from the list it is given
+print(json.dumps({"seg": [seg.run(list(texts)), seg.run(texts[0])], "lac": [lac.run(list(texts)), lac.run(texts[1])],
+                  "ours": get_segmenter("lac", in_process=True).segment(texts)}))
+"""
+
+
+@pytest.mark.skipif(lac_missing, reason="LAC / paddlepaddle not installed (optional extra, see README)")
+def test_lac_drop_in_matches_the_real_lac_in_a_tensorflow_process():
+    import json
+
+    import tensorflow  # noqa: F401   (the drop-in's reason to exist)
+
+    from gau_keras.segmenters import LAC
+
+    out = subprocess.run([sys.executable, "-c", REFERENCE_LAC, json.dumps(LAC_TEXTS)], check=True,
+                         capture_output=True, text=True, env=dict(os.environ, GAU_KERAS_TF_FREE="1")).stdout
+    expected = json.loads(out.strip().splitlines()[-1])
+    with LAC(mode="seg") as seg:
+        assert seg.run(LAC_TEXTS) == expected["seg"][0]
+        assert seg.run(LAC_TEXTS[0]) == expected["seg"][0][0] == ["百度", "是", "一家", "高科技", "公司"]
+    # the real LAC's seg mode and the corpus pipeline's own runner of the same model agree
+    assert [[w for w in words if w.strip()] for words in expected["seg"][0]] == expected["ours"]
+    lac = LAC(mode="lac")
+    words, tags = lac.run(LAC_TEXTS[1])
+    assert [words, tags] == expected["lac"][1] and len(words) == len(tags) and "LOC" in tags
+    assert lac.run(LAC_TEXTS) == expected["lac"][0]
+    lac.add_word("北京天安门/LOC")
+    assert lac.run("我爱北京天安门")[0][-1] == "北京天安门"
+    lac.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        lac.run("x")
+    with pytest.raises(ValueError, match="mode"):
+        LAC(mode="pos")
+    assert "paddle" not in sys.modules
