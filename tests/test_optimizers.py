@@ -1,4 +1,8 @@
-"""LAMB and PiecewiseLinearDecay against numpy versions of docs/pretraining.md's equations."""
+"""LAMB and PiecewiseLinearDecay against numpy versions of docs/pretraining.md's equations.
+
+The extend_with_* factories against the original bert4keras: test_optimizers_bert4keras.py;
+their serialisation, model.fit and EMA: test_optimizers_extensions.py.
+"""
 import json
 
 import keras
@@ -27,7 +31,9 @@ def reference_lamb(weights, grad_steps, lrs, *, eps=1e-6, wd=0.0, bias_correctio
             u = mh / (np.sqrt(vh) + eps)
             if k not in no_decay:
                 u = u + wd * w[k]
-            wn, un = np.linalg.norm(w[k]), np.linalg.norm(u)
+            # bert4keras's layer adaptation recovers u from the update Δ = −lr·u as
+            # Δ / max(lr, 1e-7) (the same u unless lr < 1e-7), ratio 1 if a norm is 0.
+            wn, un = np.linalg.norm(w[k]), np.linalg.norm(lr * u / max(lr, 1e-7))
             ratio = wn / un if (wn > 0 and un > 0 and k not in no_adapt) else 1.0
             w[k] = w[k] - lr * ratio * u
     return w
@@ -152,6 +158,21 @@ def test_piecewise_linear_rejects_bad_schedules(bad, message):
         PiecewiseLinearDecay(1.0, bad)
 
 
+def test_tiny_learning_rate_floors_the_recovered_update_at_1e_7(rng):
+    """lr < 1e-7: the trust ratio divides the update by 1e-7, not lr (bert4keras), a 100x larger step here."""
+    import keras
+
+    start = rng.normal(size=(4, 3))
+    variable = keras.Variable(start, dtype="float64", name="w")
+    grad = rng.normal(size=(4, 3))
+    LAMB(1e-9, weight_decay_rate=0.1).apply([grad], [variable])
+    want = reference_lamb({"w": start}, [{"w": grad}], [1e-9], wd=0.1)["w"]
+    u = (0.1 * grad) / (np.sqrt(0.001 * grad * grad) + 1e-6) + 0.1 * start
+    naive = start - 1e-9 * np.linalg.norm(start) / np.linalg.norm(u) * u
+    np.testing.assert_allclose(variable.numpy() - start, want - start, rtol=1e-6)
+    np.testing.assert_allclose(want - start, 100 * (naive - start), rtol=1e-5)
+
+
 def test_weight_decay_argument_is_rejected():
     with pytest.raises(ValueError, match="weight_decay_rate"):
         LAMB(weight_decay=0.01)
@@ -229,41 +250,56 @@ def test_sparse_gradients_with_repeated_rows(rng):
     np.testing.assert_allclose(table.numpy(), want, rtol=1e-5, atol=1e-6)
 
 
-DISTRIBUTED_SCRIPT = """'''LAMB with accumulation: MirroredStrategy over 2 logical CPUs vs no strategy.'''
+DISTRIBUTED_SCRIPT = """'''MirroredStrategy over 2 logical CPUs vs no strategy: LAMB with Keras's accumulation,
+and GAU-alpha's bert4keras chain (delayed accumulation) under model.fit.'''
 import sys
 import numpy as np, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
-from gau_keras.optimizers import LAMB, PiecewiseLinearDecay
+from gau_keras.optimizers import (LAMB, Adam, PiecewiseLinearDecay, extend_with_gradient_accumulation,
+                                  extend_with_layer_adaptation, extend_with_piecewise_linear_lr,
+                                  extend_with_weight_decay)
 
-def run(strategy):
+AdamW = extend_with_weight_decay(Adam, "AdamW")
+LAMBLRG = extend_with_gradient_accumulation(extend_with_piecewise_linear_lr(extend_with_layer_adaptation(AdamW)),
+                                            "LAMBLRG")
+OPTIMIZERS = {
+    "lamb": lambda: LAMB(PiecewiseLinearDecay(0.05, {1: 1.0, 3: 0.5}), weight_decay_rate=0.01,
+                         exclude_from_weight_decay=["Norm", "bias"], gradient_accumulation_steps=2),
+    "chain": lambda: LAMBLRG(learning_rate=0.05, bias_correction=False, weight_decay_rate=0.01,
+                             exclude_from_weight_decay=["Norm", "bias"], grad_accum_steps=2,
+                             lr_schedule={1: 1.0, 3: 0.5}),
+}
+
+def run(strategy, kind):
     keras.utils.set_random_seed(0)
     with strategy.scope():
         inp = keras.Input((3,)); h = keras.layers.Dense(4, name="Encoder-Dense")(inp)
         h = keras.layers.LayerNormalization(name="Encoder-Norm")(h)
         m = keras.Model(inp, keras.layers.Dense(2, name="Out")(h))
-        m.compile(optimizer=LAMB(PiecewiseLinearDecay(0.05, {1: 1.0, 3: 0.5}), weight_decay_rate=0.01,
-                                 exclude_from_weight_decay=["Norm", "bias"], gradient_accumulation_steps=2),
-                  loss="mse", jit_compile=False)
+        m.compile(optimizer=OPTIMIZERS[kind](), loss="mse", jit_compile=False)
     rng = np.random.default_rng(1)
-    x = rng.normal(size=(32, 3)).astype("float32"); y = rng.normal(size=(32, 2)).astype("float32")
+    x = rng.normal(size=(40, 3)).astype("float32"); y = rng.normal(size=(40, 2)).astype("float32")
     start = [w.numpy() for w in m.weights]
     m.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
     moved = max(float(np.abs(a - w.numpy()).max()) for a, w in zip(start, m.weights))
-    assert moved > 1e-3, moved
+    assert moved > 1e-3, (kind, moved)
     return [w.numpy() for w in m.weights], int(m.optimizer.iterations.numpy())
 
-plain, it1 = run(tf.distribute.get_strategy())
-mirrored, it2 = run(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
-diff = max(float(np.abs(a - b).max()) for a, b in zip(plain, mirrored))
-print("iterations", it1, it2, "max|diff|", diff)
-sys.exit(0 if it1 == it2 == 2 and diff < 1e-5 else 1)
+ok = True
+for kind, want_iterations in (("lamb", 2), ("chain", 5)):
+    plain, it1 = run(tf.distribute.get_strategy(), kind)
+    mirrored, it2 = run(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), kind)
+    diff = max(float(np.abs(a - b).max()) for a, b in zip(plain, mirrored))
+    print(kind, "iterations", it1, it2, "max|diff|", diff)
+    ok = ok and it1 == it2 == want_iterations and diff < 1e-5
+sys.exit(0 if ok else 1)
 """
 
 
 def test_accumulation_inside_a_distribution_strategy(tmp_path):
-    """Two logical CPUs under MirroredStrategy give the single-device result.
+    """Two logical CPUs under MirroredStrategy give the single-device result (LAMB, GAU-α's chain).
 
     Runs in a fresh interpreter: logical devices must be set before TF starts.
     XLA is off: it cannot address a second logical CPU's variables (Keras's
@@ -280,4 +316,4 @@ def test_accumulation_inside_a_distribution_strategy(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(repo), TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    assert "iterations 2 2" in result.stdout
+    assert "lamb iterations 2 2" in result.stdout and "chain iterations 5 5" in result.stdout
