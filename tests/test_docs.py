@@ -1,9 +1,28 @@
-"""Every design-note reference in the code and the READMEs resolves to a file of docs/."""
+"""The documentation stays true: design-note references and every relative link (and its anchor)
+of the Markdown files resolve, every `python3 ...` / `gau-keras ...` command in them names a real
+script, subcommand, flag and repository file, README.md's test command is the one `.ci/run` runs,
+and README's Python runs."""
+import contextlib
+import io
 import re
+import shlex
+import textwrap
+
+import numpy as np
+import pytest
 
 from tests.conftest import REPO_ROOT
 
 SOURCES = ("gau_keras", "pretrain", "finetune", "benchmarks", "examples", "tests", "docs")
+README = REPO_ROOT / "README.md"
+#: the folders of this repository that a command's path argument may name
+REPO_FOLDERS = ("pretrain", "benchmarks", "finetune", "gau_keras", "examples", "tests", "docs", "notebooks")
+#: `gau-keras` subcommands: the modules whose source defines their flags
+SUBCOMMANDS = {"fill-mask": ("gau_keras/__main__.py",), "export": ("gau_keras/__main__.py", "gau_keras/export.py"),
+               "prepare-corpus": ("pretrain",), "pretrain": ("pretrain",), "compare": ("finetune",),
+               "finetune": ("finetune",)}
+#: modules run with `python -m` that are not part of this repository
+EXTERNAL_MODULES = {"pytest", "pip"}
 
 
 def _files():
@@ -11,7 +30,15 @@ def _files():
         for path in (REPO_ROOT / folder).rglob("*"):
             if path.suffix in (".py", ".md", ".cc") and "__pycache__" not in path.parts:
                 yield path
-    yield REPO_ROOT / "README.md"
+    yield README
+
+
+def _markdown_files():
+    return sorted(p for p in _files() if p.suffix == ".md")
+
+
+def _rel(path):
+    return str(path.relative_to(REPO_ROOT))
 
 
 def test_design_note_references_resolve():
@@ -27,3 +54,241 @@ def test_design_note_references_resolve():
     assert not outside, f"references to a design file outside the repository: {outside}"
     for link in re.findall(r"\]\(([\w./-]+\.md)\)", (REPO_ROOT / "docs" / "README.md").read_text()):
         assert (REPO_ROOT / "docs" / link).is_file(), link
+
+
+# --- Markdown structure -------------------------------------------------------------------------
+
+FENCE = re.compile(r"^( *)```([\w-]*)[^\n]*\n(.*?)^\1```", re.MULTILINE | re.DOTALL)
+
+
+def _fences(text):
+    """(language, dedented body) of every fenced block, indented ones (in list items) included."""
+    return [(lang, textwrap.dedent(body)) for _, lang, body in FENCE.findall(text)]
+
+
+def _prose(text):
+    """The text outside fenced blocks."""
+    return FENCE.sub("", text)
+
+
+def _slug(heading):
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(path):
+    seen, anchors = {}, set()
+    for heading in re.findall(r"^#{1,6} +(.+?) *#*$", _prose(path.read_text(encoding="utf-8")), re.MULTILINE):
+        slug = _slug(heading)
+        anchors.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+        seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+def test_markdown_links_and_anchors_resolve():
+    """Every relative link of every Markdown file names an existing file, and its #anchor a heading."""
+    broken = []
+    for path in _markdown_files():
+        for target in re.findall(r"\[[^\]]*\]\(([^)\s]+)\)", _prose(path.read_text(encoding="utf-8"))):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file_part, _, anchor = target.partition("#")
+            linked = (path.parent / file_part).resolve() if file_part else path
+            if not linked.exists():
+                broken.append(f"{_rel(path)}: {target} (no such file)")
+            elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+                broken.append(f"{_rel(path)}: {target} (no heading with that anchor)")
+    assert not broken, "\n".join(broken)
+
+
+# --- commands ------------------------------------------------------------------------------------
+
+#: a command: at the start of a shell line or span, or after `&&`, `;`, `|`, `(` or `do`
+COMMAND = re.compile(r"(?:^\s*|(?:&&|;|\||\(|\bdo)\s*)((?:python3?|gau-keras)(?=\s|$)[^;&|<>#\n]*)")
+#: commands that are meant not to run, with the reason
+NOT_COMMANDS = {"python -m finetune.eprstmt": "finetune/README.md: the module one would add for this form"}
+
+
+def _command_texts(text):
+    """Shell lines of bash / plain fenced blocks (continuations joined) and inline code spans."""
+    for lang, body in _fences(text):
+        if lang in ("", "bash", "sh", "shell"):
+            # a backslash continues a line; so does an indented `[--option]` line of a usage block
+            yield from re.sub(r"\n\s+(?=\[|--)", " ", body.replace("\\\n", " ")).splitlines()
+    for span in re.findall(r"`([^`]+)`", _prose(text)):
+        yield " ".join(span.split())
+
+
+def _commands(text):
+    for line in _command_texts(text):
+        for command in COMMAND.findall(line):
+            try:
+                words = shlex.split(command)
+            except ValueError:
+                words = command.split()
+            if command.strip() not in NOT_COMMANDS:
+                yield command.strip(), [w.strip("[]|") for w in words]
+
+
+def _flag_sources(locations):
+    texts = []
+    for location in locations:
+        path = REPO_ROOT / location
+        for file in sorted(path.glob("*.py")) if path.is_dir() else [path]:
+            texts.append(file.read_text(encoding="utf-8"))
+    return "\n".join(texts)
+
+
+def _task_names():
+    from finetune import commands
+
+    return set(commands.names())
+
+
+def _resolve(words):
+    """(problem or None, the source locations of the command's flags, the words after its target)."""
+    if words[0] == "gau-keras" or words[:3] in (["python", "-m", "gau_keras"], ["python3", "-m", "gau_keras"]):
+        rest = words[1:] if words[0] == "gau-keras" else words[3:]
+        if not rest or not rest[0][:1].isalpha() or rest[0].isupper():
+            return None, None, []
+        if rest[0] not in SUBCOMMANDS:
+            return f"no subcommand {rest[0]!r}", None, []
+        if rest[0] == "finetune" and len(rest) > 1 and rest[1].islower() and rest[1] not in _task_names():
+            return f"no fine-tuning task {rest[1]!r}", None, []
+        return None, SUBCOMMANDS[rest[0]], rest[1:]
+    if len(words) < 2:
+        return None, None, []
+    if words[1] == "-m" and len(words) > 2:
+        module = words[2]
+        if module.split(".")[0] in EXTERNAL_MODULES or not re.fullmatch(r"\w+(\.\w+)*", module):
+            return None, None, []
+        path = REPO_ROOT / (module.replace(".", "/") + ".py")
+        if not path.is_file():
+            return f"no module {module!r} in the repository", None, []
+        return None, (_rel(path.parent),), words[3:]
+    if words[1].endswith(".py"):
+        path = REPO_ROOT / words[1]
+        if not path.is_file():
+            return f"no script {words[1]!r}", None, []
+        return None, (_rel(path),) if path.parent == REPO_ROOT else (_rel(path), _rel(path.parent)), words[2:]
+    return None, None, []
+
+
+def _repo_paths(word):
+    for piece in re.split(r"[,=]", word):
+        if re.fullmatch(rf"(?:{'|'.join(REPO_FOLDERS)})/[\w./-]+", piece) and "..." not in piece:
+            yield piece
+
+
+def test_commands_name_real_scripts_flags_and_files():
+    """Every `python3 ...`, `python -m ...` and `gau-keras ...` command of the Markdown files runs a
+    script or subcommand that exists, with flags that its parser defines and repository paths
+    that exist."""
+    problems, checked = [], 0
+    for path in _markdown_files():
+        for command, words in _commands(path.read_text(encoding="utf-8")):
+            problem, sources, rest = _resolve(words)
+            if problem:
+                problems.append(f"{_rel(path)}: {command}: {problem}")
+                continue
+            if sources is None:
+                continue
+            checked += 1
+            source = _flag_sources(sources)
+            for word in rest:
+                for flag in re.findall(r"(?:^|\s)(--[a-z][\w-]*)", word):
+                    if flag != "--help" and f'"{flag}"' not in source and f"'{flag}'" not in source:
+                        problems.append(f"{_rel(path)}: {command}: flag {flag} is defined nowhere in {sources}")
+                for piece in _repo_paths(word):
+                    if not (REPO_ROOT / piece).exists():
+                        problems.append(f"{_rel(path)}: {command}: no file {piece}")
+    assert checked >= 30, f"only {checked} commands found: is the extraction broken?"
+    assert not problems, "\n".join(problems)
+
+
+def _readme_section(title):
+    """The text of README's section `title`, up to the next heading of its level or above."""
+    lines, inside, level, fenced = [], None, None, False
+    for line in README.read_text(encoding="utf-8").splitlines(keepends=True):
+        heading = None if fenced else re.match(r"(#+) (.+?)\s*$", line)
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if heading and inside is None and heading.group(2) == title:
+            inside, level = True, len(heading.group(1))
+            continue
+        if heading and inside and len(heading.group(1)) <= level:
+            break
+        if inside:
+            lines.append(line)
+    assert inside, f"README.md has no section {title!r}"
+    return "".join(lines)
+
+
+def test_readme_test_command_is_what_ci_runs():
+    setup = [body for lang, body in _fences(_readme_section("Set-up, the main job, the tests")) if lang == "bash"][0]
+    lines = [line for line in setup.splitlines() if line.strip()]
+    assert lines[0].startswith("pip install -r requirements.txt && pip install -e . && python -m gau_keras fill-mask ")
+    ci = [line for line in (REPO_ROOT / ".ci" / "run").read_text().splitlines() if "pytest" in line and
+          not line.lstrip().startswith("#")]
+    assert len(ci) == 1, ci
+    assert ci[0].strip().replace("python3 -m pip ", "pip ") == lines[1].strip()
+
+
+def test_readme_is_a_short_guide():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 300, f"README.md has {len(lines)} lines; the guide's limit is 300 (reports go to docs/)"
+
+
+# --- README's Python ----------------------------------------------------------------------------
+
+def _python_blocks(section):
+    return [body for lang, body in _fences(_readme_section(section)) if lang == "python"]
+
+
+def test_readme_quickstart_runs():
+    source = _python_blocks("In Python")[0]
+    namespace, printed = {"__name__": "__readme__"}, io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(source, "README.md[quickstart]", "exec"), namespace)
+    probs, token_ids = namespace["probs"], namespace["token_ids"]
+    assert probs.shape == (1, len(token_ids), namespace["tokenizer"]._vocab_size)
+    np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-4)
+    assert "好" in printed.getvalue()
+
+
+@pytest.mark.filterwarnings("ignore:Layer 'lambda")
+def test_readme_train_step_is_adversarial_training():
+    """The porting section's train_step: with epsilon 0 it is model.fit's own step (same weights
+    after a step); with epsilon 0.5 the perturbed embeddings change the update."""
+    import keras
+
+    from gau_keras import build_transformer_model
+    from tests.model_utils import TINY_GAU
+
+    source = [body for body in _python_blocks("What Keras 3 requires beyond it") if "def train_step" in body][0]
+    namespace = {"__name__": "__readme__"}
+    exec(compile(source, "README.md[train_step]", "exec"), namespace)
+    adversarial = namespace["AdversarialModel"]
+    config = {**TINY_GAU, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    rng = np.random.default_rng(0)
+    x = [rng.integers(1, TINY_GAU["vocab_size"], (4, 7)), np.zeros((4, 7), "int32")]
+    y = np.array([0, 1, 2, 1])
+
+    def trained(cls, epsilon):
+        keras.utils.set_random_seed(0)
+        bert = build_transformer_model(config, model="gau_alpha", return_keras_model=False)
+        output = keras.layers.Dense(3, activation="softmax")(keras.layers.Lambda(lambda h: h[:, 0])(bert.model.output))
+        model = cls(bert.model.input, output)
+        model.epsilon = epsilon
+        model.compile(loss="sparse_categorical_crossentropy", optimizer=keras.optimizers.Adam(1e-2),
+                      metrics=["sparse_categorical_accuracy"])
+        history = model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False).history
+        return [w.numpy() for w in model.weights], history
+
+    plain, _ = trained(keras.Model, 0.0)
+    unperturbed, history = trained(adversarial, 0.0)
+    perturbed, _ = trained(adversarial, 0.5)
+    assert 0 < history["loss"][0] < 10 and "sparse_categorical_accuracy" in history
+    assert max(np.abs(a - b).max() for a, b in zip(plain, unperturbed)) < 1e-6
+    assert max(np.abs(a - b).max() for a, b in zip(plain, perturbed)) > 1e-4
