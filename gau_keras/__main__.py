@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from gau_keras import flags
+from gau_keras import cli_env, flags
 
 #: subcommands handled by another module's own argument parser
 DELEGATED = {"prepare-corpus": "pretrain.prepare_corpus", "pretrain": "pretrain.pretrain",
@@ -89,7 +89,7 @@ def _delegate(argv):
 
 
 def main(argv=None):
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", cli_env.CLI_TF_LOG_LEVEL)   # when called in-process
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and (argv[0] in DELEGATED or argv[0] == "finetune"):
         return _delegate(argv)

@@ -1,7 +1,17 @@
 """Masked-token prediction with an MLM model (the fill-mask entry point)."""
+import re
+
 import numpy as np
 
 MASK = "[MASK]"
+#: vocab entries that are markers, not text: [PAD] [UNK] [CLS] [SEP] [MASK] [unused1] ...
+SPECIAL_TOKEN = re.compile(r"^\[[^\[\]]+\]$")
+
+
+def special_token_ids(tokenizer):
+    """The ids of the vocab's special tokens, which are never offered as answers."""
+    return np.array([i for i in range(tokenizer.vocab_size) if SPECIAL_TOKEN.match(tokenizer.id_to_token(i))],
+                    dtype="int64")
 
 
 def encode_with_masks(tokenizer, text, maxlen=512):
@@ -33,12 +43,17 @@ def fill_mask(model, tokenizer, text, top_k=5):
     """Top-k predictions for every ``[MASK]`` in ``text``.
 
     ``model`` outputs MLM probabilities [B, L, V]. Returns one list per mask
-    of (token, probability) pairs, most probable first.
+    of (token, probability) pairs, most probable first; special tokens
+    ([UNK], [PAD], [CLS], [SEP], [MASK], [unused...]) are left out.
     """
     token_ids, segment_ids, positions = encode_with_masks(tokenizer, text)
     probs = model.predict([np.array([token_ids]), np.array([segment_ids])], verbose=0)[0]
+    special = special_token_ids(tokenizer)
     results = []
     for position in positions:
-        best = np.argsort(-probs[position])[:top_k]
+        ranking = np.array(probs[position], dtype="float64")
+        ranking[special] = -np.inf
+        order = np.argsort(-ranking, kind="stable")
+        best = order[np.isfinite(ranking[order])][:top_k]
         results.append([(tokenizer.id_to_token(int(i)), float(probs[position, i])) for i in best])
     return results

@@ -18,9 +18,13 @@ def default_model_dir():
 def model_files(model_dir):
     """(config_path, checkpoint_prefix, vocab_path) of a model directory.
 
-    Raises FileNotFoundError naming the first missing file.
+    Raises FileNotFoundError naming the first missing file (ValueError when
+    ``model_dir`` is a file).
     """
     model_dir = os.fspath(model_dir)
+    if os.path.isfile(model_dir):
+        raise ValueError(f"--model-dir {model_dir!r} is a file, not a model directory (bert_config.json, "
+                         f"bert_model.ckpt.*, vocab.txt)")
     if not os.path.isdir(model_dir):
         raise FileNotFoundError(f"model directory {model_dir!r} does not exist")
     config = os.path.join(model_dir, "bert_config.json")

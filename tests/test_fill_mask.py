@@ -35,12 +35,16 @@ def test_encode_with_masks_keeps_mask_tokens(model_dir):
 
 def test_fill_mask_returns_sorted_probabilities(model_dir):
     model, tokenizer = load_pretrained(str(model_dir), with_mlm=True)
-    (candidates,) = fill_mask(model, tokenizer, "今天天气很[MASK]。", top_k=4)
+    (candidates,) = fill_mask(model, tokenizer, "今天天气很[MASK]。", top_k=len(CHARS) + 3)
     probs = [p for _, p in candidates]
-    assert len(candidates) == 4 and probs == sorted(probs, reverse=True)
+    assert probs == sorted(probs, reverse=True)
+    # never a special token ([PAD] ... [unused54] are 47 of the 60 entries): only the vocab's characters
+    assert sorted(token for token, _ in candidates) == sorted(set(CHARS))
     ids, segments, positions = encode_with_masks(tokenizer, "今天天气很[MASK]。")
     full = model.predict([np.array([ids]), np.array([segments])], verbose=0)[0, positions[0]]
-    assert candidates[0] == (tokenizer.id_to_token(int(full.argmax())), pytest.approx(float(full.max()), rel=1e-5))
+    text_ids = [tokenizer.token_to_id(ch) for ch in set(CHARS)]
+    best = max(text_ids, key=lambda i: full[i])
+    assert candidates[0] == (tokenizer.id_to_token(best), pytest.approx(float(full[best]), rel=1e-5))
 
 
 def test_cli_prints_top_k(model_dir, capsys):
@@ -55,6 +59,33 @@ def test_cli_errors_name_the_missing_file(model_dir, tmp_path, capsys):
     assert "vocab.txt" in capsys.readouterr().err
     with pytest.raises(FileNotFoundError, match="does not exist"):
         model_files(str(tmp_path / "absent"))
+    readme = tmp_path / "README.md"
+    readme.write_text("# notes\n")
+    assert cli.main(["fill-mask", "--model-dir", str(readme), "今[MASK]"]) == 2
+    assert capsys.readouterr().err == (f"error: --model-dir {str(readme)!r} is a file, not a model directory "
+                                       f"(bert_config.json, bert_model.ckpt.*, vocab.txt)\n")
+
+
+def test_the_command_line_quiets_tensorflows_start_up_log(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from gau_keras.cli_env import is_command_line
+
+    assert is_command_line(["/usr/bin/gau-keras"], ["python", "/usr/bin/gau-keras"])
+    assert is_command_line(["-m"], ["python", "-X", "dev", "-m", "gau_keras", "fill-mask"])
+    assert not is_command_line(["train.py"], ["python", "train.py", "-m", "x"])
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    code = "import os, sys; sys.argv = ['gau-keras']; import gau_keras; print(os.environ['TF_CPP_MIN_LOG_LEVEL'])"
+    for given, expected in ((None, "3"), ("0", "0")):
+        run_env = env if given is None else {**env, "TF_CPP_MIN_LOG_LEVEL": given}
+        result = subprocess.run([sys.executable, "-c", code], env=run_env, capture_output=True, text=True,
+                                timeout=300, cwd=tmp_path)
+        assert result.returncode == 0 and result.stdout.split() == [expected], result.stderr[-2000:]
+        if given is None:    # TensorFlow's start-up notices (before the fix: the AVX line, cuInit errors)
+            assert not [line for line in result.stderr.splitlines() if "cpu_feature_guard" in line
+                        or line.startswith(("E0000", "W0000"))], result.stderr
 
 
 def test_model_dir_with_hf_config_name(model_dir):
