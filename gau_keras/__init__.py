@@ -19,6 +19,8 @@ import contextlib
 import importlib
 import os
 
+from gau_keras import cli_env  # noqa: F401  (first: the command line's TensorFlow log level, before TF loads)
+
 __version__ = "0.1.0"
 
 _PUBLIC = {
