@@ -3,7 +3,7 @@ import keras
 import numpy as np
 import pytest
 
-from gau_keras.layers import GlobalPointer
+from gau_keras.layers import EfficientGlobalPointer, GlobalPointer
 from gau_keras.ops import NEG_INF
 from tests.layer_utils import assert_keras_round_trip
 
@@ -63,3 +63,46 @@ def test_keras_mask_is_used_and_model_round_trips(rng):
 def test_odd_head_size_with_rope_is_an_error():
     with pytest.raises(ValueError, match="head_size"):
         GlobalPointer(2, 5)
+
+
+def test_bert4keras_arguments_and_old_configs():
+    layer = GlobalPointer(2, 4)
+    config = layer.get_config()
+    assert (config["RoPE"], config["use_bias"], config["tril_mask"]) == (True, True, True)
+    assert config["kernel_initializer"]["class_name"] == "LecunNormal"
+    legacy = {k: v for k, v in config.items() if k not in ("RoPE", "use_bias")}
+    legacy["rope"] = False  # the key .keras files of earlier versions carry
+    assert GlobalPointer.from_config(legacy).RoPE is False
+    unbiased = GlobalPointer(2, 4, use_bias=False)
+    unbiased.build((None, None, 6))
+    assert [w.shape for w in unbiased.weights] == [(6, 16)]
+
+
+def test_efficient_global_pointer_in_a_model(rng):
+    ids = np.array([[3, 4, 5, 0], [6, 7, 0, 0]])
+    tokens = keras.Input((None,), dtype="int32")
+    hidden = keras.layers.Embedding(10, 6, mask_zero=True)(tokens)
+    layer = EfficientGlobalPointer(3, 4, name="egp")
+    model = keras.Model(tokens, layer(hidden))
+    scores = model.predict(ids, verbose=0)
+    assert scores.shape == (2, 3, 4, 4)
+    assert np.all(scores[0, :, 3, :] == NEG_INF) and np.all(scores[1, :, 1, 0] == NEG_INF)
+    assert [tuple(w.shape) for w in layer.weights] == [(6, 8), (8,), (8, 6), (6,)]
+    # per-type biases: the types differ on the same span only through q_dense
+    assert np.ptp(scores[0, :, 0, 2]) > 0
+    assert_keras_round_trip(model, ids)
+
+
+def test_mixed_precision_keeps_valid_spans_finite(rng):
+    x = rng.normal(size=(2, 5, 6)).astype("float32")
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+    for cls in (GlobalPointer, EfficientGlobalPointer):
+        full = cls(2, 4)
+        half = cls(2, 4, dtype="mixed_float16")
+        full(x, mask=mask)
+        half(x, mask=mask)
+        half.set_weights(full.get_weights())
+        expected, got = keras.ops.convert_to_numpy(full(x, mask=mask)), keras.ops.convert_to_numpy(half(x, mask=mask))
+        valid = expected > NEG_INF
+        assert got.dtype == np.float16 and np.all(np.isfinite(got[valid])) and np.all(got[~valid] < -6e4)
+        np.testing.assert_allclose(got[valid], expected[valid], atol=2e-2, rtol=1e-2)

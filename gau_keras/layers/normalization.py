@@ -51,6 +51,9 @@ class ScaleOffset(keras.layers.Layer):
         return inputs
 
     def build(self, input_shape):
+        if self.conditional and not isinstance(input_shape[0], (list, tuple)):
+            raise ValueError(f"{type(self).__name__} {self.name!r}: conditional=True takes inputs [x, cond], "
+                             f"got one input of shape {tuple(input_shape)}")
         shape = input_shape[0] if self.conditional else input_shape
         dim = shape[-1]
         if self.scale is True:
