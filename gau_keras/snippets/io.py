@@ -29,7 +29,9 @@ class open:   # bert4keras's name: scripts import it in place of the built-in
 
     def __init__(self, name, mode="r", encoding=None, errors="strict", indexable=False):
         self.name = name
-        self.file = builtins.open(name, mode, encoding=encoding, errors=errors)
+        text_mode = "b" not in mode
+        # (the built-in refuses errors= in binary mode; bert4keras passed it anyway and failed)
+        self.file = builtins.open(name, mode, encoding=encoding, errors=errors if text_mode else None)
         self.encoding = encoding
         self.errors = errors
         self.iterator = None
