@@ -138,3 +138,14 @@ def test_bert4keras_only_models_and_srupp_pooler_are_refused():
                                 num_hidden_layers=1)
     with pytest.raises(TypeError, match="hiden_size"):
         build_transformer_model(hiden_size=3, **{k: v for k, v in TINY_GAU.items() if k != "hidden_size"})
+
+
+def test_extend_with_language_model_factories():
+    from gau_keras.models import extend_with_language_model, extend_with_unified_language_model
+
+    lm = build_transformer_model(model=extend_with_language_model(GAU_alpha), return_keras_model=False, **SMALL)
+    assert lm.application == "lm" and lm.with_mlm and "Attention-Mask" in lm.layers
+    unilm = build_transformer_model(model=extend_with_unified_language_model(RoFormerV2), return_keras_model=False,
+                                    num_attention_heads=2, **SMALL)
+    assert unilm.application == "unilm" and "Attention-UniLM-Mask" in unilm.layers
+    assert unilm.model.output.shape == (None, None, 60)

@@ -26,6 +26,29 @@ BERT4KERAS_ONLY_MODELS = ("bert", "albert", "albert_unshared", "roberta", "nezha
                           "gpt", "gpt2", "gpt2_ml", "t5", "t5_encoder", "t5_decoder", "t5.1.0", "t5.1.1",
                           "mt5.1.1")
 
+def _with_application(base, application):
+    class Model(base):
+        def __init__(self, *args, **kwargs):
+            kwargs["application"] = application
+            super().__init__(*args, **kwargs)
+
+    Model.__name__ = Model.__qualname__ = f"{base.__name__}_{application}"
+    return Model
+
+
+def extend_with_language_model(base):
+    """bert4keras's factory: ``base`` with the causal (lower-triangular)
+    attention mask and the MLM head, i.e. ``application='lm'``."""
+    return _with_application(base, "lm")
+
+
+def extend_with_unified_language_model(base):
+    """bert4keras's factory: ``base`` with UniLM's seq2seq mask (segment 0
+    sees itself, segment 1 also its own past) and the MLM head, i.e.
+    ``application='unilm'``."""
+    return _with_application(base, "unilm")
+
+
 def load_config(config_path):
     """Reads a bert_config.json (or the PyTorch port's HF config.json) into
     constructor arguments (see ``gau_keras.models.config.read_config``)."""
@@ -99,7 +122,7 @@ def build_transformer_model(config_path=None, checkpoint_path=None, model="gau_a
                            cls.__name__)
         configs.update({k: v for k, v in file_config.items() if k in accepted})
     configs.update(kwargs)
-    configs["application"] = application.lower()
+    configs["application"] = application.lower()   # an extend_with_* class replaces it with its own
     missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers") if k not in configs]
     if missing:
         where = (f"config {config_path!r}" if isinstance(config_path, (str, os.PathLike))
