@@ -42,7 +42,7 @@ __all__ = sorted(_PUBLIC)
 TF_FREE_ENV = "GAU_KERAS_TF_FREE"
 #: the modules whose import registers a serialisable class
 SERIALIZABLE_MODULES = ("gau_keras.initializers", "gau_keras.layers", "gau_keras.models",
-                        "gau_keras.optimizers", "gau_keras.losses")
+                        "gau_keras.optimizers", "gau_keras.losses", "gau_keras.backend")
 
 
 def register_serializables():

@@ -409,10 +409,14 @@ def test_set_gelu_switches_the_activation_name(tmp_path):
         dense = keras.layers.Dense(1, activation="gelu")
         restored = keras.layers.Dense.from_config(dense.get_config())
         assert restored.activation is B.gelu_tanh
+        keras.Sequential([keras.Input((3,)), dense]).save(tmp_path / "tanh.keras")
         with pytest.raises(ValueError, match="version"):
             B.set_gelu("sigmoid")
     finally:
         B.set_gelu("erf")
+    loaded = keras.saving.load_model(tmp_path / "tanh.keras")        # keeps the tanh GELU it was built with
+    assert loaded.layers[0].activation is B.gelu_tanh
+    assert keras.layers.Dense(1, activation="gelu").activation is keras.activations.gelu
     assert keras.activations.get("gelu") is keras.activations.gelu
     np.testing.assert_allclose(K.eval(keras.activations.get("gelu")(x)), K.eval(B.gelu_erf(x)), rtol=1e-6)
     assert not np.allclose(K.eval(B.gelu_tanh(x)), K.eval(B.gelu_erf(x)), rtol=0, atol=1e-6)
