@@ -335,3 +335,81 @@ def test_invalid_submissions_write_nothing(tmp_path, task, records, message):
     with pytest.raises(ValueError, match=message):
         clue.write_predictions(task, records, path)
     assert not path.exists()
+
+
+# ------------------------------------------------------ arbitrary input (hypothesis)
+import hypothesis  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+#: the field names the readers look for, so that generated records get past the first checks
+FIELDS = ["id", "idx", "sentence", "sentence1", "sentence2", "label", "abst", "keyword", "text", "target",
+          "span1_index", "span1_text", "span2_index", "span2_text", "content", "candidates", "answer",
+          "data", "paragraphs", "context", "qas", "question", "answers", "answer_start", "choice"]
+KEYS = st.sampled_from(FIELDS) | st.text(max_size=4)
+SCALARS = (st.none() | st.booleans() | st.integers(-3, 40) | st.integers() | st.floats(allow_nan=True)
+           | st.text(max_size=12) | st.sampled_from(["100", "-", "entailment", "true", BLANK, "#idiom1#"]))
+VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(KEYS, inner, max_size=5),
+                      max_leaves=12)
+RECORDS = st.dictionaries(KEYS, VALUES, max_size=7) | VALUES
+LINES = st.lists(RECORDS.map(lambda r: json.dumps(r, ensure_ascii=False).encode("utf-8"))
+                 | st.binary(max_size=16).filter(lambda b: b"\n" not in b), max_size=6)
+LINE_TASKS = [name for name, spec in TASKS.items() if spec.form not in ("cmrc2018", "c3")]
+DOCUMENT_TASKS = [name for name, spec in TASKS.items() if spec.form in ("cmrc2018", "c3")]
+
+
+def _reads_or_names_the_file(task, path, labelled, lines=None):
+    """load_file gives examples with consistent counts, or an error naming the file; never anything else."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MalformedRecordWarning)
+            examples, stats = load_file(task, path, labelled=labelled)
+    except (ValueError, FileNotFoundError) as error:    # a wrong label, a chid record without its answers ...
+        assert str(path.parent) in str(error), (task, error)
+        return
+    assert stats.examples == len(examples) and stats.malformed == len(stats.problems)
+    assert stats.malformed + sum(n for r, n in stats.skipped.items() if r != "blank lines") <= stats.records
+    if lines is not None:
+        assert stats.records + stats.skipped["blank lines"] == len(lines)
+    for example in examples:
+        assert labelled or getattr(example, "label", None) is None
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=LINES, labelled=st.booleans())
+# json's 4300-digit limit and nesting too deep: ValueError / RecursionError naming no file
+@hypothesis.example(lines=[b'{"sentence": "a", "label": ' + b"1" * 5000 + b"}", b"[" * 100000], labelled=True)
+def test_arbitrary_json_lines_are_counted_skips_or_errors_naming_the_file(tmp_path_factory, lines, labelled):
+    folder = tmp_path_factory.mktemp("lines")
+    path = folder / "data.json"
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    for task in LINE_TASKS:
+        _reads_or_names_the_file(task, path, labelled, lines)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(document=VALUES | st.fixed_dictionaries({"data": st.lists(VALUES, max_size=3)}), labelled=st.booleans())
+def test_arbitrary_json_documents_are_counted_skips_or_errors_naming_the_file(tmp_path_factory, document,
+                                                                              labelled):
+    folder = tmp_path_factory.mktemp("document")
+    path = folder / "data.json"
+    path.write_text(json.dumps(document, ensure_ascii=False), encoding="utf-8")
+    for task in DOCUMENT_TASKS:
+        _reads_or_names_the_file(task, path, labelled)
+
+
+def test_a_number_beyond_jsons_digit_limit_is_an_error_naming_the_file(tmp_path):
+    path = tmp_path / "d-dev.json"
+    path.write_text('[[["a"], [], ' + "1" * 5000 + "]]", encoding="utf-8")     # was a ValueError naming no file
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}: unreadable JSON \(Exceeds the limit"):
+        load_file("c3", path)
+
+
+def test_the_summary_is_logged_once_and_not_as_a_warning(tmp_path, caplog):
+    path = tmp_path / "dev.json"
+    path.write_text('{"sentence": "x", "label": "100"}\n{"sentence": \n', encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MalformedRecordWarning)
+        load_task("tnews", "dev", tmp_path)
+    summaries = [r for r in caplog.records if "examples from" in r.getMessage()]
+    assert all(r.levelname == "INFO" for r in summaries)    # a WARNING reached the console beside the print

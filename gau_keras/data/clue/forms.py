@@ -128,6 +128,8 @@ def load_json_document(path):
                          f"JSON document, so nothing can be read from it") from None
     except UnicodeDecodeError as error:
         raise ValueError(f"{path}: not UTF-8 ({error.reason} at byte {error.start})") from None
+    except (ValueError, RecursionError) as error:      # a number of > 4300 digits, nesting too deep
+        raise ValueError(f"{path}: unreadable JSON ({str(error).split(';')[0]})") from None
 
 
 def _parse_cmrc_question(question, index, spec, labelled, context):

@@ -107,6 +107,10 @@ def _read_json_lines(path, reader):
                 reader.stats.records += 1
                 reader.malformed(where, f"invalid JSON ({error.msg}, column {error.colno})")
                 continue
+            except (ValueError, RecursionError) as error:   # a number of > 4300 digits, nesting too deep
+                reader.stats.records += 1
+                reader.malformed(where, f"unreadable JSON ({str(error).split(';')[0]})")
+                continue
             reader.add(parse, record, lineno - 1, where)
 
 
