@@ -130,3 +130,20 @@ def test_attention_model_round_trip_and_mask(kind):
         y = MultiHeadAttention(2, 4, attention_dropout=0.1)([x, x, x, bias, position], a_bias=True, p_bias="rotary")
     assert y._keras_mask is not None
     assert_keras_round_trip(keras.Model(ids, y), IDS)
+
+
+def test_mha_bert4keras_defaults_and_attention_scores(rng):
+    x = rng.normal(size=(2, 5, 6)).astype("float32")
+    layer = MultiHeadAttention(2, 4)
+    assert tuple(layer([x, x, x]).shape) == (2, 5, 8)  # out_dim = heads * head_size
+    scored = MultiHeadAttention(2, 4, out_dim=6, return_attention_scores=True, use_bias=False)
+    out, scores = scored([x, x, x], mask=[None, None, np.array([[1, 1, 1, 0, 0]] * 2, bool)])
+    assert tuple(out.shape) == (2, 5, 6) and tuple(scores.shape) == (2, 2, 5, 5)
+    q = (x @ _np(scored.q_dense.kernel)).reshape(2, 5, 2, 4)
+    k = (x @ _np(scored.k_dense.kernel)).reshape(2, 5, 2, 4)
+    np.testing.assert_allclose(_np(scores), np.einsum("bjhd,bkhd->bhjk", q, k) / 2.0, rtol=1e-5, atol=1e-5)
+    ids = keras.Input((None,), dtype="int32")
+    h = Embedding(20, 6, mask_zero=True)(ids)
+    o, a = MultiHeadAttention(2, 4, return_attention_scores=True)([h, h, h])
+    assert o._keras_mask is not None and getattr(a, "_keras_mask", None) is None
+    assert_keras_round_trip(keras.Model(ids, [o, a]), IDS)

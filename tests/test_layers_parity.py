@@ -102,6 +102,12 @@ cat = B.Concatenate1D()
 outputs["cat"] = cat([a, b])
 outputs["cat_mask"] = cat.compute_mask([a, b], [None, x_mask[:, 3:]])
 outputs["maxpool"] = B.GlobalMaxPooling1D()(x, mask=x_mask)
+
+import inspect
+for name, cls in B.custom_objects.items():
+    parameters = [p for p in inspect.signature(cls.__init__).parameters.values()
+                  if p.name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD]
+    outputs["signature_" + name] = np.array([f"{p.name}={p.default!r}" for p in parameters] or [""])
 """
 
 
@@ -270,3 +276,25 @@ def test_concatenate1d_and_max_pooling(case):
     np.testing.assert_array_equal(_np(cat([x[:, :3], x[:, 3:]])), ref["cat"])
     np.testing.assert_array_equal(_np(cat.compute_mask([x[:, :3], x[:, 3:]], [None, mask[:, 3:]])), ref["cat_mask"])
     np.testing.assert_allclose(_np(L.GlobalMaxPooling1D()(x, mask=mask)), ref["maxpool"], rtol=1e-6)
+
+
+#: bert4keras layers we do not ship (multi-device batch splitting, done by tf.distribute in Keras 3),
+#: and Embedding, whose constructor is Keras's own (Keras 3's differs from Keras 2's past mask_zero)
+NOT_COMPARED = {"BatchSplit", "BatchConcat", "Embedding"}
+
+
+def test_constructors_take_bert4keras_arguments_in_its_order(case):
+    import inspect
+
+    _, ref = case
+    names = {key[len("signature_"):] for key in ref if key.startswith("signature_")}
+    assert {"Loss", "GlobalPointer", "ConditionalRandomField"} <= names
+    mismatches = []
+    for name in sorted(names - NOT_COMPARED):
+        expected = [p for p in ref["signature_" + name].tolist() if p]
+        parameters = [p for p in inspect.signature(getattr(L, name).__init__).parameters.values()
+                      if p.name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD]
+        got = [f"{p.name}={p.default!r}" for p in parameters]
+        if got[:len(expected)] != expected:
+            mismatches.append((name, expected, got))
+    assert not mismatches

@@ -98,8 +98,8 @@ class GatedAttentionUnit(_AttentionBase):
 
     def __init__(self, units, key_size, activation="swish", use_bias=True,
                  normalization="squared_relu", self_attention=True, attention_scale=True,
-                 attention_dropout=None, softmax_plus_min_len=16,
-                 kernel_initializer="glorot_uniform", recompute=False, **kwargs):
+                 attention_dropout=None, kernel_initializer="glorot_uniform",
+                 softmax_plus_min_len=16, recompute=False, **kwargs):
         super().__init__(normalization, attention_scale, attention_dropout,
                          softmax_plus_min_len, kernel_initializer, recompute, **kwargs)
         self.units = units
@@ -167,25 +167,29 @@ class GatedAttentionUnit(_AttentionBase):
 class MultiHeadAttention(_AttentionBase):
     """bert4keras's multi-head attention, inputs ``[q, k, v, (bias), (sinusoidal)]``.
 
-    q [B, Lq, Dq], k [B, Lk, Dk], v [B, Lk, Dv] -> [B, Lq, out_dim]. Keys are
-    masked with v's mask; the bias is [B|1, Lq, Lk] (shared by the heads);
-    rotary is applied per head (key_size must be even).
+    q [B, Lq, Dq], k [B, Lk, Dk], v [B, Lk, Dv] -> [B, Lq, out_dim] (out_dim
+    defaults to heads * head_size, as in bert4keras). Keys are masked with v's
+    mask; the bias is [B|1, Lq, Lk] (shared by the heads); rotary is applied
+    per head (key_size must be even). ``return_attention_scores`` also returns
+    the scaled scores before masking and normalisation, [B, heads, Lq, Lk].
     """
 
     def __init__(self, heads, head_size, out_dim=None, key_size=None, use_bias=True,
                  normalization="softmax", attention_scale=True, attention_dropout=None,
-                 softmax_plus_min_len=16, kernel_initializer="glorot_uniform", recompute=False, **kwargs):
+                 return_attention_scores=False, kernel_initializer="glorot_uniform",
+                 softmax_plus_min_len=16, recompute=False, **kwargs):
         super().__init__(normalization, attention_scale, attention_dropout,
                          softmax_plus_min_len, kernel_initializer, recompute, **kwargs)
         self.heads = heads
         self.head_size = head_size
-        self.out_dim = out_dim
+        self.out_dim = out_dim or heads * head_size
+        self.return_attention_scores = bool(return_attention_scores)
         self.key_size = key_size or head_size
         self.use_bias = use_bias
 
     def build(self, input_shape):
         q_shape, k_shape, v_shape = input_shape[:3]
-        out_dim = self.out_dim or q_shape[-1]
+        out_dim = self.out_dim
         init, bias = self.kernel_initializer, self.use_bias
         self.q_dense = _dense(self.key_size * self.heads, None, bias, init, "q_dense")
         self.k_dense = _dense(self.key_size * self.heads, None, bias, init, "k_dense")
@@ -217,16 +221,25 @@ class MultiHeadAttention(_AttentionBase):
         attention = self._normalize(a, masks[2], bias, training)
         o = ops.einsum("bhjk,bkhd->bjhd", attention, vw)
         shape = ops.shape(o)
-        return self.o_dense(ops.reshape(o, [shape[0], shape[1], self.heads * self.head_size]))
+        o = self.o_dense(ops.reshape(o, [shape[0], shape[1], self.heads * self.head_size]))
+        return [o, a] if self.return_attention_scores else o
 
     def compute_output_shape(self, input_shape):
-        q_shape = input_shape[0]
-        return tuple(q_shape[:-1]) + (self.out_dim or q_shape[-1],)
+        q_shape, k_shape = input_shape[0], input_shape[1]
+        o_shape = tuple(q_shape[:-1]) + (self.out_dim,)
+        if self.return_attention_scores:
+            return [o_shape, (q_shape[0], self.heads, q_shape[1], k_shape[1])]
+        return o_shape
+
+    def compute_mask(self, inputs, mask=None):
+        mask = super().compute_mask(inputs, mask)
+        return [mask, None] if self.return_attention_scores else mask
 
     def get_config(self):
         config = super().get_config()
         config.update(heads=self.heads, head_size=self.head_size, out_dim=self.out_dim,
-                      key_size=self.key_size, use_bias=self.use_bias)
+                      key_size=self.key_size, use_bias=self.use_bias,
+                      return_attention_scores=self.return_attention_scores)
         return config
 
 
