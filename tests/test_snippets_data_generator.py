@@ -1,0 +1,155 @@
+"""gau_keras.snippets.DataGenerator: sampling, forfit/fortest under Keras 3's
+fit/predict (the bert4keras idioms), to_dataset. Sampling parity with
+bert4keras: tests/test_snippets_parity.py."""
+import itertools
+
+import keras
+import numpy as np
+import pytest
+
+from gau_keras.snippets import DataGenerator, sequence_padding
+
+# token lengths chosen so that the first two batches (batch_size 2) pad to the same length
+TEXTS = [[1, 2, 3], [4, 5], [6, 7, 8], [9], [1, 2, 3, 4, 5, 6], [7, 8], [3]]
+LABELS = [0, 1, 1, 0, 1, 0, 1]
+DATA = list(zip(TEXTS, LABELS))
+
+
+class PairBatches(DataGenerator):
+    """The classification idiom: ``yield [token_ids, segment_ids], labels``."""
+
+    def __iter__(self, random=False):
+        tokens, labels = [], []
+        for is_end, (ids, label) in self.sample(random):
+            tokens.append(ids)
+            labels.append([label])
+            if len(tokens) == self.batch_size or is_end:
+                tokens = sequence_padding(tokens)
+                yield [tokens, np.zeros_like(tokens)], sequence_padding(labels)
+                tokens, labels = [], []
+
+
+class LossLayerBatches(PairBatches):
+    """The Loss-layer idiom: labels among the inputs, ``None`` as targets."""
+
+    def __iter__(self, random=False):
+        for (tokens, segments), labels in super().__iter__(random):
+            yield [tokens, segments, labels.astype("float32")], None
+
+
+class Samples(DataGenerator):
+    """One sample per item, for to_dataset."""
+
+    def __iter__(self, random=False):
+        for _, (ids, label) in self.sample(random):
+            yield [ids, [0] * len(ids)], [[label]]
+
+
+def test_steps_len_and_sample_flags():
+    g = PairBatches(DATA, 3)
+    assert g.steps == len(g) == 3 and g.buffer_size == 3000
+    flags = list(g.sample())
+    assert [d for _, d in flags] == DATA
+    assert [end for end, _ in flags] == [False] * 6 + [True]
+    np.random.seed(0)
+    shuffled = [d for _, d in g.sample(random=True)]
+    assert shuffled != DATA and sorted(shuffled) == sorted(DATA)
+    assert list(DataGenerator([], 2).sample()) == []
+
+
+def test_stream_without_length():
+    g = PairBatches(iter(DATA * 3), 2, buffer_size=4)
+    assert g.steps is None
+    with pytest.raises(TypeError, match="no length"):
+        len(g)
+    np.random.seed(1)
+    drawn = [d for _, d in g.sample(random=True)]
+    assert sorted(drawn) == sorted(DATA * 3) and drawn != DATA * 3
+
+
+def test_abstract_iter_and_empty_data_are_clear_errors():
+    with pytest.raises(NotImplementedError, match="__iter__"):
+        next(DataGenerator(DATA).forfit())
+    with pytest.raises(ValueError, match="no batch"):
+        next(PairBatches([], 2).forfit())
+
+
+def test_forfit_and_fortest_iterated_directly_are_bert4keras_batches():
+    g = PairBatches(DATA, 2)
+    batches = list(itertools.islice(g.forfit(random=False), 5))
+    assert isinstance(batches[0][0], list) and batches[0][0][0].tolist() == [[1, 2, 3], [4, 5, 0]]
+    assert batches[4][0][0].tolist() == [[1, 2, 3], [4, 5, 0]]          # endless: a new pass
+    inputs = next(g.fortest())
+    assert isinstance(inputs, list) and len(inputs) == 2
+
+
+def _pair_model():
+    tokens = keras.Input((None,), dtype="int32")
+    segments = keras.Input((None,), dtype="int32")
+    x = keras.layers.Embedding(10, 4)(tokens) + keras.layers.Embedding(2, 4)(segments)
+    probas = keras.layers.Dense(1, activation="sigmoid")(keras.layers.GlobalAveragePooling1D()(x))
+    return keras.Model([tokens, segments], probas)
+
+
+def test_fit_and_predict_with_list_inputs_and_varying_lengths():
+    g = PairBatches(DATA, 2)
+    model = _pair_model()
+    model.compile("adam", "binary_crossentropy")
+    # batches pad to 3, 3, 6, 1 tokens: Keras 3 alone fixes the length from the first two
+    history = model.fit(g.forfit(random=False), steps_per_epoch=len(g), epochs=2, verbose=0)
+    assert len(history.history["loss"]) == 2 and np.isfinite(history.history["loss"]).all()
+    probas = model.predict(g.fortest(), steps=len(g), verbose=0)
+    assert probas.shape == (len(DATA), 1)
+    direct = model.predict([sequence_padding(TEXTS[:2]), np.zeros((2, 3), "int32")], verbose=0)
+    assert np.allclose(probas[:2], direct, atol=1e-6)
+
+
+class _LabelLoss(keras.layers.Layer):
+    def call(self, inputs):
+        labels, probas = inputs
+        self.add_loss(keras.ops.mean(keras.losses.binary_crossentropy(labels, probas)))
+        return probas
+
+
+def test_fit_with_none_targets_for_a_loss_layer_model():
+    base = _pair_model()
+    labels = keras.Input((1,))
+    output = _LabelLoss()([labels, base.output])
+    model = keras.Model(base.inputs + [labels], output)
+    model.compile("adam")
+    g = LossLayerBatches(DATA, 3)
+    before = model.evaluate(g.forfit(random=False), steps=len(g), verbose=0)
+    model.fit(g.forfit(), steps_per_epoch=len(g), epochs=3, verbose=0)
+    after = model.evaluate(g.forfit(random=False), steps=len(g), verbose=0)
+    assert after < before
+
+
+def test_to_dataset_names_and_padded_batch():
+    g = Samples(DATA, 3)
+    dataset = g.to_dataset(types=[("float32", "float32"), ("float32",)],
+                           shapes=[([None], [None]), ([1],)],
+                           names=[("Input-Token", "Input-Segment"), ("Probas",)], padded_batch=True)
+    x, y = next(iter(dataset))
+    assert set(x) == {"Input-Token", "Input-Segment"} and set(y) == {"Probas"}
+    tokens = x["Input-Token"].numpy()
+    assert tokens.shape[0] == 3 and tokens.dtype == np.float32 and y["Probas"].shape == (3, 1)
+    lengths = (tokens != 0).sum(1)
+    assert tokens.shape[1] == lengths.max()
+    rows = {tuple(TEXTS[i]): LABELS[i] for i in range(len(DATA))}
+    for row, length, label in zip(tokens, lengths, y["Probas"].numpy()[:, 0]):
+        assert rows[tuple(int(t) for t in row[:length])] == label
+
+
+def test_to_dataset_single_names_and_fixed_shapes():
+    class Tokens(DataGenerator):
+        def __iter__(self, random=False):
+            for _, (ids, _) in self.sample(random):
+                yield (ids + [0] * 6)[:6]
+
+    dataset = Tokens(DATA, 4).to_dataset(types="int32", shapes=[6], names="Input-Token")
+    batch = next(iter(dataset))
+    assert list(batch) == ["Input-Token"] and batch["Input-Token"].shape == (4, 6)
+    plain = Samples(DATA[:1], 2).to_dataset(types=(("int32", "int32"), ("int32",)),
+                                            shapes=(([3], [3]), ([1],)))
+    (tokens, segments), (labels,) = next(iter(plain))
+    assert tokens.numpy().tolist() == [[1, 2, 3], [1, 2, 3]] and labels.numpy().tolist() == [[0], [0]]
