@@ -1,9 +1,14 @@
 """The documentation stays true: design-note references and every relative link (and its anchor)
 of the Markdown files resolve, every `python3 ...` / `gau-keras ...` command in them names a real
 script, subcommand, flag and repository file, README.md's test command is the one `.ci/run` runs,
-and README's Python runs."""
+README's Python runs, and the porting table's supported names import from gau_keras."""
+import ast
 import contextlib
+import fnmatch
+import importlib
+import importlib.util
 import io
+import pathlib
 import re
 import shlex
 import textwrap
@@ -23,6 +28,9 @@ SUBCOMMANDS = {"fill-mask": ("gau_keras/__main__.py",), "export": ("gau_keras/__
                "finetune": ("finetune",)}
 #: modules run with `python -m` that are not part of this repository
 EXTERNAL_MODULES = {"pytest", "pip"}
+BERT4KERAS_MODULES = ("backend", "layers", "models", "optimizers", "snippets", "tokenizers")
+#: public names of bert4keras that its modules import rather than define
+BERT4KERAS_IMPORTED = {"backend": {"keras", "K"}, "snippets": {"uniout"}}
 
 
 def _files():
@@ -275,16 +283,19 @@ def test_readme_train_step_is_adversarial_training():
     x = [rng.integers(1, TINY_GAU["vocab_size"], (4, 7)), np.zeros((4, 7), "int32")]
     y = np.array([0, 1, 2, 1])
 
-    def trained(cls, epsilon):
-        keras.utils.set_random_seed(0)
-        bert = build_transformer_model(config, model="gau_alpha", return_keras_model=False)
-        output = keras.layers.Dense(3, activation="softmax")(keras.layers.Lambda(lambda h: h[:, 0])(bert.model.output))
+    keras.utils.set_random_seed(0)
+    bert = build_transformer_model(config, model="gau_alpha", return_keras_model=False)
+    output = keras.layers.Dense(3, activation="softmax")(keras.layers.Lambda(lambda h: h[:, 0])(bert.model.output))
+    initial = keras.Model(bert.model.input, output).get_weights()
+
+    def trained(cls, epsilon):   # the same layers and starting weights each time; eager, nothing traced
         model = cls(bert.model.input, output)
+        model.set_weights(initial)
         model.epsilon = epsilon
         model.compile(loss="sparse_categorical_crossentropy", optimizer=keras.optimizers.Adam(1e-2),
-                      metrics=["sparse_categorical_accuracy"])
+                      metrics=["sparse_categorical_accuracy"], run_eagerly=True)
         history = model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False).history
-        return [w.numpy() for w in model.weights], history
+        return model.get_weights(), history
 
     plain, _ = trained(keras.Model, 0.0)
     unperturbed, history = trained(adversarial, 0.0)
@@ -292,3 +303,84 @@ def test_readme_train_step_is_adversarial_training():
     assert 0 < history["loss"][0] < 10 and "sparse_categorical_accuracy" in history
     assert max(np.abs(a - b).max() for a, b in zip(plain, unperturbed)) < 1e-6
     assert max(np.abs(a - b).max() for a, b in zip(plain, perturbed)) > 1e-4
+
+
+# --- the porting table --------------------------------------------------------------------------
+
+def _porting_table():
+    """[(bert4keras module or None, [names or patterns], status)] of README's table."""
+    rows = []
+    for line in _readme_section("bert4keras's public names").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if len(cells) != 3 or cells[0] in ("bert4keras", "---"):
+            continue
+        module = cells[0].strip("`") if re.fullmatch(r"`\w+`", cells[0]) else None
+        names = [n for n in re.findall(r"`([^`]+)`", cells[1]) if re.fullmatch(r"[A-Za-z_][\w*]*", n)]
+        rows.append((module, names, cells[2]))
+    return rows
+
+
+def _bert4keras_public_names(module):
+    """Module-level names a bert4keras 0.11.5 module defines (also under if/else), not private,
+    not deleted again, plus those it exports by import."""
+    spec = importlib.util.find_spec("bert4keras")
+    source = pathlib.Path(spec.submodule_search_locations[0]) / f"{module}.py"
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    defined, deleted = set(), set()
+
+    def visit(body):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    for element in target.elts if isinstance(target, ast.Tuple) else [target]:
+                        if isinstance(element, ast.Name):
+                            defined.add(element.id)
+            elif isinstance(node, ast.If):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Delete):
+                deleted.update(t.id for t in node.targets if isinstance(t, ast.Name))
+
+    visit(tree.body)
+    return {n for n in defined - deleted if not n.startswith("_")} | BERT4KERAS_IMPORTED.get(module, set())
+
+
+def test_porting_table_lists_every_public_name_of_bert4keras():
+    if importlib.util.find_spec("bert4keras") is None:
+        pytest.skip("bert4keras 0.11.5 is not installed (tests/reference/requirements.txt)")
+    rows = _porting_table()
+    assert all(status.startswith(("supported in `gau_keras.", "not supported: ")) for _, _, status in rows), rows
+    for module in BERT4KERAS_MODULES:
+        listed = [name for row_module, names, _ in rows if row_module == module for name in names]
+        public = _bert4keras_public_names(module)
+        unlisted = sorted(n for n in public if not any(fnmatch.fnmatchcase(n, p) for p in listed))
+        unknown = sorted(p for p in listed if not any(fnmatch.fnmatchcase(n, p) for n in public))
+        assert not unlisted, f"bert4keras.{module}: public names missing from README's table: {unlisted}"
+        assert not unknown, f"README's table lists names bert4keras.{module} does not have: {unknown}"
+
+
+def test_porting_table_supported_names_import_from_gau_keras():
+    missing = []
+    for _, names, status in _porting_table():
+        target = re.match(r"supported in `(gau_keras[\w.]*)`", status)
+        if not target:
+            continue
+        try:
+            module = importlib.import_module(target.group(1))
+        except Exception as error:  # a module that fails to import misses every name
+            missing.append(f"{target.group(1)} ({type(error).__name__}: {error}): {', '.join(names)}")
+            continue
+        absent = []
+        for name in names:
+            with contextlib.suppress(Exception):   # a module's __getattr__ may raise ImportError
+                getattr(module, name)
+                continue
+            try:   # `from gau_keras.snippets import uniout` may name a submodule
+                importlib.import_module(f"{target.group(1)}.{name}")
+            except ImportError:
+                absent.append(name)
+        if absent:
+            missing.append(f"{target.group(1)}: {', '.join(absent)}")
+    assert not missing, "README's table says supported, but these do not import:\n" + "\n".join(missing)
