@@ -50,6 +50,12 @@ def test_factories_name_cache_and_register_their_classes():
     assert keras.saving.get_custom_objects()["gau_keras>AdamW"] is AdamW
     assert extend_with_weight_decay(Adam).__name__ == "Adam_weight_decay"
     assert extend_with_weight_decay(Adam) is not AdamW
+    # GAU-α's train.py names its composition "LAMB": ours keeps that registered name.
+    TrainPyLAMB = extend_with_layer_adaptation(AdamW, name="LAMB")
+    assert TrainPyLAMB is not LAMB and keras.saving.get_custom_objects()["gau_keras>LAMB"] is LAMB
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(TrainPyLAMB(weight_decay_rate=0.2)))
+    assert type(restored) is TrainPyLAMB and restored.weight_decay_rate == 0.2
+    assert type(keras.optimizers.deserialize(keras.optimizers.serialize(LAMB()))) is LAMB
 
 
 def test_lamb_is_the_composed_class(rng):

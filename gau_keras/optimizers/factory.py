@@ -46,7 +46,10 @@ def _register(cls):
     keras.saving.register_keras_serializable("gau_keras", LOADER_NAME.split(">")[1])(cls)
     objects = keras.saving.get_custom_objects()
     objects[LOADER_NAME] = _ExtendedOptimizerLoader  # registering `cls` replaced it
-    objects[f"gau_keras>{cls.__name__}"] = cls
+    own_name = f"gau_keras>{cls.__name__}"
+    # A factory class named like a class of ours (train.py's "LAMB") must not hide ours.
+    if own_name not in objects or objects[own_name].__dict__.get("_extension_spec") is not None:
+        objects[own_name] = cls
 
 
 def _spec(base, key, name):
