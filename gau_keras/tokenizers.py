@@ -173,7 +173,8 @@ class Tokenizer:
 
     Args:
         token_dict: path of a vocab file or a ``{token: id}`` dict.
-        do_lower_case: lower-case and strip accents before tokenizing.
+        do_lower_case: lower-case and strip accents before tokenizing (default False,
+            as bert4keras; GAU-α's and the bundled vocab are uncased: pass True).
         word_maxlen: words longer than this are not pieced (one ``[UNK]``).
         token_start / token_end: tokens added by ``tokenize`` (``None`` to omit).
         pre_tokenize: optional ``text -> list of words``; words found in the
@@ -183,7 +184,7 @@ class Tokenizer:
             naming the file).
     """
 
-    def __init__(self, token_dict, do_lower_case=True, word_maxlen=200,
+    def __init__(self, token_dict, do_lower_case=False, word_maxlen=200,
                  token_start="[CLS]", token_end="[SEP]", pre_tokenize=None,
                  token_translate=None, encoding="utf-8"):
         if isinstance(token_dict, (str, bytes)) or hasattr(token_dict, "__fspath__"):

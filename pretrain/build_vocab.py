@@ -62,7 +62,7 @@ def main(argv=None):
         base = load_vocab(args.base_vocab)
     except (OSError, ValueError) as e:     # a missing file, a duplicate token (its line), not UTF-8
         parser.error(f"--base-vocab: {e}")
-    counts = count_tokens(args.corpus, Tokenizer(base))
+    counts = count_tokens(args.corpus, Tokenizer(base, do_lower_case=True))
     tokens = derive_vocab(base, counts, args.min_count)
     with open(args.output, "w", encoding="utf-8") as f:
         f.write("\n".join(tokens) + "\n")

@@ -89,7 +89,7 @@ def check_data(config):
     """Fails now, naming the config, if its data settings do not fit its shards
     (data.train, and data.eval when set: a pattern matching nothing would
     otherwise be found at the first evaluation)."""
-    tokenizer = Tokenizer(load_vocab(config["vocab"]))
+    tokenizer = Tokenizer(load_vocab(config["vocab"]), do_lower_case=True)
     training_dataset(config, tokenizer, config["data"]["train"], repeat=True,
                      dynamic_mask=config["data"]["dynamic_mask"])
     if config["data"]["eval"]:
@@ -164,7 +164,7 @@ class Trainer:
                 print(f"--restart: moved the earlier run to {moved}")
         keras.utils.set_random_seed(config["train"]["seed"])
         self.token_dict = load_vocab(config["vocab"])
-        self.tokenizer = Tokenizer(self.token_dict)
+        self.tokenizer = Tokenizer(self.token_dict, do_lower_case=True)
         self.model_config = self._model_config()
         with self.strategy.scope(), _global_policy(self.precision):
             self.transformer = build_transformer_model(
@@ -526,11 +526,22 @@ class Trainer:
 
     # ----------------------------------------------------------- export
     def export(self, directory=None):
-        """bert_config.json + bert_model.ckpt.* + vocab.txt in the original format."""
+        """bert_config.json + bert_model.ckpt.* + vocab.txt in the original format.
+
+        Written into ``<directory>.partial`` first, then each file moved into
+        ``directory`` (the checkpoint's .index last), so an interrupted export
+        never leaves a truncated file there."""
         directory = directory or os.path.join(self.output_dir, "export")
-        tf.io.gfile.makedirs(directory)
-        self.transformer.save_weights_as_checkpoint(os.path.join(directory, "bert_model.ckpt"))
-        with tf.io.gfile.GFile(os.path.join(directory, "bert_config.json"), "w") as f:
+        partial = directory.rstrip("/") + ".partial"
+        if tf.io.gfile.exists(partial):
+            tf.io.gfile.rmtree(partial)
+        tf.io.gfile.makedirs(partial)
+        self.transformer.save_weights_as_checkpoint(os.path.join(partial, "bert_model.ckpt"))
+        with tf.io.gfile.GFile(os.path.join(partial, "bert_config.json"), "w") as f:
             json.dump(config_lib.model_config(self.config), f, indent=2, ensure_ascii=False)
-        tf.io.gfile.copy(self.config["vocab"], os.path.join(directory, "vocab.txt"), overwrite=True)
+        tf.io.gfile.copy(self.config["vocab"], os.path.join(partial, "vocab.txt"), overwrite=True)
+        tf.io.gfile.makedirs(directory)
+        for name in sorted(tf.io.gfile.listdir(partial), key=lambda n: n.endswith(".index")):
+            tf.io.gfile.rename(os.path.join(partial, name), os.path.join(directory, name), overwrite=True)
+        tf.io.gfile.rmtree(partial)
         return directory

@@ -24,7 +24,7 @@ def model_dir(tmp_path):
 
 
 def test_encode_with_masks_keeps_mask_tokens(model_dir):
-    tokenizer = Tokenizer(str(model_dir / "vocab.txt"))
+    tokenizer = Tokenizer(str(model_dir / "vocab.txt"), do_lower_case=True)
     ids, segments, positions = encode_with_masks(tokenizer, "今天[MASK]气很[MASK]。")
     tokens = tokenizer.ids_to_tokens(ids)
     assert tokens == ["[CLS]", "今", "天", "[MASK]", "气", "很", "[MASK]", "。", "[SEP]"]

@@ -28,7 +28,7 @@ def tokenizer():
     vocab = SHARED_DATA / "vocab" / "gau_alpha_vocab.txt"
     if not vocab.is_file():
         pytest.skip(f"{vocab} is absent (set GAU_KERAS_DATA to point at the shared data)")
-    return Tokenizer(str(vocab))
+    return Tokenizer(str(vocab), do_lower_case=True)
 
 
 def _examples(shared_data, task, split="train", n=4):

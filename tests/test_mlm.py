@@ -17,7 +17,7 @@ def corpus_words(request):
         pytest.skip(f"shared data folder {SHARED_DATA} is absent")
     with open(SHARED_DATA / "corpus" / "zh_corpus.txt", encoding="utf-8") as f:
         texts = [line.strip() for _, line in zip(range(N_DOCS), f) if line.strip()]
-    tokenizer = Tokenizer(str(SHARED_DATA / "vocab" / "gau_alpha_vocab.txt"))
+    tokenizer = Tokenizer(str(SHARED_DATA / "vocab" / "gau_alpha_vocab.txt"), do_lower_case=True)
     return tokenizer, get_segmenter("jieba").segment(texts)
 
 
@@ -94,7 +94,7 @@ def test_deterministic_given_seed(corpus_words):
 
 def test_long_document_is_split_at_word_boundaries():
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "<S>", "a", "b", "c", "d", "##x"]
-    tokenizer = Tokenizer({t: i for i, t in enumerate(vocab)})
+    tokenizer = Tokenizer({t: i for i, t in enumerate(vocab)}, do_lower_case=True)
     words = ["a", "bx", "c", "dxxxxxx", "a", "b"]  # 1, 2, 1, 7, 1, 1 tokens
     examples, stats = WholeWordMLM(tokenizer, maxlen=6, dynamic=True).examples(words, np.random.default_rng(0))
     tokens = [tokenizer.ids_to_tokens(e["token_ids"]) for e in examples]

@@ -99,7 +99,7 @@ def test_pair_segments_are_the_tokenizers_pair_encoding(tmp_path):
     """pair_segments: the segment ids Tokenizer.encode(first, second) gives, on
     packed sequences [CLS] a [SEP] b [SEP] c [SEP] (1 after the first [SEP])."""
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("今天气很好我爱吃苹果")
-    tokenizer = Tokenizer({t: i for i, t in enumerate(vocab)})
+    tokenizer = Tokenizer({t: i for i, t in enumerate(vocab)}, do_lower_case=True)
     token_ids, segment_ids = tokenizer.encode("今天气很好", "我爱吃苹果")
     np.testing.assert_array_equal(pair_segment_ids([token_ids + [0, 0]], tokenizer.token_sep_id),
                                   [segment_ids + [0, 0]])

@@ -30,7 +30,7 @@ def tiny():
 
 @pytest.fixture
 def real(shared_data):
-    return Tokenizer(str(shared_data / "vocab" / "gau_alpha_vocab.txt"))
+    return Tokenizer(str(shared_data / "vocab" / "gau_alpha_vocab.txt"), do_lower_case=True)
 
 
 def test_special_ids(tiny):
@@ -379,3 +379,10 @@ def test_encode_decode_never_raise_and_respect_maxlen(bundled_tokenizer, first, 
 def test_decode_of_any_vocab_ids_is_text(bundled_tokenizer, ids):
     text = bundled_tokenizer.decode(ids)
     assert isinstance(text, str) and text == text.strip()
+
+
+def test_default_keeps_case_as_bert4keras():
+    """bert4keras's Tokenizer lower-cases only when asked (do_lower_case=False by default)."""
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "##b", "A", "##B"])}
+    assert Tokenizer(vocab).tokenize("AB") == ["[CLS]", "A", "##B", "[SEP]"]
+    assert Tokenizer(vocab, do_lower_case=True).tokenize("AB") == ["[CLS]", "a", "##b", "[SEP]"]
