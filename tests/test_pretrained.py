@@ -53,7 +53,8 @@ def test_special_tokens_are_required(model_dir, capsys, token):
 
 def test_fill_mask_refuses_a_vocab_without_mask(model_dir):
     model, _ = load_pretrained(str(model_dir), with_mlm=True)
-    tokenizer = Tokenizer({t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + list(CHARS))}, do_lower_case=True)
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + list(CHARS))}
+    tokenizer = Tokenizer(vocab, do_lower_case=True)
     with pytest.raises(ValueError, match=r"no \[MASK\] token"):
         fill_mask(model, tokenizer, "今天[MASK]")
 

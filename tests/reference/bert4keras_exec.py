@@ -39,8 +39,8 @@ def _import(graph):
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
-        import tf_keras  # noqa: F401  (TF_USE_LEGACY_KERAS needs it)
         import tensorflow as tf
+        import tf_keras  # noqa: F401  (TF_USE_LEGACY_KERAS needs it)
     except ModuleNotFoundError as e:
         print("missing package: %s" % e.name, file=sys.stderr)
         sys.exit(EXIT_MISSING_PACKAGE)
