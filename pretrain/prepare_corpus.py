@@ -238,9 +238,15 @@ def check_output_dir(gfile, output_dir, overwrite):
         gfile.remove(path)
 
 
+def _write_text(gfile, path, text):
+    """Writes ``path`` through a temporary name and a rename: never half a file under its name."""
+    with gfile.GFile(path + ".tmp", "w") as f:
+        f.write(text)
+    gfile.rename(path + ".tmp", path, overwrite=True)
+
+
 def _write_json(gfile, path, value):
-    with gfile.GFile(path, "w") as f:
-        json.dump(value, f, ensure_ascii=False, indent=2)
+    _write_text(gfile, path, json.dumps(value, ensure_ascii=False, indent=2))
 
 
 def batches_of_documents(args, skipped):
@@ -339,8 +345,8 @@ def run(args):
     problem = usable_input_problem(summary)
     if problem:
         summary.update(status="failed", error=problem)
-    with gfile.GFile(gfile.join(args.output_dir, SKIPPED_LOG), "w") as f:
-        f.write("".join(f"{location}: {reason}: {detail}\n"
+    _write_text(gfile, gfile.join(args.output_dir, SKIPPED_LOG),
+                "".join(f"{location}: {reason}: {detail}\n"
                         for location, reason, detail in sorted(skipped, key=_loc_key)))
     _write_json(gfile, summary_path, summary)
     return summary

@@ -311,3 +311,16 @@ def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path,
                                   f"previous checkpoint ckpt-1 is kept; free some space and start the run again "
                                   f"to resume")
     assert sorted(os.listdir(folder)) == ["checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
+    # an export cut short leaves nothing under export/ (it was written in place)
+    def cut_short(filename, *args, **kwargs):
+        open(filename + ".index", "wb").write(b"\x00" * 10)
+        raise OSError(28, "No space left on device")
+
+    trainer.transformer.save_weights_as_checkpoint = cut_short
+    with pytest.raises(OSError):
+        trainer.export()
+    assert not (tmp_path / "full" / "export").exists()
+    del trainer.transformer.save_weights_as_checkpoint
+    assert {"bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index",
+            "vocab.txt"} <= set(os.listdir(trainer.export()))
+    assert not (tmp_path / "full" / "export.partial").exists()
