@@ -77,6 +77,13 @@ def build_parser():
     return parser
 
 
+def _write_text(path, text):
+    """Writes ``path`` through a temporary name and a rename (never half a file under its name)."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
 def run_options(task, budget, variant_args, args, lr):
     """The task command's options for one run (budget first, so variant and --extra arguments win)."""
     return (["--data-dir", args.data_dir, "--task-name", task, "--lr", repr(lr), "--seed", str(args.seed),
@@ -216,7 +223,7 @@ def main(argv=None):
     table = summary_table(results, labels, tasks, rates)
     print(table)
     out = pathlib.Path(args.out_dir)
-    (out / "summary.md").write_text(table + "\n", encoding="utf-8")
+    _write_text(out / "summary.md", table + "\n")
     summary = {"lrs": args.lrs, "seed": args.seed, "protocol": {t: budgets[t][1] for t in tasks},
                "variants": {label: shlex.join(a) for label, a in args.variant},
                "results": {f"{label}/{task}": (None if r is None else {"metric": r["metric"], "best": r["best"],
@@ -226,7 +233,7 @@ def main(argv=None):
                "grid": {f"{label}/{task}": {f"{lr:g}": None if r is None else r["best"][r["metric"]]
                                             for lr, r in runs}
                         for (label, task), runs in grid.items()}}
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    _write_text(out / "summary.json", json.dumps(summary, indent=1, ensure_ascii=False) + "\n")
     return 0 if all(r is not None for runs in grid.values() for _, r in runs) else 1
 
 
