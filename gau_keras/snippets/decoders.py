@@ -122,8 +122,9 @@ class AutoRegressiveDecoder:
     def last_token(self, model):
         """``model`` cut to the last position of each output ([B, L, ...] -> [B, ...]), cached.
 
-        Its ``predict`` is silent by default (Keras 3's prints a progress bar per
-        call, i.e. per decoding step).
+        Its ``predict`` runs the model directly, silently: Keras 3's would print a
+        progress bar and, as the length grows by one each step, retrace its
+        function at every decoding step. The numbers are the same.
         """
         if model not in self.models:
             import keras
@@ -254,10 +255,18 @@ def _quiet_model_class():
     import keras
 
     class QuietModel(keras.Model):
-        """A functional model whose ``predict`` prints nothing unless asked."""
+        """A functional model whose ``predict`` calls it batch by batch, eagerly and silently."""
 
         def predict(self, x, batch_size=None, verbose=0, **kwargs):
-            return super().predict(x, batch_size=batch_size, verbose=verbose, **kwargs)
+            if kwargs:                      # steps, callbacks, ...: Keras's own predict
+                return super().predict(x, batch_size=batch_size, verbose=verbose, **kwargs)
+            rows = len(keras.tree.flatten(x)[0])
+            size = batch_size or 32
+            chunks = [self(keras.tree.map_structure(lambda a, s=start: np.asarray(a)[s:s + size], x),
+                           training=False)
+                      for start in range(0, rows, size)]
+            return keras.tree.map_structure(
+                lambda *parts: np.concatenate([keras.ops.convert_to_numpy(p) for p in parts]), *chunks)
 
     return QuietModel
 
