@@ -115,8 +115,8 @@ def _form_fields(content_type, body):
         for part in message.iter_parts():
             name = part.get_param("name", header="content-disposition")
             if name is not None and part.get_filename() is None:
-                fields[name] = part.get_content() if part.get_content_maintype() == "text" \
-                    else part.get_payload(decode=True).decode("utf-8")
+                # browsers send UTF-8 parts without a charset (email's default would be ASCII)
+                fields[name] = part.get_payload(decode=True).decode(part.get_content_charset() or "utf-8")
         return fields
     return _last_values(urllib.parse.parse_qsl(body.decode("utf-8"), keep_blank_values=True))
 
