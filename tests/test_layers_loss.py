@@ -84,3 +84,30 @@ def test_round_trip_and_errors(rng):
         Loss()([np.zeros((1, 2), "float32")])
     with pytest.raises(ValueError, match="output_axis"):
         Loss(output_axis="last")
+
+
+MIRRORED = """
+import numpy as np, tensorflow as tf, keras
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from tests.test_layers_loss import SquaredError
+with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
+    x, y = keras.Input((3,)), keras.Input((1,))
+    model = keras.Model([x, y], SquaredError(1)([y, keras.layers.Dense(1)(x)]))
+    model.compile(optimizer=keras.optimizers.SGD(0.1))
+data = np.random.default_rng(0).normal(size=(32, 3)).astype("float32")
+history = model.fit([data, data.sum(1, keepdims=True)], None, epochs=2, batch_size=8, verbose=0).history
+assert sorted(history) == ["loss", "mae", "steps"] and history["steps"] == [1.0, 1.0], history
+"""
+
+
+def test_metrics_under_a_two_replica_mirrored_strategy():
+    """Trackers made inside the training step (not at the symbolic call) fail with two replicas."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    result = subprocess.run([sys.executable, "-c", MIRRORED], cwd=REPO_ROOT, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]

@@ -6,7 +6,15 @@ a model compiled with ``model.compile(optimizer=...)`` and no ``loss`` trains
 on it. ``self.add_metric(value, name=...)`` works inside ``compute_loss`` as
 in Keras 2 (Keras 3 layers removed it): each name gets a ``keras.metrics.Mean``
 owned by the layer, reported in ``model.fit``'s logs and history under that
-name and reset with the model's other metrics.
+name and reset with the model's other metrics. The trackers are made when the
+layer is first called on symbolic tensors (building a functional model, as
+every bert4keras script does), so under a distribution strategy that call
+belongs inside ``strategy.scope()``, with the rest of the model; a layer first
+called on real tensors makes them on that call and drops that first value.
+
+The layer has no ``compute_output_shape`` on purpose: Keras then infers the
+output by running ``call`` on the symbolic inputs, which is when
+``compute_loss`` names its metrics.
 """
 import keras
 
@@ -15,11 +23,22 @@ class _MetricBook:
     """The layer's ``add_metric`` trackers by name.
 
     A plain object, so that Keras's attribute tracking (locked once the layer
-    is built) does not see trackers created on the first call; the layer lists
-    them itself in ``metrics``."""
+    is built) does not see trackers made after build; the layer lists them
+    itself in ``metrics``. Names met while building the functional model
+    (symbolic inputs) are only noted there, and their trackers made once that
+    call has returned: made inside it, in Keras's scratch graph, their
+    variables break under a distribution strategy."""
 
     def __init__(self):
         self.trackers = {}
+        self.pending = []
+        self.symbolic = False
+
+    def make_pending(self):
+        for name in self.pending:
+            if name not in self.trackers:
+                self.trackers[name] = keras.metrics.Mean(name=name)
+        self.pending = []
 
 
 @keras.saving.register_keras_serializable(package="gau_keras")
@@ -44,6 +63,15 @@ class Loss(keras.layers.Layer):
     def build(self, input_shape):
         self.built = True
 
+    def __call__(self, *args, **kwargs):
+        book = self._metric_book
+        book.symbolic = any(isinstance(x, keras.KerasTensor) for x in keras.tree.flatten((args, kwargs)))
+        try:
+            return super().__call__(*args, **kwargs)
+        finally:
+            book.symbolic = False
+            book.make_pending()
+
     def call(self, inputs, mask=None):
         if mask is not None and all(m is None for m in keras.tree.flatten(mask)):
             mask = None
@@ -61,9 +89,6 @@ class Loss(keras.layers.Layer):
             return [items[i] for i in self.output_axis]
         return items[self.output_axis]
 
-    def compute_output_shape(self, input_shape):
-        return self._select(input_shape)
-
     def compute_mask(self, inputs, mask=None):
         if mask is None:
             return None
@@ -77,14 +102,11 @@ class Loss(keras.layers.Layer):
             raise ValueError(f"{self.name}.add_metric: aggregation must be 'mean', got {aggregation!r}")
         if not name:
             raise ValueError(f"{self.name}.add_metric: a metric needs a name")
-        tracker = self._metric_book.trackers.get(name)
-        if tracker is None:
-            # first met in the symbolic call that builds the functional model,
-            # inside Keras's stateless scope: the variables are created deferred
-            # and initialised when that scope ends, before any training step
-            tracker = keras.metrics.Mean(name=name)
-            self._metric_book.trackers[name] = tracker
-        tracker.update_state(value)
+        book = self._metric_book
+        if book.symbolic or name not in book.trackers:
+            book.pending.append(name)   # the tracker is made when this call returns
+            return
+        book.trackers[name].update_state(value)
 
     @property
     def metrics(self):
