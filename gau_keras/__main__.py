@@ -84,8 +84,7 @@ def _delegate(argv):
             return 2
         return run(commands.task_for(rest[0]), rest[1:])
     module = importlib.import_module(DELEGATED[command])
-    result = module.main(rest)
-    return result if isinstance(result, int) else 0
+    return flags.command_status(module.main, rest)
 
 
 def main(argv=None):

@@ -6,6 +6,7 @@ error (exit status 2, before any work) naming the flag and the range.
 """
 import argparse
 import math
+import sys
 
 
 def _number(text, kind):
@@ -81,3 +82,17 @@ non_negative_float.bad = ("x", "nan", "-0.01")
 fraction.bad = ("x", "nan", "-0.1", "1.5")
 rate_below_one.bad = ("x", "nan", "-0.1", "1")
 positive_floats.bad = ("x", "1e-3,0", "1e-3,-1", ",")
+
+
+def command_status(main, argv=None):
+    """Runs a command's ``main(argv)``; returns its exit status. A
+    ``SystemExit`` with a message (how the commands stop on a bad path, config
+    or data) is printed as that one line with status 2, the usage-error status."""
+    try:
+        result = main(argv)
+    except SystemExit as stop:
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+            return 2
+        raise
+    return result if isinstance(result, int) else 0

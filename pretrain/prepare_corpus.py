@@ -44,7 +44,7 @@ SHARD_GLOB = "shard-*-of-*.tfrecord"  # = tfrecord.SHARD_PATTERN (not imported h
 SKIP_REASONS = ("binary", "undecodable", "invalid_json", "no_text_key", "empty", "no_tokens")
 #: the files a run writes besides its shards
 SUMMARY, SKIPPED_LOG = "summary.json", "skipped.log"
-#: a run whose input is mostly unusable fails (exit status 1) after writing its summary
+#: a run whose input is mostly unusable fails (exit status 2 from the command line) after writing its summary
 MAX_SKIPPED_SHARE = 0.5
 
 
@@ -440,4 +440,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(flags.command_status(main))

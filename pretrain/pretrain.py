@@ -131,4 +131,4 @@ def train_stages(trainer, stages, args):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(flags.command_status(main))

@@ -112,3 +112,12 @@ def test_every_numeric_flag_of_every_command_refuses_bad_values(capsys):
                 assert "Traceback" not in err
                 checked += 1
     assert checked > 150      # every finetune task's --lr, --epochs ..., pretrain's, prepare-corpus's, fill-mask's
+
+
+def test_a_command_that_stops_on_a_bad_path_says_one_line_with_status_2(tmp_path, capsys):
+    missing = tmp_path / "none.json"
+    assert cli.main(["pretrain", "--config", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot read config {str(missing)!r}") and err.count("\n") == 1
+    assert cli.main(["compare", "--data-dir", "x", "--out-dir", str(tmp_path), "--variant", "a=",
+                     "--tasks", "nosuch"]) == 2
