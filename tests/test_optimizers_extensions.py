@@ -216,3 +216,16 @@ def test_lazy_optimization_with_sparse_embedding_gradients(rng):
 def test_bad_arguments_name_the_argument(make, error, message):
     with pytest.raises(error, match=message):
         make()
+
+
+def test_adafactor_and_lion_chains_round_trip_through_json():
+    from gau_keras.optimizers import AdaFactor, Lion, extend_with_lookahead
+
+    for opt in (AdaFactor(learning_rate=None, beta1=0.9, exclude_from_parameter_scale=["bias"]),
+                extend_with_lookahead(extend_with_exponential_moving_average(Lion), "LionEMALA")(
+                    1e-3, ema_momentum=0.9, steps_per_slow_update=3)):
+        payload = json.loads(json.dumps(keras.optimizers.serialize(opt)))
+        restored = keras.optimizers.deserialize(payload)
+        assert type(restored) is type(opt) and restored.get_config() == opt.get_config()
+    assert restored.ema_momentum == 0.9 and restored.steps_per_slow_update == 3
+    assert AdaFactor(learning_rate=None).get_config()["learning_rate"] is None
