@@ -130,14 +130,29 @@ def test_to_dataset_names_and_padded_batch():
                            shapes=[([None], [None]), ([1],)],
                            names=[("Input-Token", "Input-Segment"), ("Probas",)], padded_batch=True)
     x, y = next(iter(dataset))
-    assert set(x) == {"Input-Token", "Input-Segment"} and set(y) == {"Probas"}
+    assert set(x) == {"Input-Token", "Input-Segment"}
     tokens = x["Input-Token"].numpy()
-    assert tokens.shape[0] == 3 and tokens.dtype == np.float32 and y["Probas"].shape == (3, 1)
+    assert tokens.shape[0] == 3 and tokens.dtype == np.float32 and y.shape == (3, 1)   # one target: bare
     lengths = (tokens != 0).sum(1)
     assert tokens.shape[1] == lengths.max()
     rows = {tuple(TEXTS[i]): LABELS[i] for i in range(len(DATA))}
-    for row, length, label in zip(tokens, lengths, y["Probas"].numpy()[:, 0]):
+    for row, length, label in zip(tokens, lengths, y.numpy()[:, 0]):
         assert rows[tuple(int(t) for t in row[:length])] == label
+
+
+def test_to_dataset_trains_a_model_by_input_and_output_names():
+    """task_iflytek_multigpu.py's pattern: inputs and the one output named."""
+    tokens = keras.Input((None,), name="Input-Token")
+    segments = keras.Input((None,), name="Input-Segment")
+    x = keras.layers.Embedding(10, 4)(tokens) + keras.layers.Embedding(2, 4)(segments)
+    probas = keras.layers.Dense(2, activation="softmax", name="Probas")(keras.layers.GlobalAveragePooling1D()(x))
+    model = keras.Model([tokens, segments], probas)
+    model.compile("adam", "sparse_categorical_crossentropy")
+    g = Samples(DATA, 2)
+    dataset = g.to_dataset(types=[("float32", "float32"), ("float32",)], shapes=[([None], [None]), ([1],)],
+                           names=[("Input-Token", "Input-Segment"), ("Probas",)], padded_batch=True)
+    history = model.fit(dataset, steps_per_epoch=len(g), epochs=1, shuffle=False, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
 
 
 def test_to_dataset_single_names_and_fixed_shapes():

@@ -122,15 +122,18 @@ class DataGenerator:
         model's input layer names. ``padded_batch=True`` pads each batch to its
         longest sample (``shapes`` then give the padded shapes, None = longest);
         otherwise samples must match ``shapes`` and are batched as they are.
+        With names for (inputs, targets), a target group of one name gives the
+        bare tensor, not a one-key dict: Keras 3's fit cannot match a dict
+        target to a single-output model.
         """
         import tensorflow as tf
 
-        if names is not None:
-            types, shapes = _named(names, types), _named(names, shapes)
+        name = (lambda d: d) if names is None else (lambda d: _single_targets_bare(_named(names, d)))
+        types, shapes = name(types), name(shapes)
 
         def generator():
             for d in self._forever(True):
-                yield _conform(d if names is None else _named(names, d), types)
+                yield _conform(name(d), types)
 
         if padded_batch:
             signature = _map_leaves(lambda t, s: tf.TensorSpec(None, tf.as_dtype(t)), types, shapes)
@@ -149,6 +152,17 @@ def _named(names, values):
     if is_string(names[0]):
         return dict(zip(names, values))
     return tuple(dict(zip(keys, group)) for keys, group in zip(names, values))
+
+
+def _single_targets_bare(sample):
+    """In an (inputs, targets, ...) tuple of dicts, a one-name dict after the inputs -> its value.
+
+    Keras 3 cannot match a dict target to a model with a single output (Keras 2
+    matched it by the output's name); with one name that output is the only match.
+    """
+    if not isinstance(sample, tuple):
+        return sample
+    return sample[:1] + tuple(next(iter(d.values())) if len(d) == 1 else d for d in sample[1:])
 
 
 def _map_leaves(func, types, *others):
