@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import pytest
 
-from gau_keras.snippets import DataGenerator, sequence_padding
+from gau_keras.snippets import DataGenerator, parallel_apply_generator, sequence_padding
 
 # token lengths chosen so that the first two batches (batch_size 2) pad to the same length
 TEXTS = [[1, 2, 3], [4, 5], [6, 7, 8], [9], [1, 2, 3, 4, 5, 6], [7, 8], [3]]
@@ -168,3 +168,29 @@ def test_to_dataset_single_names_and_fixed_shapes():
                                             shapes=(([3], [3]), ([1],)))
     (tokens, segments), (labels,) = next(iter(plain))
     assert tokens.numpy().tolist() == [[1, 2, 3], [1, 2, 3]] and labels.numpy().tolist() == [[0], [0]]
+
+
+def test_to_dataset_over_parallel_apply_generator_as_gau_alpha_train_py():
+    """GAU-alpha's train.py: __iter__ maps a closure over sample() in worker processes."""
+    offset = 100
+
+    class Encoded(DataGenerator):
+        def __iter__(self, random=False):
+            def encode(is_end_text):
+                _, (ids, label) = is_end_text
+                return [i + offset for i in ids], [0] * len(ids), [label] * len(ids)
+
+            for _, d in parallel_apply_generator(func=encode, iterable=self.sample(random), workers=2,
+                                                 max_queue_size=8):
+                yield d
+
+    dataset = Encoded(DATA, 4, 10).to_dataset(
+        types=("float32", "float32", "float32"), shapes=([None], [None], [None]),
+        names=("Input-Token", "Input-Segment", "Input-Label"), padded_batch=True)
+    seen = set()
+    for batch in dataset.take(4):
+        tokens, labels = batch["Input-Token"].numpy(), batch["Input-Label"].numpy()
+        assert tokens.shape == labels.shape == batch["Input-Segment"].shape and tokens.shape[0] == 4
+        for row in tokens:
+            seen.add(tuple(int(t) - offset for t in row if t))
+    assert seen == {tuple(t) for t in TEXTS}
