@@ -89,7 +89,7 @@ class WebServing:
         self.port = self.httpd.server_address[1]
         self.started.set()
         try:
-            self.httpd.serve_forever()
+            self.httpd.serve_forever(poll_interval=0.1)      # stop() answers within 0.1 s
         except KeyboardInterrupt:
             pass
         finally:
