@@ -103,3 +103,18 @@ def test_mixed_precision_losses_in_float32(rng):
 def test_lr_multiplier_must_be_positive():
     with pytest.raises(ValueError, match="lr_multiplier"):
         ConditionalRandomField(lr_multiplier=0)
+
+
+def test_losses_trace_with_unknown_batch_and_length(rng):
+    """fit on a generator traces the loss with shape [None, None, N]."""
+    import tensorflow as tf
+
+    crf, memm = ConditionalRandomField(), MaximumEntropyMarkovModel()
+    emissions = rng.normal(size=(2, 5, 3)).astype("float32")
+    labels = rng.integers(0, 3, size=(2, 5)).astype("float32")
+    for layer in (crf, memm):
+        scores = layer(emissions, mask=np.array([[1, 1, 1, 0, 0], [1] * 5], bool))
+        traced = tf.function(lambda y, p, layer=layer: layer.sparse_loss(y, p) + layer.sparse_accuracy(y, p),
+                             input_signature=[tf.TensorSpec([None, None]), tf.TensorSpec([None, None, 3])])
+        eager = layer.sparse_loss(labels, scores) + layer.sparse_accuracy(labels, scores)
+        np.testing.assert_allclose(_np(traced(labels, scores)), _np(eager), rtol=1e-6)

@@ -111,13 +111,15 @@ class ConditionalRandomField(_TransitionLayer):
         trans = ops.expand_dims(self._scaled(self._trans), 0)                 # [1, N, N]
 
         def step(state, inputs):
-            scores, keep = inputs                                            # [B, N], [B, 1]
+            scores, keep = inputs[:, :-1], inputs[:, -1:]                   # [B, N], [B, 1]
             new = ops.logsumexp(ops.expand_dims(state, 2) + trans, axis=1) + scores
             state = keep * new + (1.0 - keep) * state
             return state, state
 
-        xs = (ops.transpose(y_pred[:, 1:], [1, 0, 2]), ops.transpose(mask[:, 1:, None], [1, 0, 2]))
-        final, _ = ops.scan(step, y_pred[:, 0], xs)
+        # one scanned tensor (the mask as an extra column): Keras's TF scan fails on
+        # several when the length is unknown at trace time (fit on a generator)
+        xs = ops.concatenate([y_pred, ops.expand_dims(mask, 2)], axis=2)[:, 1:]
+        final, _ = ops.scan(step, y_pred[:, 0], ops.transpose(xs, [1, 0, 2]))
         return ops.logsumexp(final, axis=1)
 
     def dense_loss(self, y_true, y_pred):
