@@ -298,3 +298,16 @@ def test_constructors_take_bert4keras_arguments_in_its_order(case):
         if got[:len(expected)] != expected:
             mismatches.append((name, expected, got))
     assert not mismatches
+
+
+def test_bert4keras_layer_names_and_keras_layers_are_importable(case):
+    _, ref = case
+    names = {key[len("signature_"):] for key in ref if key.startswith("signature_")}
+    assert names - {"BatchSplit", "BatchConcat"} == set(L.custom_objects)
+    assert all(L.custom_objects[name] is getattr(L, name) for name in L.custom_objects)
+    star = {}
+    exec("from gau_keras.layers import *", star)
+    assert star["Dense"] is keras.layers.Dense and star["GlobalPointer"] is L.GlobalPointer
+    assert star["LayerNormalization"] is L.LayerNormalization  # ours shadow Keras's, as in bert4keras
+    with pytest.raises(AttributeError, match="no attribute"):
+        L.NotALayer  # noqa: B018

@@ -3,7 +3,9 @@
 
 As ``bert4keras.layers`` (which star-imports ``keras.layers``), any other
 name of ``keras.layers`` is importable from here too: ``from
-gau_keras.layers import Dense, Lambda, Loss`` works.
+gau_keras.layers import Dense, Lambda, Loss`` and ``from gau_keras.layers
+import *`` work. Unlike bert4keras, nothing in ``keras.layers`` is replaced:
+our GlobalMaxPooling1D (masked) is only ``gau_keras.layers.GlobalMaxPooling1D``.
 """
 import keras as _keras
 
@@ -38,6 +40,9 @@ __all__ = ["AttentionBias", "GatedAttentionUnit", "MultiHeadAttention", "Conditi
            "GlobalPointer", "CandidateScores", "ChoiceLogits", "FirstToken", "FlattenChoices", "GatherPositions",
            "SpanLogits", "Loss", "Add", "Concatenate1D", "LayerNormalization", "ScaleOffset", "GlobalMaxPooling1D",
            "SRUpp", "SRUppAttention", "SRUppCell", "SRUppProjectedLinear"]
+
+#: what ``from gau_keras.layers import *`` brings: ours, then the rest of keras.layers (as bert4keras's star import)
+__all__ += sorted(n for n in dir(_keras.layers) if not n.startswith("_") and n not in set(__all__))
 
 #: bert4keras's ``custom_objects`` (its layers by name), for ``load_model(custom_objects=...)``
 custom_objects = {name: globals()[name] for name in (
