@@ -146,7 +146,8 @@ def span_head(hidden, token_ids, name="span"):
 def global_pointer_head(hidden, token_ids, num_types, head_size=64, name="global-pointer"):
     """hidden [B, L, H] -> span logits [B, num_types, L, L] (padding and end < start masked)."""
     mask = ops.not_equal(token_ids, 0)
-    return GlobalPointer(num_types, head_size, name=name)(hidden, mask=mask)
+    # glorot_uniform, not bert4keras's lecun_normal default: the recorded CLUE runs started from it
+    return GlobalPointer(num_types, head_size, kernel_initializer="glorot_uniform", name=name)(hidden, mask=mask)
 
 
 def multiple_choice_model(encoder, dropout_rate=0.1, name="multiple_choice"):
