@@ -71,16 +71,14 @@ class AdaFactor(HookedOptimizer):
 
     def factored_shape(self, shape):
         """(row shape, row axis, column shape, column axis) of a factored v, or None."""
-        if len(shape) < 2:
+        # factor over the two largest axes (the later one wins a tie, as argpartition does)
+        order = np.argpartition(np.asarray(shape), -2) if len(shape) >= 2 else None
+        if order is None or shape[order[-2]] < self.min_dim_size_to_factor:
             return None
-        shape = np.array(shape)
-        indices = shape.argpartition(-2)
-        if shape[indices[-2]] < self.min_dim_size_to_factor:
-            return None
-        row, column = np.array(shape), np.array(shape)
-        row[indices[-1]] = 1
-        column[indices[-2]] = 1
-        return tuple(row), int(indices[-1]), tuple(column), int(indices[-2])
+        largest, second = int(order[-1]), int(order[-2])
+        row = tuple(1 if axis == largest else size for axis, size in enumerate(shape))
+        column = tuple(1 if axis == second else size for axis, size in enumerate(shape))
+        return row, largest, column, second
 
     def _create_slots(self, var_list):
         super()._create_slots(var_list)

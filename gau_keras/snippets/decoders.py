@@ -1,16 +1,14 @@
 """bert4keras's decoders: ``ViterbiDecoder`` (best label path of a CRF) and
 ``AutoRegressiveDecoder`` (beam search and random sampling for seq2seq / LM).
 
-    class AutoTitle(AutoRegressiveDecoder):
-        @AutoRegressiveDecoder.wraps(default_rtype='probas')
+    class Continue(AutoRegressiveDecoder):            # a causal LM (application='lm')
+        @AutoRegressiveDecoder.wraps(default_rtype="probas")
         def predict(self, inputs, output_ids, states):
-            token_ids, segment_ids = inputs
-            token_ids = np.concatenate([token_ids, output_ids], 1)
-            segment_ids = np.concatenate([segment_ids, np.ones_like(output_ids)], 1)
-            return self.last_token(model).predict([token_ids, segment_ids])
+            ids = np.concatenate([inputs[0], output_ids], axis=1)
+            return self.last_token(lm).predict([ids, np.zeros_like(ids)])
 
-    autotitle = AutoTitle(start_id=None, end_id=tokenizer._token_end_id, maxlen=32)
-    output_ids = autotitle.beam_search([token_ids, segment_ids], topk=3)
+    writer = Continue(start_id=None, end_id=tokenizer.token_sep_id, maxlen=20)
+    continuations = writer.random_sample([prompt_ids], n=3, topp=0.9)
 
 All numpy; the search draws with numpy's global RNG in the same order as
 bert4keras, so a seeded run gives bert4keras's samples.
@@ -72,15 +70,11 @@ class AutoRegressiveDecoder:
     """
 
     def __init__(self, start_id, end_id, maxlen, minlen=1):
-        self.start_id = start_id
-        self.end_id = end_id
-        self.maxlen = maxlen
-        self.minlen = minlen
-        self.models = {}
-        if start_id is None:
-            self.first_output_ids = np.empty((1, 0), dtype=int)
-        else:
-            self.first_output_ids = np.array([[start_id]])
+        self.start_id, self.end_id = start_id, end_id
+        self.maxlen, self.minlen = maxlen, minlen
+        self.models = {}        # last_token's cache: model -> its last-position model
+        start = [] if start_id is None else [start_id]
+        self.first_output_ids = np.array([start], dtype=int)
 
     @staticmethod
     def wraps(default_rtype="probas", use_states=False):

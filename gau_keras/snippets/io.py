@@ -99,26 +99,18 @@ class open:   # bert4keras's name: scripts import it in place of the built-in
             text = convert_to_str(text, self.encoding, self.errors)
         return self.file.write(text)
 
-    def flush(self):
-        self.file.flush()
-
-    def close(self):
-        self.file.close()
-
-    def tell(self):
-        return self.file.tell()
-
     def seek(self, offset=0):
+        """Moves to byte ``offset`` (from the start, as bert4keras's one-argument seek)."""
         return self.file.seek(offset)
 
     def __enter__(self):
         return self
 
-    def __exit__(self, exc_type, exc, tb):
-        self.close()
+    def __exit__(self, *exc_info):
+        self.file.close()
 
     def __getattr__(self, attr):
-        # anything else (closed, mode, fileno, writelines, ...) is the file's own
+        # close, flush, tell and anything else (closed, mode, fileno, ...) are the file's own
         if attr == "file":
             raise AttributeError(attr)
         return getattr(self.file, attr)
