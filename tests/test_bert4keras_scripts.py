@@ -19,11 +19,6 @@ import pytest
 SCRIPTS = pathlib.Path(__file__).resolve().parent / "bert4keras_scripts"
 LAYERS = 2
 
-# DataGenerator.forfit declares every axis of its batches unknown, so [[label]] targets lose their static last
-# axis 1 and Keras 3's sparse_categorical_crossentropy refuses them (ValueError "must have rank ... target.ndim - 1").
-# Only that error is expected; any failed assert still fails. Drop once forfit keeps the targets' static axes.
-FORFIT_TARGET_RANK = pytest.mark.xfail(raises=ValueError, reason="forfit drops the static shape of [[label]] targets")
-
 
 def run_script(name, **kwargs):
     """(the script's globals, ``main(**kwargs)``), or a skip naming the missing data file."""
@@ -47,7 +42,6 @@ def assert_probabilities(probas, shape):
     assert np.all(probas >= 0)
 
 
-@FORFIT_TARGET_RANK
 def test_classification_with_lambda_and_dense():
     _, result = run_script("classification")
     assert_finite_history(result["history"])
@@ -57,7 +51,6 @@ def test_classification_with_lambda_and_dense():
     assert 0.0 <= result["accuracy"] <= 1.0
 
 
-@FORFIT_TARGET_RANK
 def test_pair_similarity_with_pool():
     _, result = run_script("pair_similarity")
     assert_finite_history(result["history"])
@@ -119,7 +112,6 @@ def test_mlm_with_loss_layer_metric_and_lamb_chain():
     assert result["loss_after"] < result["loss_before"], result
 
 
-@FORFIT_TARGET_RANK
 def test_exponential_moving_average_apply_and_reset():
     _, result = run_script("ema")
     trajectory, momentum = result["trajectory"], result["momentum"]
@@ -134,7 +126,6 @@ def test_exponential_moving_average_apply_and_reset():
     np.testing.assert_allclose(result["ema"], average / (1 - momentum ** len(trajectory)), rtol=1e-5, atol=1e-7)
 
 
-@FORFIT_TARGET_RANK
 def test_gradient_accumulation_equals_the_big_batch_update():
     _, result = run_script("gradient_accumulation")
     assert result["small_iterations"] == 3 and result["big_iterations"] == 1

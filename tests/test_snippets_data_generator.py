@@ -104,6 +104,20 @@ def test_fit_and_predict_with_list_inputs_and_varying_lengths():
     assert np.allclose(probas[:2], direct, atol=1e-6)
 
 
+def test_fit_with_sparse_crossentropy_on_label_column_targets():
+    """bert4keras's commonest idiom: ``[[label]]`` targets [B, 1] against softmax outputs
+    [B, C]; Keras 3 squeezes the target only when its trailing 1 is static."""
+    tokens = keras.Input((None,), dtype="int32")
+    segments = keras.Input((None,), dtype="int32")
+    x = keras.layers.Embedding(10, 4)(tokens) + keras.layers.Embedding(2, 4)(segments)
+    probas = keras.layers.Dense(2, activation="softmax")(keras.layers.GlobalAveragePooling1D()(x))
+    model = keras.Model([tokens, segments], probas)
+    model.compile("adam", "sparse_categorical_crossentropy")
+    g = PairBatches(DATA, 2)
+    history = model.fit(g.forfit(random=False), steps_per_epoch=len(g), epochs=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+
+
 class _LabelLoss(keras.layers.Layer):
     def call(self, inputs):
         labels, probas = inputs

@@ -11,11 +11,13 @@ from keras.src.trainers.data_adapters.generator_data_adapter import GeneratorDat
 
 
 def _rank_only(spec):
-    """A dense ``tf.TensorSpec`` with every axis unknown (Keras 2 declared generator batches so)."""
+    """A dense ``tf.TensorSpec`` with every axis unknown (Keras 2 declared generator
+    batches so) except axes of size 1 in every first batch: a ``[[label]]`` target's
+    trailing 1 must stay static for Keras 3's sparse crossentropy to squeeze it."""
     import tensorflow as tf
 
     if type(spec) is tf.TensorSpec and spec.shape.rank is not None:
-        return tf.TensorSpec([None] * spec.shape.rank, spec.dtype)
+        return tf.TensorSpec([1 if size == 1 else None for size in spec.shape.as_list()], spec.dtype)
     return spec
 
 
