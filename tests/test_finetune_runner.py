@@ -159,6 +159,9 @@ def test_two_devices_give_the_same_dev_metric(tmp_path, shared_data):
         records[devices] = json.loads((out / "tnews_metrics.json").read_text())
     one, two = records[1], records[2]
     assert [e["accuracy"] for e in two["epochs"]] == [e["accuracy"] for e in one["epochs"]]
+    # Equal in exact arithmetic: the replicas' gradients sum to the one-device gradient within
+    # float32 round-off (~1e-7 relative), which Adam's normalised steps amplify over the 12
+    # updates: measured 3e-5 to 2.2e-4 relative on the epoch losses over seeds 3-5.
     assert [e["train_loss"] for e in two["epochs"]] == pytest.approx([e["train_loss"] for e in one["epochs"]],
-                                                                     rel=1e-4)
+                                                                     rel=1e-3)
     assert (one["replicas"], two["replicas"]) == (1, 2)
