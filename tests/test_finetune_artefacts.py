@@ -22,13 +22,15 @@ from tests.model_utils import random_checkpoint
 
 HEAD_KINDS = [(TnewsTask, "tnews"), (Cmrc2018Task, "cmrc2018"), (C3Task, "c3"), (ChidTask, "chid"),
               (ClueNerTask, "cluener")]
+#: one fresh process reloads every task's .keras: argv[1] is a JSON list of [model, [inputs], output]
 PREDICT = """
 import json, sys
 import numpy as np
 import gau_keras, keras
-model = keras.saving.load_model(sys.argv[1])
-inputs = [np.load(p) for p in json.loads(sys.argv[2])]
-np.save(sys.argv[3], np.asarray(model.predict(inputs, verbose=0)))
+for model_path, input_paths, output in json.loads(sys.argv[1]):
+    model = keras.saving.load_model(model_path)
+    inputs = [np.load(p) for p in input_paths]
+    np.save(output, np.asarray(model.predict(inputs, verbose=0)))
 """
 
 
@@ -65,21 +67,30 @@ def trained_model_and_inputs(task_cls, args, out_dir):
     return model, list(inputs)
 
 
-@pytest.mark.parametrize("task_cls, task", HEAD_KINDS, ids=[t for _, t in HEAD_KINDS])
-def test_best_keras_reloads_after_import_gau_keras_only(tmp_path, model_dir, task_cls, task):
-    out_dir = tmp_path / "out"
-    args = run_task(task_cls, task, model_dir, out_dir)
-    record = json.loads((out_dir / f"{task}_metrics.json").read_text())
-    assert record["model"] == str(out_dir / f"{task}_best.keras")
-    model, inputs = trained_model_and_inputs(task_cls, args, out_dir)
-    expected = np.asarray(model.predict(inputs, verbose=0))
-    paths = []
-    for i, array in enumerate(inputs):
-        paths.append(str(tmp_path / f"input{i}.npy"))
-        np.save(paths[-1], array)
+@pytest.fixture(scope="module")
+def reloaded(tmp_path_factory, model_dir):
+    """Per task: (record, the trained model's predictions, the fresh process's predictions of its .keras)."""
+    root = tmp_path_factory.mktemp("artefacts")
+    runs, jobs = {}, []
+    for task_cls, task in HEAD_KINDS:
+        out_dir = root / task
+        args = run_task(task_cls, task, model_dir, out_dir)
+        record = json.loads((out_dir / f"{task}_metrics.json").read_text())
+        model, inputs = trained_model_and_inputs(task_cls, args, out_dir)
+        paths = [str(out_dir / f"input{i}.npy") for i in range(len(inputs))]
+        for path, array in zip(paths, inputs):
+            np.save(path, array)
+        runs[task] = (record, np.asarray(model.predict(inputs, verbose=0)), out_dir / "got.npy")
+        jobs.append([record["model"], paths, str(out_dir / "got.npy")])
     env = {k: v for k, v in os.environ.items() if k != "GAU_KERAS_TF_FREE"}
-    result = subprocess.run([sys.executable, "-c", PREDICT, record["model"], json.dumps(paths),
-                             str(tmp_path / "got.npy")], cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run([sys.executable, "-c", PREDICT, json.dumps(jobs)], cwd=root, env=env,
+                            capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    np.testing.assert_allclose(np.load(tmp_path / "got.npy"), expected, rtol=1e-5, atol=1e-5)
+    return {task: (record, expected, np.load(got)) for task, (record, expected, got) in runs.items()}
+
+
+@pytest.mark.parametrize("task", [t for _, t in HEAD_KINDS])
+def test_best_keras_reloads_after_import_gau_keras_only(reloaded, task):
+    record, expected, got = reloaded[task]
+    assert record["model"].endswith(f"{task}_best.keras")
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

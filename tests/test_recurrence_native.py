@@ -6,6 +6,7 @@ once loaded stays loaded.
 """
 import os
 import pathlib
+import shutil
 import stat
 import subprocess
 import sys
@@ -27,16 +28,36 @@ def good_library():
     return kernels.library_path(os.environ.get("CXX") or "g++")
 
 
-@pytest.fixture
-def fake_compiler_env(tmp_path, good_library):
-    script = tmp_path / "fake-cxx"
+def _fake_compiler_env(folder, good_library):
+    script = folder / "fake-cxx"
     script.write_text("#!/bin/sh\n"
                       'if [ "$1" = "--version" ]; then echo "fake-cxx 1.0"; exit 0; fi\n'
                       'while [ "$#" -gt 0 ]; do if [ "$1" = "-o" ]; then out="$2"; fi; shift; done\n'
                       f'cp "{good_library}" "$out"\n')
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return dict(os.environ, CXX=str(script), GAU_KERAS_KERNEL_CACHE=str(tmp_path / "cache"),
+    return dict(os.environ, CXX=str(script), GAU_KERAS_KERNEL_CACHE=str(folder / "cache"),
                 GAU_KERAS_SRU_KERNEL="auto")
+
+
+@pytest.fixture
+def fake_compiler_env(tmp_path, good_library):
+    return _fake_compiler_env(tmp_path, good_library)
+
+
+@pytest.fixture(scope="module")
+def built_cache(tmp_path_factory, good_library):
+    """A cache the stand-in compiler filled in a fresh process (the first run of each damage test)."""
+    env = _fake_compiler_env(tmp_path_factory.mktemp("built"), good_library)
+    first = _run(env)
+    assert first.returncode == 0 and first.stdout.strip() == "native", first.stderr[-2000:]
+    return env
+
+
+@pytest.fixture
+def cache_copy(tmp_path, built_cache):
+    """``built_cache``'s environment with a copy of its cache (the compiler, hence the key, unchanged)."""
+    shutil.copytree(built_cache["GAU_KERAS_KERNEL_CACHE"], tmp_path / "cache")
+    return dict(built_cache, GAU_KERAS_KERNEL_CACHE=str(tmp_path / "cache"))
 
 
 def _run(env):
@@ -51,10 +72,8 @@ def _cached_library(env):
 
 
 @pytest.mark.parametrize("damage", ["truncated", "empty", "no checksum", "garbage"])
-def test_damaged_library_is_rebuilt_not_loaded(fake_compiler_env, good_library, damage):
-    first = _run(fake_compiler_env)
-    assert first.returncode == 0 and first.stdout.strip() == "native", first.stderr[-2000:]
-    library = _cached_library(fake_compiler_env)
+def test_damaged_library_is_rebuilt_not_loaded(cache_copy, good_library, damage):
+    library = _cached_library(cache_copy)
     assert kernels.checksum_path(library).read_text().strip() == kernels._sha256(good_library)
     data = library.read_bytes()
     if damage == "truncated":
@@ -65,7 +84,7 @@ def test_damaged_library_is_rebuilt_not_loaded(fake_compiler_env, good_library, 
         kernels.checksum_path(library).unlink()
     else:
         library.write_bytes(os.urandom(len(data)))
-    again = _run(fake_compiler_env)
+    again = _run(cache_copy)
     assert again.returncode == 0, again.stderr[-2000:]           # before: a bus error (SIGBUS) here
     assert again.stdout.strip() == "native"
     assert "rebuilding" in again.stderr and str(library) in again.stderr
