@@ -84,14 +84,14 @@ outputs["names"] = np.array([v.name for v in variables])
 """
 
 
-def make_inputs():
+def make_inputs(steps=STEPS):
     rng = np.random.default_rng(24)
     inputs = {}
     for i, (path, shape) in enumerate(VARIABLES):
         inputs[f"w{i}"] = rng.normal(size=shape).astype("float32")
-        grads = rng.normal(size=(STEPS,) + shape).astype("float32")
+        grads = rng.normal(size=(steps,) + shape).astype("float32")
         if path.startswith("Embedding"):
-            grads *= rng.random((STEPS, shape[0], 1)) < 0.5  # rows not looked up: zero gradient
+            grads *= rng.random((steps, shape[0], 1)) < 0.5  # rows not looked up: zero gradient
         inputs[f"g{i}"] = grads
     return inputs
 
@@ -122,11 +122,11 @@ def make_variables(inputs):
     return variables
 
 
-def run_ours(case, inputs):
+def run_ours(case, inputs, steps=STEPS):
     base, extensions, kwargs = CASES[case]
     variables = make_variables(inputs)
     optimizer = build_class(base, extensions)(**kwargs)
-    for step in range(STEPS):
+    for step in range(steps):
         optimizer.apply([inputs[f"g{i}"][step] for i in range(len(variables))], variables)
     if "exponential_moving_average" in extensions:
         optimizer.apply_ema_weights()

@@ -29,6 +29,11 @@ __all__ = [
 ]
 
 
+def _value(x):
+    """A variable's current value as a tensor (JAX's ``where`` refuses a Keras Variable itself)."""
+    return ops.convert_to_tensor(x)
+
+
 def _norm(x):
     return ops.sqrt(ops.sum(ops.square(x)))
 
@@ -189,9 +194,10 @@ def extend_with_gradient_accumulation(BaseOptimizer):
         def _apply_dense(self, gradient, variable):
             now = ops.equal(self.iterations % self.grad_accum_steps, 0)
             accumulated = self._slot("_delayed_gradients", variable)
-            with self._intercepting(lambda x, new: ops.where(now, new, x)):
-                super()._apply_dense(ops.convert_to_tensor(accumulated) / self.grad_accum_steps, variable)
-            self._update(accumulated, ops.where(now, ops.zeros_like(accumulated), accumulated))
+            with self._intercepting(lambda x, new: ops.where(now, new, _value(x))):
+                super()._apply_dense(_value(accumulated) / self.grad_accum_steps, variable)
+            zeros = ops.zeros(accumulated.shape, accumulated.dtype)
+            self._update(accumulated, ops.where(now, zeros, _value(accumulated)))
             self._update(accumulated, accumulated + gradient)
 
         def get_config(self):
@@ -227,8 +233,8 @@ def extend_with_lookahead(BaseOptimizer):
             sync = ops.equal(self.iterations % self.steps_per_slow_update, 0)
             slow = self._slot("_slow_weights", variable)
             moved = slow + self.slow_step_size * (variable - slow)
-            slow_t = self._update(slow, ops.where(sync, moved, slow))
-            self._update(variable, ops.where(sync, slow_t, variable))
+            slow_t = self._update(slow, ops.where(sync, moved, _value(slow)))
+            self._update(variable, ops.where(sync, slow_t, _value(variable)))
 
         def get_config(self):
             config = super().get_config()
