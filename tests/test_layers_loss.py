@@ -111,3 +111,58 @@ def test_metrics_under_a_two_replica_mirrored_strategy():
     result = subprocess.run([sys.executable, "-c", MIRRORED], cwd=REPO_ROOT, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+#: fit / evaluate / predict of a Loss-layer model with two add_metric values, on the backend
+#: the process was started with; prints its history and evaluation as JSON
+BACKEND_RUN = """
+import json
+import keras
+import numpy as np
+from gau_keras.layers import Loss
+
+class Doubled(Loss):
+    def compute_loss(self, inputs, mask=None):
+        y, p = inputs
+        loss = keras.ops.mean((y - p) ** 2)
+        self.add_metric(loss * 2, name="double")
+        self.add_metric(keras.ops.max(p), name="largest")
+        return loss
+
+a, b = keras.Input((3,)), keras.Input((3,))
+out = Doubled(1)([b, keras.layers.Dense(3, kernel_initializer="ones")(a)])
+model = keras.Model([a, b], out)
+model.compile(keras.optimizers.SGD(0.01))
+rng = np.random.default_rng(0)
+data = [rng.normal(size=(8, 3)).astype("float32"), rng.normal(size=(8, 3)).astype("float32")]
+history = model.fit(data, None, batch_size=4, epochs=2, verbose=0, shuffle=False).history
+evaluation = model.evaluate(data, None, batch_size=4, verbose=0, return_dict=True)
+assert model.predict(data, verbose=0).shape == (8, 3)
+print(json.dumps({"backend": keras.backend.backend(), "history": history, "evaluation": evaluation}))
+"""
+
+
+def test_add_metric_gives_the_same_logs_on_jax_as_on_tensorflow():
+    """On JAX the metric values noted in the call are added where Keras maps the
+    metrics' variables (compute_loss); the logs equal TensorFlow's."""
+    import importlib.util
+    import json
+    import os
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("jax is not installed (pip install jax): the JAX backend cannot run here")
+    logs = {}
+    for backend in ("tensorflow", "jax"):
+        result = subprocess.run([sys.executable, "-c", BACKEND_RUN], capture_output=True, text=True, timeout=300,
+                                env=dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu"))
+        assert result.returncode == 0, result.stderr[-3000:]
+        logs[backend] = json.loads(result.stdout.strip().splitlines()[-1])
+        assert logs[backend]["backend"] == backend
+    tf_logs, jax_logs = logs["tensorflow"], logs["jax"]
+    assert set(jax_logs["history"]) == {"loss", "double", "largest"}
+    for name, values in tf_logs["history"].items():
+        assert jax_logs["history"][name] == pytest.approx(values, rel=1e-5), name
+    assert jax_logs["history"]["double"] == pytest.approx([2 * v for v in jax_logs["history"]["loss"]], rel=1e-6)
+    assert jax_logs["evaluation"] == pytest.approx(tf_logs["evaluation"], rel=1e-5)

@@ -12,6 +12,10 @@ every bert4keras script does), so under a distribution strategy that call
 belongs inside ``strategy.scope()``, with the rest of the model; a layer first
 called on real tensors makes them on that call and drops that first value.
 
+On JAX the values are noted during the call and added when the model
+computes its loss (see `_compute_loss_with_loss_metrics`): the same logs as on
+TensorFlow.
+
 The layer has no ``compute_output_shape`` on purpose: Keras then infers the
 output by running ``call`` on the symbolic inputs, which is when
 ``compute_loss`` names its metrics.
@@ -33,6 +37,12 @@ class _MetricBook:
         self.trackers = {}
         self.pending = []
         self.symbolic = False
+        self.deferred = []      # JAX: this call's (tracker, value), applied in compute_loss
+
+    def flush(self):
+        for tracker, value in self.deferred:
+            tracker.update_state(value)
+        self.deferred = []
 
     def make_pending(self):
         for name in self.pending:
@@ -73,6 +83,7 @@ class Loss(keras.layers.Layer):
             book.make_pending()
 
     def call(self, inputs, mask=None):
+        self._metric_book.deferred = []     # a forward pass that no loss followed (predict) left them
         if mask is not None and all(m is None for m in keras.tree.flatten(mask)):
             mask = None
         self.add_loss(self.compute_loss(inputs, mask))
@@ -106,7 +117,10 @@ class Loss(keras.layers.Layer):
         if book.symbolic or name not in book.trackers:
             book.pending.append(name)   # the tracker is made when this call returns
             return
-        book.trackers[name].update_state(value)
+        if keras.backend.backend() == "jax":
+            book.deferred.append((book.trackers[name], value))
+        else:
+            book.trackers[name].update_state(value)
 
     @property
     def metrics(self):
@@ -116,3 +130,31 @@ class Loss(keras.layers.Layer):
         config = super().get_config()
         config.update(output_axis=self.output_axis)
         return config
+
+
+def _flush_loss_metrics(model):
+    for layer in model._flatten_layers(include_self=False):
+        if isinstance(layer, Loss):
+            layer._metric_book.flush()
+
+
+def _compute_loss_with_loss_metrics(compute_loss):
+    """``Model.compute_loss`` that first applies the Loss layers' deferred ``add_metric`` values.
+
+    On JAX, Keras runs the forward pass in a stateless scope that maps only the
+    model's weights, so a metric updated inside a layer's call has nowhere to go;
+    the loss is computed in one that also maps the metrics' variables and hands
+    their new values back, so that is where the values noted in the call are
+    added (the same values, in the same step, as the TensorFlow backend adds
+    them directly)."""
+
+    def wrapped(self, *args, **kwargs):
+        _flush_loss_metrics(self)
+        return compute_loss(self, *args, **kwargs)
+
+    wrapped._gau_keras_loss_metrics = True
+    return wrapped
+
+
+if keras.backend.backend() == "jax" and not getattr(keras.Model.compute_loss, "_gau_keras_loss_metrics", False):
+    keras.Model.compute_loss = _compute_loss_with_loss_metrics(keras.Model.compute_loss)
