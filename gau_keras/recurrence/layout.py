@@ -1,48 +1,17 @@
-"""The static layout of one recurrence call, parsed once, and argument preparation.
+"""TensorFlow argument preparation of the recurrence and its scan order.
 
-Shapes (docs/srupp.md): U [B, L, dirs·d·k] with the k values of one hidden
-unit adjacent and the directions laid out [dir0 block | dir1 block]; x
-[B, L, d_in]; weight_c and bias [2·dirs·d] laid out [2, dirs, d].
+``prepare`` converts a call's arguments to tensors in the compute dtype and
+parses its ``Layout`` (``common``, backend-free) once; ``flip_time`` and
+``unflip_time`` convert between batch-major and the loops' scan order.
+Shapes: docs/srupp.md and ``common``.
 """
 from typing import NamedTuple
 
 import tensorflow as tf
 
+from gau_keras.recurrence.common import Layout
 
-class Layout(NamedTuple):
-    """Static sizes of a call: directions, hidden size d, and k (3: skip from x, 4: from U)."""
-    dirs: int
-    d: int
-    k: int
-
-    @property
-    def bidirectional(self):
-        return self.dirs == 2
-
-    @classmethod
-    def of(cls, U, x, weight_c, bias, bidirectional):
-        """The layout of the arguments; a ValueError names the argument that does not fit."""
-        dirs = 2 if bidirectional else 1
-        if U.shape.rank != 3:
-            raise ValueError(f"sru_recurrence: U must be [B, L, dirs*d*k], got shape {U.shape}")
-        if x.shape.rank != 3:
-            raise ValueError(f"sru_recurrence: x must be [B, L, d_in], got shape {x.shape}")
-        n_c = weight_c.shape[-1]
-        if weight_c.shape.rank != 1 or n_c is None or n_c % (2 * dirs):
-            raise ValueError(f"sru_recurrence: weight_c must be [2*dirs*d] (dirs={dirs}), "
-                             f"got shape {weight_c.shape}")
-        if bias.shape != weight_c.shape:
-            raise ValueError(f"sru_recurrence: bias shape {bias.shape} must equal weight_c shape {weight_c.shape}")
-        d = n_c // (2 * dirs)
-        width = U.shape[-1]
-        if width is None or width % (dirs * d) or width // (dirs * d) not in (3, 4):
-            raise ValueError(f"sru_recurrence: U's last dimension ({width}) must be dirs*d*k with "
-                             f"dirs*d={dirs * d} (from weight_c) and k in (3, 4)")
-        k = width // (dirs * d)
-        if k == 3 and x.shape[-1] != dirs * d:
-            raise ValueError(f"sru_recurrence: with k=3 x's last dimension ({x.shape[-1]}) must equal "
-                             f"dirs*d={dirs * d}")
-        return cls(dirs, d, k)
+__all__ = ["Layout", "Prepared", "compute_dtype", "flip_time", "prepare", "unflip_time"]
 
 
 def compute_dtype(dtype):

@@ -1,41 +1,29 @@
-"""The SRU elementwise recurrence (docs/srupp.md) with a hand-written gradient.
+"""The recurrence on TensorFlow: ``tf.custom_gradient`` around a forward/backward pair.
 
 The matrix work that produces U stays outside (batched over all steps); here
 only the elementwise recurrence runs, forward in time and then, for the
-gradient (``tf.custom_gradient``), backward in time, keeping only c between
-the two (the op's own inputs are referenced, not copied; autodiff through a
-``tf.while_loop`` keeps every intermediate of every step).  Two
-implementations of that forward/backward pair:
+gradient, backward in time, keeping only c between the two (the op's own
+inputs are referenced, not copied; autodiff through a ``tf.while_loop`` keeps
+every intermediate of every step).  Two implementations of that pair:
 
 * ``native`` (the default on CPU): ``native/sru_ops.cc``, one fused pass over
   time per (batch row, direction) chain, compiled on first use;
-* ``xla``: XLA-compiled loops, used on GPU/TPU, inside XLA-compiled
-  functions, for dtypes the kernel lacks and without a C++ compiler.
+* ``xla``: XLA-compiled loops (``xla.py``), used on GPU/TPU, inside
+  XLA-compiled functions, for dtypes the kernel lacks and without a C++ compiler.
 
-The package: ``layout`` (the call's static layout, parsed once, and argument
-preparation), ``xla``, ``native`` (kernel builder and bridge), ``reference``
-(``sru_recurrence_autodiff``, the same maths differentiated by autodiff).
-
-`kernel_choice` says which one a call uses.  Both directions of a
-bidirectional layer run at once (direction 1 reversed in time).
-float16/bfloat16 are computed in float32, float64 stays float64.
-
+`kernel_choice` says which one a call uses.  ``gau_keras.recurrence``
+dispatches here when Keras runs on TensorFlow.
 """
-import functools
 import os
-import warnings
 
 import tensorflow as tf
 
 from gau_keras.recurrence import native, xla
-from gau_keras.recurrence.layout import Layout, prepare
+from gau_keras.recurrence.common import TRACE_SCOPE, warn_once
+from gau_keras.recurrence.layout import prepare
 from gau_keras.recurrence.reference import sru_recurrence_autodiff
 
-__all__ = ["sru_recurrence", "sru_recurrence_autodiff", "kernel_choice", "Layout", "TRACE_SCOPE"]
-
-#: name scope of the forward and backward ops (graph node names contain it; benchmarks/srupp_speed.py
-#: finds the recurrence's share of a training step by it in a profiler trace)
-TRACE_SCOPE = "sru_recurrence_kernel"
+__all__ = ["sru_recurrence", "sru_recurrence_autodiff", "kernel_choice"]
 
 
 def _in_xla_context():
@@ -48,7 +36,7 @@ def _in_xla_context():
         return True
 
 
-def kernel_choice(dtype=tf.float32, implementation=None):
+def kernel_choice(dtype="float32", implementation=None):
     """Which implementation ``sru_recurrence`` uses now: "native" or "xla".
 
     ``implementation`` (default: ``$GAU_KERAS_SRU_KERNEL``, else "auto"):
@@ -72,14 +60,9 @@ def kernel_choice(dtype=tf.float32, implementation=None):
     try:
         native.load()
     except native.KernelUnavailable as reason:
-        _warn_once(f"gau_keras: native SRU kernel unavailable, using the XLA loops: {reason}")
+        warn_once(f"gau_keras: native SRU kernel unavailable, using the XLA loops: {reason}")
         return "xla"
     return "native"
-
-
-@functools.cache
-def _warn_once(message):
-    warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def _core(layout, U, x, weight_c, bias, c0, pad, scale_x, mask_c, implementation=None):
