@@ -55,7 +55,10 @@ def get_available_gpus():
         import tensorflow as tf
 
         return [device.name for device in tf.config.list_logical_devices("GPU")]
-    return keras.distribution.list_devices("gpu")
+    try:
+        return keras.distribution.list_devices("gpu")
+    except RuntimeError:    # JAX: "Unknown backend: 'gpu' requested" where it has none
+        return []
 
 
 # --------------------------------------------------------------------------- activations

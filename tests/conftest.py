@@ -39,3 +39,15 @@ def _seed():
     import keras
     keras.utils.set_random_seed(1234)
     yield
+
+
+def pytest_collection_modifyitems(config, items):
+    """``tensorflow_only`` tests are skipped when KERAS_BACKEND names another backend."""
+    import keras
+
+    if keras.backend.backend() == "tensorflow":
+        return
+    skip = pytest.mark.skip(reason=f"uses TensorFlow's own machinery; Keras runs on {keras.backend.backend()}")
+    for item in items:
+        if "tensorflow_only" in item.keywords:
+            item.add_marker(skip)
