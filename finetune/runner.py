@@ -30,6 +30,7 @@ checked before any training. Exit status: 0 on success, 2 on a usage or data
 error.
 """
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -105,8 +106,9 @@ def build_parser(task_cls):
     parser.add_argument("--dropout", type=flags.rate_below_one, default=task_cls.dropout_rate,
                         help="dropout of the task head (default: %(default)s)")
     parser.add_argument("--devices", type=flags.positive_int, default=1,
-                        help="train with MirroredStrategy on this many devices: GPUs when there are enough, "
-                             "else logical CPU devices (default: 1, no strategy)")
+                        help="train on this many devices: MirroredStrategy over GPUs when there are enough, "
+                             "else logical CPU devices; on JAX keras.distribution.DataParallel over its devices "
+                             "(default: 1, no strategy)")
     parser.add_argument("--xla", choices=("auto", "on", "off"), default="auto",
                         help="jit-compile the train step; auto: on for GPU/TPU, off on CPU (default: auto)")
     task_cls.add_arguments(parser)
@@ -245,14 +247,43 @@ def use_xla(choice):
     batch length made the first pass over the batches 2.6x longer)."""
     if choice != "auto":
         return choice == "on"
+    import keras
+
+    if keras.backend.backend() == "jax":
+        return True     # JAX compiles every step (jit_compile=False would run it op by op)
     import tensorflow as tf
 
     return bool(tf.config.list_physical_devices("GPU") or tf.config.list_physical_devices("TPU"))
 
 
+class JaxDataParallel:
+    """``--devices`` on JAX: ``keras.distribution.DataParallel`` over the first
+    ``devices`` devices (each batch split across them), with the strategy's
+    ``scope()`` / ``num_replicas_in_sync`` the runner uses."""
+
+    def __init__(self, devices):
+        import jax
+        import keras
+
+        available = jax.devices()
+        if len(available) < devices:
+            raise ValueError(f"--devices {devices}: JAX sees {len(available)} {available[0].platform} device(s); "
+                             f"on CPU start it with XLA_FLAGS=--xla_force_host_platform_device_count={devices}")
+        self.num_replicas_in_sync = devices
+        self.distribution = keras.distribution.DataParallel(devices=available[:devices]) if devices > 1 else None
+
+    def scope(self):
+        return contextlib.nullcontext() if self.distribution is None else self.distribution.scope()
+
+
 def make_strategy(devices):
     """The default strategy, or MirroredStrategy over ``devices`` GPUs (logical CPUs
-    when there are fewer GPUs; they must be configured before TensorFlow starts)."""
+    when there are fewer GPUs; they must be configured before TensorFlow starts);
+    on JAX a `JaxDataParallel`."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        return JaxDataParallel(devices)
     import tensorflow as tf
 
     if devices == 1:
