@@ -92,28 +92,11 @@ def _core(layout, U, x, weight_c, bias, c0, pad, scale_x, mask_c, implementation
 
 def sru_recurrence(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,
                    dropout_mask=None, bidirectional=False, implementation=None):
-    """The SRU elementwise recurrence with a fused custom gradient.
-
-    Args:
-        U: [B, L, dirs·d·k], k = 3 or 4, the k values of one hidden unit adjacent;
-            directions laid out [dir0 block | dir1 block].
-        x: [B, L, d_in]; the skip term (times ``scale_x``) when k = 3, where d_in
-            must be dirs·d (forward skip x[..., :d], backward skip x[..., d:]).
-        weight_c, bias: [2·dirs·d], laid out [2, dirs, d] (forget then reset).
-        c0: [B, dirs·d] initial state, zeros when None.
-        mask_pad: [B, L] bool, True = padding (state carried, output 0).
-        scale_x: one value (a scalar or any one-element tensor) multiplying the
-            k = 3 skip term (1 when None).
-        dropout_mask: [B, dirs·d] multiplier on c in h (1 when None); no gradient.
-        bidirectional: the second direction runs t = L−1 … 0.
-        implementation: "auto" (default, or ``$GAU_KERAS_SRU_KERNEL``): the fused
-            C++ kernel on CPU, the XLA loops on GPU/TPU and inside XLA-compiled
-            functions; "native" or "xla" to force one (see ``kernel_choice``).
-
-    Returns:
-        (h [B, L, dirs·d], c_last [B, dirs·d]) in U's dtype; float16/bfloat16
-        are computed in float32, float64 in float64.
-    """
+    """``gau_keras.recurrence.sru_recurrence`` on TensorFlow (arguments, shapes and
+    dtypes there), with a fused custom gradient. ``implementation``: "auto"
+    (default, or ``$GAU_KERAS_SRU_KERNEL``): the fused C++ kernel on CPU, the XLA
+    loops on GPU/TPU and inside XLA-compiled functions; "native" or "xla" to
+    force one (see ``kernel_choice``)."""
     p = prepare(U, x, weight_c, bias, c0, mask_pad, scale_x, dropout_mask, bidirectional)
     h, c_last = _core(p.layout, *p.tensors, implementation=implementation)
     return tf.cast(h, p.out_dtype), tf.cast(c_last, p.out_dtype)
