@@ -39,14 +39,6 @@ np.savez(job["out"], **T.backend_outputs(job))
 '''
 
 
-def _ids(tokenizer, texts):
-    rows = [tokenizer.encode(text)[0] for text in texts]
-    ids = np.zeros((len(rows), max(map(len, rows))), "int32")
-    for i, row in enumerate(rows):
-        ids[i, :len(row)] = row
-    return ids
-
-
 def _inputs(model, ids):
     return [ids, np.zeros_like(ids)][:len(model.inputs)]
 
@@ -55,13 +47,14 @@ def bundled_probabilities(policy="float32"):
     import keras
 
     from gau_keras.pretrained import load_pretrained
+    from gau_keras.snippets import sequence_padding
 
     keras.mixed_precision.set_global_policy(policy)
     try:
         model, tokenizer = load_pretrained(None, model="gau_alpha", with_mlm=True)
     finally:
         keras.mixed_precision.set_global_policy("float32")
-    ids = _ids(tokenizer, TEXTS)
+    ids = sequence_padding([tokenizer.encode(text)[0] for text in TEXTS]).astype("int32")
     return np.asarray(model.predict(_inputs(model, ids), verbose=0), "float32"), ids > 0
 
 
