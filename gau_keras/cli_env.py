@@ -8,7 +8,9 @@ gau_keras``) it quiets TensorFlow's C++ log (``TF_CPP_MIN_LOG_LEVEL=3``: no
 start-up notices, no "failed call to cuInit" on a CPU machine), unless the
 user set ``TF_CPP_MIN_LOG_LEVEL``. The notices TensorFlow's libraries print
 while they load, before that setting is read ("All log messages before
-absl::InitializeLog() ...", "Could not find cuda drivers ..."), are held back
+absl::InitializeLog() ...", "Could not find cuda drivers ...", on CPUs
+where oneDNN's custom operations switch on "oneDNN custom operations are
+on ..."), are held back
 too; anything else written while TensorFlow loads is passed on.
 A library user's process is left alone.
 """
@@ -32,7 +34,8 @@ def is_command_line(argv=None, orig_argv=None):
 #: what TensorFlow's native libraries print on loading, whatever TF_CPP_MIN_LOG_LEVEL says
 LOAD_NOTICES = re.compile(r"All log messages before absl::InitializeLog\(\) is called|cudart_stub\.cc|"
                           r"cpu_feature_guard\.cc|To enable the following instructions|"
-                          r"Unable to register cu(DNN|FFT|BLAS) factory|computation_placer\.cc")
+                          r"Unable to register cu(DNN|FFT|BLAS) factory|computation_placer\.cc|"
+                          r"oneDNN custom operations are on")
 
 
 def import_tensorflow_quietly():
