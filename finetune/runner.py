@@ -30,7 +30,6 @@ checked before any training. Exit status: 0 on success, 2 on a usage or data
 error.
 """
 import argparse
-import contextlib
 import json
 import os
 import pathlib
@@ -256,49 +255,12 @@ def use_xla(choice):
     return bool(tf.config.list_physical_devices("GPU") or tf.config.list_physical_devices("TPU"))
 
 
-class JaxDataParallel:
-    """``--devices`` on JAX: ``keras.distribution.DataParallel`` over the first
-    ``devices`` devices (each batch split across them), with the strategy's
-    ``scope()`` / ``num_replicas_in_sync`` the runner uses."""
-
-    def __init__(self, devices):
-        import jax
-        import keras
-
-        available = jax.devices()
-        if len(available) < devices:
-            raise ValueError(f"--devices {devices}: JAX sees {len(available)} {available[0].platform} device(s); "
-                             f"on CPU start it with XLA_FLAGS=--xla_force_host_platform_device_count={devices}")
-        self.num_replicas_in_sync = devices
-        self.distribution = keras.distribution.DataParallel(devices=available[:devices]) if devices > 1 else None
-
-    def scope(self):
-        return contextlib.nullcontext() if self.distribution is None else self.distribution.scope()
-
-
 def make_strategy(devices):
-    """The default strategy, or MirroredStrategy over ``devices`` GPUs (logical CPUs
-    when there are fewer GPUs; they must be configured before TensorFlow starts);
-    on JAX a `JaxDataParallel`."""
-    import keras
+    """``gau_keras.distribution.data_parallel``: the default strategy or MirroredStrategy
+    over ``devices`` GPUs / logical CPUs; on JAX ``keras.distribution.DataParallel``."""
+    from gau_keras.distribution import data_parallel
 
-    if keras.backend.backend() == "jax":
-        return JaxDataParallel(devices)
-    import tensorflow as tf
-
-    if devices == 1:
-        return tf.distribute.get_strategy()
-    gpus = tf.config.list_physical_devices("GPU")
-    if len(gpus) >= devices:
-        return tf.distribute.MirroredStrategy([f"/gpu:{i}" for i in range(devices)])
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    try:
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * devices)
-    except RuntimeError as e:
-        if len(tf.config.list_logical_devices("CPU")) < devices:
-            raise ValueError(f"--devices {devices}: TensorFlow was started before the CPU could be split "
-                             f"into {devices} logical devices ({e})") from None
-    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(devices)])
+    return data_parallel(devices)
 
 
 def make_optimizer(lr, weight_decay, total_steps):

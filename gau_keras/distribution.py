@@ -1,0 +1,82 @@
+"""Data parallelism over one host's devices, on either Keras backend.
+
+``data_parallel(n)`` gives what fine-tuning and pretraining build their
+model under and split their batches with:
+
+* TensorFlow: the default strategy (n = 1), else a ``MirroredStrategy``
+  over n GPUs, or over n logical CPU devices where there are fewer GPUs
+  (which must be configured before TensorFlow's runtime starts);
+* JAX: a `JaxDataParallel`, ``keras.distribution.DataParallel`` over the
+  first n of ``jax.local_devices()`` (on CPU, more than one needs
+  ``XLA_FLAGS=--xla_force_host_platform_device_count=n`` before JAX starts).
+
+Both have ``scope()`` and ``num_replicas_in_sync``.
+"""
+import contextlib
+
+import keras
+
+
+def device_count_error(devices, available, platform):
+    return ValueError(f"--devices {devices}: JAX sees {available} {platform} device(s); on CPU start it with "
+                      f"XLA_FLAGS=--xla_force_host_platform_device_count={devices}")
+
+
+class JaxDataParallel:
+    """``keras.distribution.DataParallel`` over the first ``devices`` local
+    JAX devices (None: all of them); with one device, no distribution.
+
+    ``distribute(batch)`` places a batch (a nest of arrays [B, ...]) on the
+    devices, each taking B / devices rows, as Keras's own ``fit`` does.
+    """
+
+    def __init__(self, devices=None):
+        import jax
+
+        available = jax.local_devices()
+        devices = len(available) if devices is None else devices
+        if len(available) < devices:
+            raise device_count_error(devices, len(available), available[0].platform)
+        self.devices = available[:devices]
+        self.platform = available[0].platform
+        self.num_replicas_in_sync = devices
+        self.distribution = keras.distribution.DataParallel(devices=self.devices) if devices > 1 else None
+
+    def scope(self):
+        return contextlib.nullcontext() if self.distribution is None else self.distribution.scope()
+
+    def distribute(self, batch):
+        import jax
+
+        if self.distribution is None:
+            return jax.tree.map(lambda x: jax.device_put(x, self.devices[0]), batch)
+        return jax.tree.map(
+            lambda x: keras.distribution.distribute_tensor(x, self.distribution.get_data_layout(x.shape)), batch)
+
+
+def tf_mirrored(devices):
+    """The default strategy, or MirroredStrategy over ``devices`` GPUs (logical
+    CPUs when there are fewer GPUs)."""
+    import tensorflow as tf
+
+    if devices == 1:
+        return tf.distribute.get_strategy()
+    gpus = tf.config.list_physical_devices("GPU")
+    if len(gpus) >= devices:
+        return tf.distribute.MirroredStrategy([f"/gpu:{i}" for i in range(devices)])
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * devices)
+    except RuntimeError as e:
+        if len(tf.config.list_logical_devices("CPU")) < devices:
+            raise ValueError(f"--devices {devices}: TensorFlow was started before the CPU could be split "
+                             f"into {devices} logical devices ({e})") from None
+    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(devices)])
+
+
+def data_parallel(devices):
+    """What a model is built under to train on ``devices`` devices of this
+    host, for Keras's backend (see the module's docstring)."""
+    if keras.backend.backend() == "jax":
+        return JaxDataParallel(devices)
+    return tf_mirrored(devices)
