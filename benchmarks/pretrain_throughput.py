@@ -113,7 +113,7 @@ def loop_setup(spec):
     def step():
         for _ in range(updates):
             trainer.advance()
-        trainer.micro_step.numpy()   # the last update has finished
+        trainer.wait()   # the last update has finished
     return {"params": int(trainer.model.count_params()), "xla": trainer.xla}, step
 
 

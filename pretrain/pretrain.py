@@ -37,7 +37,11 @@ def parse_args(argv=None):
     parser.add_argument("--max-minutes", type=flags.positive_float,
                         help="stop (after saving) once this wall time is spent")
     parser.add_argument("--init-checkpoint", help="override train.init_checkpoint (TF1 checkpoint to start from)")
-    parser.add_argument("--tpu", help="TPU name or address: use TPUStrategy and bfloat16")
+    parser.add_argument("--tpu", help="TPU name or address: use TPUStrategy and bfloat16 (TensorFlow)")
+    parser.add_argument("--devices", type=flags.positive_int,
+                        help="train on this host's first N devices (JAX: of its local devices, by default all; "
+                             "TensorFlow: MirroredStrategy over N GPUs, or N logical CPUs; by default the "
+                             "strategy follows the machine and TF_CONFIG)")
     xla = parser.add_mutually_exclusive_group()
     xla.add_argument("--xla", dest="xla", action="store_true", default=None,
                      help="jit-compile the training step (default: train.xla, else on for TPU/GPU, off on CPU)")
@@ -65,7 +69,7 @@ def main(argv=None):
         return 0
     from pretrain import run_dir
     output_dir = config["train"]["output_dir"]
-    if not run_dir.scan_checkpoints(os.path.join(output_dir, "checkpoints")):
+    if not any(run_dir.checkpoint_updates(os.path.join(output_dir, "checkpoints")).values()):
         flag = "--evaluate-only" if args.evaluate_only else "--export-only"
         raise SystemExit(f"error: {flag}: no checkpoint in {os.path.join(output_dir, 'checkpoints')}; "
                          f"train first (the random initial weights are not a model)")
@@ -74,7 +78,7 @@ def main(argv=None):
         index = stage_of(stages, run_dir.newest_update(config["train"]["output_dir"]))
     else:
         index = -1
-    run = trainer.Trainer(stages[index][1], tpu=args.tpu, xla=args.xla, restart=args.restart)
+    run = trainer.Trainer(stages[index][1], tpu=args.tpu, xla=args.xla, restart=args.restart, devices=args.devices)
     try:
         if args.evaluate_only:
             run.log_evaluation(batches=0)
@@ -93,21 +97,21 @@ def stage_of(stages, update):
 def train_stages(trainer, stages, args):
     """Trains each stage in turn from where the run directory stands: a new
     Trainer per stage resumes the previous stage's last checkpoint, as a run
-    stopped and started again with the config edited would. One strategy and
+    stopped and started again with the config edited would. One set of devices and
     one hold of the run directory's lock serve all stages."""
     from pretrain import run_dir
     start = time.time()
-    strategy = trainer.choose_strategy(args.tpu)   # first: MultiWorkerMirroredStrategy must precede any TF op
+    devices = trainer.choose_devices(args.tpu, args.devices)   # first: MultiWorkerMirroredStrategy precedes any TF op
     for _, stage in stages:     # a stage's data error now, not hours into the run
         trainer.check_data(stage)
     output_dir = stages[-1][1]["train"]["output_dir"]
-    lock = run_dir.RunLock(output_dir).acquire() if trainer.is_chief(strategy[0]) else None
+    lock = run_dir.RunLock(output_dir).acquire() if devices.is_chief else None
     try:
         index = 0 if args.restart else stage_of(stages, run_dir.newest_update(output_dir))
         restart = args.restart
         while True:
             end, stage = stages[index]
-            run = trainer.Trainer(stage, xla=args.xla, restart=restart, strategy=strategy, lock=lock)
+            run = trainer.Trainer(stage, xla=args.xla, restart=restart, devices=devices, lock=lock)
             restart, done = False, run.updates()
             if stage_of(stages, done) != index:     # the newest checkpoint did not restore: an older stage's
                 run.close()

@@ -3,12 +3,13 @@ checkpoint that restores, a log that continues without repeats.
 
     output_dir/
       .lock                 held (flock) by the trainer using the directory
-      checkpoints/          ckpt-N.{index,data-*} + the 'checkpoint' state file
+      checkpoints/          TensorFlow: ckpt-N.{index,data-*} + the 'checkpoint' state file;
+                            JAX: N/ (orbax checkpoint steps)
       checkpoints/unrestorable/   checkpoints that failed to restore, moved aside
       log.jsonl             one JSON record per logged update / evaluation
       restarted-<time>/     what --restart moved aside
 
-Checkpoints are found by scanning ``ckpt-N.index`` files, not only through the
+TensorFlow's checkpoints are found by scanning ``ckpt-N.index`` files, not only through the
 state file, so a deleted or garbled state file never makes a run start over;
 the state file is rewritten from the scan. Restoring tries the newest first
 and falls back to older ones with a warning naming the file.
@@ -25,6 +26,12 @@ import time
 import tensorflow as tf
 
 CHECKPOINT_RE = re.compile(r"^ckpt-(\d+)\.index$")
+#: an orbax checkpoint step folder (one being written has a temporary name, N.orbax-checkpoint-tmp-*)
+ORBAX_STEP_RE = re.compile(r"^(\d+)$")
+#: orbax's marker of a finished step on file systems without an atomic rename (gs://)
+ORBAX_COMMIT = "commit_success.txt"
+#: each backend's checkpoints, as errors name them
+FORMATS = {"tensorflow": "TensorFlow checkpoints (ckpt-N.index)", "jax": "orbax checkpoints (N/, of JAX)"}
 #: what a restore of a damaged checkpoint raises (truncated data: IndexError / DataLossError)
 RESTORE_ERRORS = (tf.errors.OpError, ValueError, IndexError, AssertionError, KeyError)
 
@@ -96,10 +103,50 @@ def scan_checkpoints(directory):
     return [prefix for _, prefix in sorted(found)]
 
 
+def orbax_steps(directory):
+    """Paths of the finished orbax checkpoint steps ``N/`` in ``directory``, oldest first."""
+    if not tf.io.gfile.isdir(directory):
+        return []
+    found = []
+    for name in tf.io.gfile.listdir(directory):
+        name = name.rstrip("/")
+        path = os.path.join(directory, name)
+        if (ORBAX_STEP_RE.match(name) and tf.io.gfile.isdir(path)
+                and (is_local(path) or tf.io.gfile.exists(os.path.join(path, ORBAX_COMMIT)))):
+            found.append((int(name), path))
+    return [path for _, path in sorted(found)]
+
+
+def checkpoint_updates(directory):
+    """``{backend: [update, ...]}`` of the checkpoints in ``directory``, oldest first."""
+    return {"tensorflow": [checkpoint_number(p) for p in scan_checkpoints(directory)],
+            "jax": [int(os.path.basename(p)) for p in orbax_steps(directory)]}
+
+
 def newest_update(output_dir):
     """The update number of the newest checkpoint in ``output_dir/checkpoints`` (0 when none)."""
-    prefixes = scan_checkpoints(os.path.join(output_dir, "checkpoints"))
-    return max((checkpoint_number(p) for p in prefixes), default=0)
+    updates = checkpoint_updates(os.path.join(output_dir, "checkpoints"))
+    return max(updates["tensorflow"] + updates["jax"], default=0)
+
+
+def refuse_other_format(directory, backend):
+    """A run's checkpoints resume on the backend that wrote them: an error
+    when ``directory`` holds the other backend's."""
+    other = next(name for name in FORMATS if name != backend)
+    found = checkpoint_updates(directory)[other]
+    if found:
+        raise SystemExit(f"error: {directory} holds {FORMATS[other]} up to update {found[-1]}, written under "
+                         f"KERAS_BACKEND={other}; resume the run there, or pass --restart to move them aside and "
+                         f"start from update 0 under KERAS_BACKEND={backend}")
+
+
+def disk_full(update, directory, kept):
+    """The error of a checkpoint that did not fit on the disk (``kept``: the
+    checkpoints left, oldest first)."""
+    raise SystemExit(f"error: cannot write checkpoint {update} to {directory}: no space left on device; "
+                     + (f"the previous checkpoint {os.path.basename(kept[-1])} is kept" if kept
+                        else "no earlier checkpoint exists")
+                     + "; free some space and start the run again to resume") from None
 
 
 def _state_file_problem(directory, prefixes):
@@ -134,6 +181,16 @@ def _move_aside(prefix, folder):
     tf.io.gfile.makedirs(folder)
     for path in tf.io.gfile.glob(prefix + ".*"):
         tf.io.gfile.rename(path, os.path.join(folder, os.path.basename(path)), overwrite=True)
+
+
+def move_step_aside(path, folder):
+    """Moves the checkpoint folder ``path`` into ``folder`` (replacing one of
+    the same name moved there before)."""
+    tf.io.gfile.makedirs(folder)
+    target = os.path.join(folder, os.path.basename(path))
+    if tf.io.gfile.exists(target):
+        tf.io.gfile.rmtree(target)
+    tf.io.gfile.rename(path, target)
 
 
 def restore_newest(checkpoint, directory, repair=True):
@@ -173,12 +230,6 @@ def restore_newest(checkpoint, directory, repair=True):
     raise SystemExit(f"error: none of the {len(prefixes)} checkpoints in {directory} restores (newest "
                      f"{prefixes[-1]}); fix or remove them, or pass --restart to move them aside and "
                      f"start from update 0")
-
-
-def has_previous_run(output_dir):
-    """Whether ``output_dir`` holds a run's checkpoints or log."""
-    return bool(scan_checkpoints(os.path.join(output_dir, "checkpoints"))
-                or tf.io.gfile.exists(os.path.join(output_dir, "log.jsonl")))
 
 
 def move_previous_run(output_dir):

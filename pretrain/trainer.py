@@ -1,30 +1,35 @@
-"""The pretraining loop: strategy, model, optimizer, data, checkpoints, export.
+"""The pretraining loop on either Keras backend: model, optimizer, data,
+logging, evaluation, export.
 
-A plain custom loop (one ``tf.function`` step run by the strategy) rather
-than ``model.fit``, because resuming must restore the data iterator exactly,
-and the MLM loss/accuracy only count masked positions. The run directory's
-lock, checkpoint discovery and log continuity live in ``pretrain.run_dir``.
+A plain custom loop rather than ``model.fit``, because resuming must restore
+the data iterator exactly, and the MLM loss/accuracy only count masked
+positions. What depends on the backend (devices, the compiled step, the
+checkpoints) lives in ``pretrain.tf_backend`` (tf.distribute, tf.function,
+tf.train checkpoints) and ``pretrain.jax_backend`` (keras.distribution,
+jax.jit, orbax checkpoints); the run directory's lock, checkpoint discovery
+and log continuity in ``pretrain.run_dir``.
 
 Design notes: docs/pretraining.md.
 """
 import contextlib
-import errno
+import importlib
 import json
 import logging
 import os
 import signal
-import tempfile
 import threading
 import time
 
 import keras
 import numpy as np
 import tensorflow as tf
+from keras import ops
 from tqdm import tqdm
 
 from gau_keras.checkpoints import CheckpointError
 from gau_keras.data import tfrecord
 from gau_keras.data.mlm import random_token_ids
+from gau_keras.layers.heads import GatherPositions
 from gau_keras.losses import masked_lm_sums, masked_positions
 from gau_keras.models.builder import build_transformer_model
 from gau_keras.models.config import ConfigError, read_config
@@ -38,33 +43,26 @@ logger = logging.getLogger("pretrain")
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 
 
-def choose_strategy(tpu=None):
-    """(strategy, device kind): TPU if asked; multi-worker with a TF_CONFIG
-    of several workers; mirrored with more than one GPU; else the default."""
-    if tpu:
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
-        tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
-        return tf.distribute.TPUStrategy(resolver), "tpu"
-    # physical devices: listing logical ones would initialise the runtime, after which
-    # MultiWorkerMirroredStrategy can no longer configure its collective ops
-    gpus = tf.config.list_physical_devices("GPU")
-    kind = "gpu" if gpus else "cpu"
-    tf_config = json.loads(os.environ.get("TF_CONFIG", "{}"))
-    if len(tf_config.get("cluster", {}).get("worker", [])) > 1:
-        return tf.distribute.MultiWorkerMirroredStrategy(), kind
-    if len(gpus) > 1:
-        return tf.distribute.MirroredStrategy(), kind
-    return tf.distribute.get_strategy(), kind
+#: the module of each Keras backend that pretraining runs on
+BACKENDS = {"tensorflow": "pretrain.tf_backend", "jax": "pretrain.jax_backend"}
 
 
-def is_chief(strategy):
-    """Whether this process writes the run's checkpoints, logs and export."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not getattr(resolver, "task_type", None):
-        return True
-    return resolver.task_type == "chief" or (resolver.task_type == "worker" and resolver.task_id == 0
-                                             and "chief" not in resolver.cluster_spec().as_dict())
+def backend():
+    """The module of Keras's backend: ``choose_devices``, ``resolve_xla``, ``TrainingState``."""
+    name = keras.backend.backend()
+    if name not in BACKENDS:
+        raise SystemExit(f"error: pretraining runs on the TensorFlow and JAX backends, not KERAS_BACKEND={name}")
+    return importlib.import_module(BACKENDS[name])
+
+
+def choose_devices(tpu=None, devices=None):
+    """The devices of a run (``--tpu``, ``--devices N``): see the backends' ``choose_devices``."""
+    return backend().choose_devices(tpu, devices)
+
+
+def tf_config_workers():
+    """The number of workers TF_CONFIG names (0 when it is not set)."""
+    return len(json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {}).get("worker", []))
 
 
 def training_dataset(config, tokenizer, pattern, repeat, dynamic_mask=None, replicas=1):
@@ -127,29 +125,35 @@ class Trainer:
     """One pretraining run of ``config`` (see ``pretrain.config``).
 
     Args:
-        tpu: TPU name/address (TPUStrategy).
+        tpu: TPU name/address (TensorFlow's TPUStrategy).
         xla: compile the step with XLA; None = the config's ``train.xla``,
-            whose default (null) is ``default_xla`` of the device.
+            whose default (null) is ``default_xla`` of the device (on JAX the
+            step is always compiled).
         restart: move an earlier run's checkpoints and log aside and start
             from update 0 (otherwise an earlier run is resumed, and a run
             directory whose checkpoints all fail to restore is an error).
-        strategy: ``(strategy, device kind)`` of ``choose_strategy``, to share
-            one between the Trainers of one process (else made here).
+        devices: the devices of ``choose_devices``, to share them between the
+            Trainers of one process, or the number of this host's devices to
+            train on (``--devices N``), or None: the backend's choice (all of
+            JAX's local devices; TensorFlow's strategy of ``choose_strategy``).
         lock: the run directory's ``run_dir.RunLock``, held by the caller
             across several Trainers (else taken here and released by ``close``).
     """
 
-    def __init__(self, config, tpu=None, xla=None, restart=False, strategy=None, lock=None):
+    def __init__(self, config, tpu=None, xla=None, restart=False, devices=None, lock=None):
         self.config = config
         self.output_dir = config["train"]["output_dir"]
-        self.strategy, self.device_kind = strategy if strategy is not None else choose_strategy(tpu)
-        self.is_chief = is_chief(self.strategy)
-        self.xla = self._choose(xla, config["train"]["xla"], default_xla(self.device_kind))
+        self.backend = backend()
+        self.devices = devices if hasattr(devices, "scope") else self.backend.choose_devices(tpu, devices)
+        self.is_chief = self.devices.is_chief
+        self.device_kind = self.devices.kind
+        self.xla = self.backend.resolve_xla(xla, config["train"]["xla"], self.device_kind)
         self.precision = self._choose_precision()
         self.loss_scaling = self.precision == "mixed_float16"
         self._owns_lock = lock is None
         self.lock = lock if lock is not None else (
             run_dir.RunLock(self.output_dir).acquire() if self.is_chief else None)
+        self.state = None
         try:
             self._set_up(restart)
         except BaseException:
@@ -166,68 +170,37 @@ class Trainer:
         self.token_dict = load_vocab(config["vocab"])
         self.tokenizer = Tokenizer(self.token_dict, do_lower_case=True)
         self.model_config = self._model_config()
-        with self.strategy.scope(), _global_policy(self.precision):
+        data = config["data"]
+        self.max_predictions = min(data["max_predictions"] or -(-data["maxlen"] // 4), data["maxlen"])
+        with self.devices.scope(), _global_policy(self.precision):
             self.transformer = build_transformer_model(
                 self.model_config, model=config["model"], with_mlm="linear", return_keras_model=False)
             self.model = self.transformer.model
+            self.input_names = [x.name for x in self.model.inputs]
+            self.train_model = self._training_model()
             self.optimizer = self._optimizer()
             self.optimizer.build(self.model.trainable_variables)
-            self.micro_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="micro_step",
-                                          aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-            # The MLM head runs on at most max_predictions masked positions per
-            # sequence instead of all of them (the vocab projection dominates).
-            self.encoder = (keras.Model(self.model.inputs, self.transformer.encoder_output)
-                            if hasattr(self.transformer, "mlm_logits") else None)
-        data = config["data"]
-        self.max_predictions = min(data["max_predictions"] or -(-data["maxlen"] // 4), data["maxlen"])
         # Every worker runs the same pipeline of global batches (a plain, checkpointable
-        # iterator) and hands each of its replicas its rows (``_distribute``): the run sees
-        # the batches one worker would, whatever the number of workers, and resumes exactly.
+        # iterator) and hands each of its devices its rows: the run sees the batches one
+        # device would, whatever the number of devices, and resumes exactly.
         self.dataset = self._dataset(data["train"], repeat=True, dynamic_mask=data["dynamic_mask"])
         self.iterator = iter(self.dataset)
-        # Dropout's random state lives in Keras SeedGenerators, which tf.train
-        # does not track through the model: save it explicitly so a resumed run
-        # draws the same masks as an uninterrupted one.
-        weights = {id(w) for w in self.model.weights}
-        self.seed_states = [v.value for v in self.model.variables if id(v) not in weights]
-        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
-                                              iterator=self.iterator, micro_step=self.micro_step,
-                                              seed_states=self.seed_states)
-        self.checkpoint_dir = self._checkpoint_dir()
+        self.state = self.backend.TrainingState(self)
         self._restore_or_initialise()
-        self.manager = tf.train.CheckpointManager(self.checkpoint, self.checkpoint_dir,
-                                                  max_to_keep=config["train"]["keep_checkpoints"])
-        self._micro = int(self.micro_step.numpy())
-        self._step_fn = None
-        self._eval_fn = None
+        self._micro = self.state.micro_step
         self._window = None
         self._stop_signal = None
         self.stopped_early = False
 
     # ----------------------------------------------------------- set-up
-    @staticmethod
-    def _choose(explicit, configured, default):
-        if explicit is not None:
-            return bool(explicit)
-        return default if configured is None else bool(configured)
-
     def _choose_precision(self):
         precision = self.config["train"]["precision"]
         if precision not in PRECISIONS:
             raise SystemExit(f"error: {self.config['config_path']}: train.precision must be one of "
                              f"{PRECISIONS}, got {precision!r}")
         if precision == "auto":
-            return default_precision(self.device_kind, self.strategy.num_replicas_in_sync)
+            return default_precision(self.device_kind, self.devices.replicas)
         return precision
-
-    def _checkpoint_dir(self):
-        """The chief's checkpoints/; the other workers of a multi-worker run
-        must save too (the save is collective) but into a scratch folder."""
-        directory = os.path.join(self.output_dir, "checkpoints")
-        if self.is_chief:
-            return directory
-        resolver = self.strategy.cluster_resolver
-        return os.path.join(tempfile.gettempdir(), f"gau_keras_worker_{resolver.task_id}_{os.getpid()}")
 
     def _model_config(self):
         """The run's bert_config.json keys, validated by the reader
@@ -243,6 +216,19 @@ class Trainer:
                              f"but vocab {self.config['vocab']!r} has {len(self.token_dict)} tokens")
         return raw
 
+    def _training_model(self):
+        """The model the step trains: [inputs..., positions [B, k]] -> MLM
+        logits [B, k, V] at the first k = ``max_predictions`` masked positions
+        of each sequence (the vocab projection dominates, so the tied head runs
+        on those only); a model without a separate head (SRU++): the model
+        itself, logits at every position."""
+        if not hasattr(self.transformer, "mlm_logits"):
+            return self.model
+        positions = keras.Input((self.max_predictions,), dtype="int32", name="MLM-Positions")
+        hidden = GatherPositions(name="MLM-Gather")([self.transformer.encoder_output, positions])
+        logits = self.transformer.mlm_logits(hidden, training=None)
+        return keras.Model([*self.model.inputs, positions], logits, name="mlm_training")
+
     def _optimizer(self):
         opt = dict(self.config["optimizer"])
         schedule = PiecewiseLinearDecay(opt.pop("learning_rate"), opt.pop("schedule"))
@@ -254,15 +240,12 @@ class Trainer:
         return optimizer
 
     def _dataset(self, pattern, repeat, dynamic_mask=None):
-        return training_dataset(self.config, self.tokenizer, pattern, repeat, dynamic_mask,
-                                self.strategy.num_replicas_in_sync)
+        return training_dataset(self.config, self.tokenizer, pattern, repeat, dynamic_mask, self.devices.replicas)
 
     def _restore_or_initialise(self):
-        # every worker restores the chief's checkpoints; only the chief repairs the folder
-        restored = run_dir.restore_newest(self.checkpoint, os.path.join(self.output_dir, "checkpoints"),
-                                          repair=self.is_chief)
+        restored = self.state.restore()
         if restored:
-            print(f"resumed from {restored}: update {self.updates()} (micro-step {int(self.micro_step.numpy())})")
+            print(f"resumed from {restored}: update {self.updates()} (micro-step {self.state.micro_step})")
         elif self.config["train"]["init_checkpoint"]:
             path = self.config["train"]["init_checkpoint"]
             try:
@@ -281,72 +264,35 @@ class Trainer:
         return self.config["optimizer"]["gradient_accumulation_steps"] or 1
 
     def updates(self):
-        return int(self.micro_step.numpy()) // self.accumulation()
+        return self.state.micro_step // self.accumulation()
 
     # ----------------------------------------------------------- stepping
-    def _forward(self, inputs, labels, training):
-        """Summed MLM loss, correct, counted and all masked tokens of a batch."""
-        all_masked = tf.reduce_sum(tf.cast(labels > 0, tf.float32))
-        if self.encoder is None:
-            return (*masked_lm_sums(labels, self.model(inputs, training=training)), all_masked)
+    def mlm_batch(self, inputs, labels):
+        """A batch as the training model's inputs and the labels of its output
+        positions: ``({name: [B, L]}, labels [B, L])`` -> ``([inputs...,
+        positions [B, k]], labels [B, k])`` (without positions for SRU++:
+        labels [B, L]). Backend-neutral (keras.ops), traced into each step."""
+        x = [inputs[name] for name in self.input_names]
+        if self.train_model is self.model:
+            return x, labels
         positions, kept = masked_positions(labels, self.max_predictions)
-        hidden = tf.gather(self.encoder(inputs, training=training), positions, batch_dims=1)
-        return (*masked_lm_sums(kept, self.transformer.mlm_logits(hidden, training=training)), all_masked)
+        return [*x, positions], kept
 
-    def _replica_step(self, inputs, labels):
-        ctx = tf.distribute.get_replica_context()
-        _, kept = masked_positions(labels, self.max_predictions)
-        count = ctx.all_reduce("sum", tf.reduce_sum(tf.cast(kept > 0, tf.float32)))
-        with tf.GradientTape() as tape:
-            loss_sum, correct, n, all_masked = self._forward(inputs, labels, True)
-            loss = loss_sum / tf.maximum(count, 1.0)
-            scaled = self.optimizer.scale_loss(loss) if self.loss_scaling else loss
-        grads = tape.gradient(scaled, self.model.trainable_variables)
-        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        self.micro_step.assign_add(1)
-        return loss_sum, correct, n, all_masked
-
-    def _make_step(self, jit):
-        replica_step = tf.function(self._replica_step, jit_compile=jit) if jit else self._replica_step
-
-        @tf.function
-        def step(inputs, labels):
-            sums = self.strategy.run(replica_step, args=(inputs, labels))
-            return [self.strategy.reduce("sum", s, axis=None) for s in sums]
-        return step
-
-    def _distribute(self, batch):
-        """A global batch as per-replica values: replica r gets rows [r·b, (r+1)·b)."""
-        replicas = self.strategy.num_replicas_in_sync
-        if replicas == 1:
-            return batch
-        rows = self.config["data"]["batch_size"] // replicas
-
-        def rows_of(context):
-            start = context.replica_id_in_sync_group * rows
-            return tf.nest.map_structure(lambda t: t[start:start + rows], batch)
-
-        return self.strategy.experimental_distribute_values_from_function(rows_of)
+    @staticmethod
+    def mlm_sums(labels, logits, all_labels):
+        """(summed loss, correct, counted, all masked tokens) of a batch: float32 scalars."""
+        return (*masked_lm_sums(labels, logits), ops.sum(ops.cast(ops.greater(all_labels, 0), "float32")))
 
     def train_step(self, batch):
-        """One micro-step; compiles with XLA first and falls back without it.
-        Returns the batch's summed (loss, correct, counted, all masked) tensors."""
-        batch = self._distribute(batch)
-        if self._step_fn is None:
-            if self.xla:
-                try:
-                    step = self._make_step(True)
-                    result = step(*batch)
-                    self._step_fn = step
-                    self._micro += 1
-                    return result
-                except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError,
-                        tf.errors.InternalError) as e:
-                    print(f"XLA compilation failed, training without it: {str(e).splitlines()[0]}")
-            self._step_fn = self._make_step(False)
-        result = self._step_fn(*batch)
+        """One micro-step; returns the batch's summed (loss, correct, counted,
+        all masked) scalars, as the backend's tensors."""
+        result = self.state.step(batch)
         self._micro += 1
         return result
+
+    def wait(self):
+        """Blocks until the updates dispatched so far have run."""
+        self.state.block()
 
     def advance(self):
         """Runs the micro-steps of one optimizer update and its bookkeeping
@@ -377,21 +323,10 @@ class Trainer:
                              f"prepare the shards again") from None
 
     def save(self, update):
-        """Writes checkpoint ``ckpt-<update>``. When the disk is full: a
-        one-line error naming the folder, the half-written temporary folder
+        """Writes the checkpoint of ``update``. When the disk is full: a
+        one-line error naming the folder, the half-written checkpoint
         removed, the previous checkpoints kept."""
-        try:
-            self.manager.save(checkpoint_number=update)
-        except (tf.errors.ResourceExhaustedError, OSError) as e:
-            if not isinstance(e, tf.errors.ResourceExhaustedError) and e.errno != errno.ENOSPC:
-                raise
-            for temp in tf.io.gfile.glob(os.path.join(self.checkpoint_dir, f"ckpt-{update}_temp*")):
-                (tf.io.gfile.rmtree if tf.io.gfile.isdir(temp) else tf.io.gfile.remove)(temp)
-            kept = run_dir.scan_checkpoints(self.checkpoint_dir)
-            raise SystemExit(f"error: cannot write checkpoint {update} to {self.checkpoint_dir}: no space left on "
-                             f"device; " + (f"the previous checkpoint {os.path.basename(kept[-1])} is kept"
-                                            if kept else "no earlier checkpoint exists")
-                             + "; free some space and start the run again to resume") from None
+        self.state.save(update)
 
     # ----------------------------------------------------------- loop
     @contextlib.contextmanager
@@ -425,7 +360,10 @@ class Trainer:
             self.close()
 
     def close(self):
-        """Releases the run directory's lock (unless the caller holds it)."""
+        """Finishes the backend's checkpoint writer and releases the run
+        directory's lock (unless the caller holds it)."""
+        if self.state is not None:
+            self.state.close()
         if self.lock is not None and self._owns_lock:
             self.lock.release()
         self.lock = None
@@ -472,6 +410,7 @@ class Trainer:
 
     def _log(self, update, window):
         loss_sum, correct, n, all_masked = window
+        self.state.sync()       # the optimizer's step and loss scale, read below
         lr = float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))
         record = {"update": update, "loss": loss_sum / max(n, 1), "masked_accuracy": correct / max(n, 1),
                   "learning_rate": lr, "masked_tokens": int(n),
@@ -486,12 +425,6 @@ class Trainer:
         return record
 
     # ----------------------------------------------------------- evaluation
-    def _eval_sums(self, inputs, labels):
-        if self._eval_fn is None:
-            self._eval_fn = tf.function(lambda x, y: masked_lm_sums(y, self.model(x, training=False)),
-                                        jit_compile=self.xla, reduce_retracing=True)
-        return self._eval_fn(inputs, labels)
-
     def evaluate(self, batches=None):
         """Masked-token loss/accuracy on ``data.eval`` and the majority baseline,
         over ``batches`` batches (default ``train.eval_batches``; 0 = all)."""
@@ -500,8 +433,9 @@ class Trainer:
         if batches:
             dataset = dataset.take(batches)
         sums, counts = np.zeros(3), {}
+        self.state.sync()
         for inputs, labels in dataset:
-            sums += [float(x) for x in self._eval_sums(inputs, labels)]   # every masked position counts here
+            sums += [float(x) for x in self.state.eval_sums(inputs, labels)]   # every masked position counts here
             ids, freq = np.unique(labels.numpy()[labels.numpy() > 0], return_counts=True)
             for i, c in zip(ids, freq):
                 counts[i] = counts.get(i, 0) + c
@@ -532,6 +466,7 @@ class Trainer:
         ``directory`` (the checkpoint's .index last), so an interrupted export
         never leaves a truncated file there."""
         directory = directory or os.path.join(self.output_dir, "export")
+        self.state.sync()
         partial = directory.rstrip("/") + ".partial"
         if tf.io.gfile.exists(partial):
             tf.io.gfile.rmtree(partial)

@@ -164,7 +164,7 @@ def test_sigterm_saves_the_current_update(tmp_path, shards, monkeypatch):
     _sigterm_at(monkeypatch, 3)
     trainer.train()
     assert trainer.updates() == 3
-    assert trainer.manager.latest_checkpoint.endswith("ckpt-3")
+    assert trainer.state.latest_checkpoint().endswith("ckpt-3")
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
@@ -293,7 +293,7 @@ def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path,
     from pretrain.trainer import Trainer
 
     trainer = Trainer(config_lib.load(write_config(tmp_path, shards, "full", steps=3, save_every=1)), xla=False)
-    save = trainer.manager.save
+    save = trainer.state.manager.save
 
     def save_until_full(checkpoint_number):
         if checkpoint_number < 2:
@@ -303,7 +303,7 @@ def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path,
         (temp / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"")
         raise tf.errors.ResourceExhaustedError(None, None, f"{temp}/part-00000: No space left on device")
 
-    trainer.manager.save = save_until_full
+    trainer.state.manager.save = save_until_full
     with pytest.raises(SystemExit) as stopped:
         trainer.train()
     folder = tmp_path / "full" / "checkpoints"
@@ -324,3 +324,37 @@ def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path,
     assert {"bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index",
             "vocab.txt"} <= set(os.listdir(trainer.export()))
     assert not (tmp_path / "full" / "export.partial").exists()
+
+
+def test_jax_checkpoints_in_the_run_directory_are_refused(tmp_path, shards):
+    path = write_config(tmp_path, shards)
+    (tmp_path / "run" / "checkpoints" / "3").mkdir(parents=True)     # an orbax step of a JAX run
+    with pytest.raises(SystemExit) as stopped:
+        pretrain.main(["--config", path])
+    assert str(stopped.value) == (
+        f"error: {tmp_path / 'run' / 'checkpoints'} holds orbax checkpoints (N/, of JAX) up to update 3, written "
+        f"under KERAS_BACKEND=jax; resume the run there, or pass --restart to move them aside and start from "
+        f"update 0 under KERAS_BACKEND=tensorflow")
+    assert pretrain.main(["--config", path, "--restart", "--steps", "1"]) == 0
+
+
+def test_two_devices_give_the_one_device_losses(tmp_path, shards):
+    """--devices 2: MirroredStrategy over 2 logical CPUs (a fresh process: they are set up
+    before TensorFlow starts). Dropout 0: each replica draws its own rows' masks."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    def config(name):
+        return _edit(write_config(tmp_path, shards, name, steps=3), model_config={
+            **json.loads(open(write_config(tmp_path, shards, "plain")).read())["model_config"],
+            "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})
+
+    assert pretrain.main(["--config", config("one")]) == 0
+    result = subprocess.run([sys.executable, "pretrain/pretrain.py", "--config", config("two"), "--devices", "2"],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    np.testing.assert_allclose(losses(tmp_path, "two"), losses(tmp_path, "one"), rtol=1e-5)
+    with pytest.raises(SystemExit, match="--devices 2: TensorFlow was started before the CPU could be split"):
+        pretrain.main(["--config", config("late"), "--devices", "2"])
