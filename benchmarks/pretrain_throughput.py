@@ -10,7 +10,13 @@ Pretraining, for each config (default: the tiny GAU-alpha and RoFormerV2):
     head on the first ``maxlen/4`` masked positions, masked cross-entropy and
     ``LAMB``, as one ``tf.function`` on a batch already in memory: no data
     pipeline, no strategy, no logging.
-Both with ``jit_compile`` on and off. The shards are synthetic (random ids,
+Both with ``jit_compile`` on and off. On JAX (``--backends``, default
+tensorflow and jax): the same loop (``pretrain.jax_backend``: a ``jax.jit``
+step over ``keras.distribution``'s devices) and a bare ``jax.jit`` step
+(``stateless_call`` of the same model and head, ``jax.value_and_grad``,
+``LAMB.stateless_apply``, state donated); every JAX step is compiled, so JAX
+has one row. A second table per config gives the train steps JAX vs
+TensorFlow, round by round. The shards are synthetic (random ids,
 dense sequences of ``maxlen`` tokens, whole-word masks at 15% redrawn per
 epoch), written to a temporary folder with the config's vocab size: speed
 does not depend on the text.
@@ -30,11 +36,13 @@ machine noise hits all alike. Reported: median seconds per update, and the
 ratio loop/bare measured round by round against the faster bare step.
 
 Usage: python3 benchmarks/pretrain_throughput.py [--configs pretrain/configs/tiny.json,...]
-    [--updates 20] [--repeats 5] [--no-finetune] [--quick]
+    [--backends tensorflow,jax] [--updates 20] [--repeats 5] [--no-finetune] [--quick]
 """
 import argparse
 import atexit
+import importlib.util
 import json
+import os
 import pathlib
 import shutil
 import statistics
@@ -162,6 +170,66 @@ def bare_setup(spec):
     return {"params": int(model.count_params()), "xla": spec["xla"]}, step
 
 
+def jax_bare_setup(spec):
+    """The bare step on JAX: one jax.jit function of the same model, head, loss and LAMB."""
+    import functools
+
+    import jax
+    import keras
+    import numpy as np
+    from keras import ops
+
+    from gau_keras.data.tfrecord import load_dataset
+    from gau_keras.layers.heads import GatherPositions
+    from gau_keras.losses import masked_lm_sums, masked_positions
+    from gau_keras.models.builder import build_transformer_model
+    from gau_keras.optimizers import LAMB, PiecewiseLinearDecay
+
+    config = run_config(spec)
+    keras.utils.set_random_seed(config["train"]["seed"])
+    data = config["data"]
+    transformer = build_transformer_model(config["model_config"], model=config["model"], with_mlm="linear",
+                                          return_keras_model=False)
+    model = transformer.model
+    k = -(-data["maxlen"] // 4)
+    positions_input = keras.Input((k,), dtype="int32")
+    hidden = GatherPositions()([transformer.encoder_output, positions_input])
+    train_model = keras.Model([*model.inputs, positions_input], transformer.mlm_logits(hidden, training=None))
+    opt = dict(config["optimizer"])
+    schedule = PiecewiseLinearDecay(opt.pop("learning_rate"), opt.pop("schedule"))
+    opt["gradient_accumulation_steps"] = None
+    optimizer = LAMB(learning_rate=schedule, **opt)
+    optimizer.build(train_model.trainable_variables)
+    inputs, labels = next(iter(load_dataset(data["train"], data["batch_size"], maxlen=data["maxlen"],
+                                            mask_token_id=4, random_token_ids=np.arange(5, 64))))
+    x = [np.asarray(inputs[t.name]) for t in model.inputs]
+    labels = np.asarray(labels)
+
+    def loss_fn(trainable, non_trainable, x, labels):
+        positions, kept = masked_positions(labels, k)
+        logits, non_trainable = train_model.stateless_call(trainable, non_trainable, [*x, positions], training=True)
+        loss_sum, _, count = masked_lm_sums(kept, logits)
+        return loss_sum / ops.maximum(count, 1.0), non_trainable
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def train_step(state, x, labels):
+        trainable, non_trainable, optimizer_values = state
+        (loss, non_trainable), grads = jax.value_and_grad(loss_fn, has_aux=True)(trainable, non_trainable, x, labels)
+        trainable, optimizer_values = optimizer.stateless_apply(optimizer_values, grads, trainable)
+        return (trainable, non_trainable, optimizer_values), loss
+
+    state = ([v.value for v in train_model.trainable_variables], [v.value for v in train_model.non_trainable_variables],
+             [v.value for v in optimizer.variables])
+    updates = spec["updates"]
+
+    def step():
+        nonlocal state
+        for _ in range(updates):
+            state, loss = train_step(state, x, labels)
+        np.asarray(loss)
+    return {"params": int(model.count_params()), "xla": True}, step
+
+
 def finetune_batches(spec, tokenizer, task):
     import numpy as np
 
@@ -232,11 +300,13 @@ def finetune_bare_setup(spec):
     return {"params": int(model.count_params()), "xla": spec["xla"]}, step
 
 
-SETUPS = {"loop": loop_setup, "bare": bare_setup, "fit": fit_setup, "finetune_bare": finetune_bare_setup}
+SETUPS = {"loop": loop_setup, "bare": bare_setup, "fit": fit_setup, "finetune_bare": finetune_bare_setup,
+          "jax_bare": jax_bare_setup}
 
 
 def worker_main(spec_json):
     spec = json.loads(spec_json)
+    os.environ["KERAS_BACKEND"] = spec.get("backend", "tensorflow")    # before Keras loads
     _common.serve(lambda: SETUPS[spec["kind"]](spec))
 
 
@@ -247,7 +317,8 @@ def parse_args(argv=None):
                         help="comma-separated pretraining configs (default: the two tiny ones)")
     parser.add_argument("--updates", type=int, help="updates per timed round (default 20; --quick: 2)")
     parser.add_argument("--repeats", type=int, help="timed rounds after the warm-up (default 5; --quick: 1)")
-    parser.add_argument("--xla", default="off,on", help="comma-separated: off, on")
+    parser.add_argument("--xla", default="off,on", help="TensorFlow's variants, comma-separated: off, on")
+    parser.add_argument("--backends", help="comma-separated: tensorflow, jax (default: both where jax is installed)")
     parser.add_argument("--no-finetune", action="store_true", help="skip the fine-tuning comparison")
     parser.add_argument("--quick", action="store_true", help="tiny model and data: a smoke test, not a measurement")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -260,6 +331,12 @@ def parse_args(argv=None):
             parser.error(f"--configs: {config} does not exist (paths are relative to the repository)")
     args.xla = [{"off": False, "on": True}[x.strip()] for x in args.xla.split(",") if x.strip()] \
         if set(x.strip() for x in args.xla.split(",")) <= {"off", "on"} else parser.error("--xla: off and/or on")
+    default = "tensorflow,jax" if importlib.util.find_spec("jax") else "tensorflow"
+    args.backends = [b.strip() for b in (args.backends or default).split(",") if b.strip()]
+    if not args.backends or not set(args.backends) <= {"tensorflow", "jax"}:
+        parser.error("--backends: tensorflow and/or jax")
+    if "jax" in args.backends and not importlib.util.find_spec("jax"):
+        parser.error("--backends jax: jax is not installed (pip install jax)")
     args.updates = args.updates or (2 if args.quick else 20)
     args.repeats = args.repeats or (1 if args.quick else 5)
     if args.updates < 1 or args.repeats < 1:
@@ -286,6 +363,18 @@ def table_rows(results, per_round, pairs):
     return rows, fastest_bare / per_round
 
 
+def backend_rows(results, xlas, xla_name):
+    """The JAX bare step and loop against each TensorFlow variant of the same kind."""
+    f = _common.format_number
+    rows = []
+    for kind in ("bare", "loop"):
+        for xla in xlas:
+            jax_label, tf_label = f"jax {kind} (jit)", f"{kind}, {xla_name[xla]}"
+            rows.append([jax_label, tf_label, f(_common.median_ratio(results[jax_label]["seconds"],
+                                                                     results[tf_label]["seconds"]))])
+    return rows
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.worker:
@@ -294,19 +383,28 @@ def main(argv=None):
     xla_name = {False: "xla off", True: "xla on"}
     for config in args.configs:
         print(f"[pretrain] {config} ...", file=sys.stderr, flush=True)
-        argvs = {}
-        for xla in args.xla:
-            for kind in ("loop", "bare"):
-                argvs[f"{kind}, {xla_name[xla]}"] = worker_argv(kind=kind, config=config, xla=xla,
-                                                                updates=args.updates, quick=args.quick)
+        argvs, pairs = {}, []
+        common = dict(config=config, updates=args.updates, quick=args.quick)
+        if "tensorflow" in args.backends:
+            for xla in args.xla:
+                pairs.append((f"loop, {xla_name[xla]}", f"bare, {xla_name[xla]}"))
+                argvs[pairs[-1][0]] = worker_argv(kind="loop", xla=xla, **common)
+                argvs[pairs[-1][1]] = worker_argv(kind="bare", xla=xla, **common)
+        if "jax" in args.backends:
+            pairs.append(("jax loop (jit)", "jax bare (jit)"))
+            argvs[pairs[-1][0]] = worker_argv(kind="loop", xla=None, backend="jax", **common)
+            argvs[pairs[-1][1]] = worker_argv(kind="jax_bare", xla=None, backend="jax", **common)
         results = _common.measure_side_by_side(argvs, args.repeats)
-        pairs = [(f"loop, {xla_name[x]}", f"bare, {xla_name[x]}") for x in args.xla]
         rows, _ = table_rows(results, args.updates, pairs)
         params = results[pairs[0][0]]["params"]
         print(f"\n{config}: {params:,} parameters, {args.updates} updates per round, {args.repeats} rounds "
               f"after 1 warm-up round; device: {results[pairs[0][0]]['device']}")
         print(_common.markdown_table(["variant", "s/update", "bare s/update", "loop / bare (same XLA)",
                                       "loop / fastest bare"], rows))
+        if "jax" in args.backends and "tensorflow" in args.backends:
+            print(f"\n{config}: JAX / TensorFlow, seconds per update, median of the round-by-round ratios")
+            print(_common.markdown_table(["JAX", "TensorFlow", "JAX / TensorFlow"],
+                                         backend_rows(results, args.xla, xla_name)))
     if args.no_finetune:
         return
     print("[finetune] tnews head on the bundled GAU-alpha ...", file=sys.stderr, flush=True)

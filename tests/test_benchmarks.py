@@ -3,6 +3,7 @@
 No timing is asserted: the quick run only has to produce a well-formed table
 of positive numbers.
 """
+import importlib.util
 import json
 import os
 import subprocess
@@ -116,13 +117,20 @@ def _run_quick(name, *args, env=None):
 
 
 def test_pretrain_throughput_quick_prints_loop_and_bare_ratios(tmp_path):
+    jax = importlib.util.find_spec("jax") is not None
     stdout = _run_quick("pretrain_throughput.py", "--quick", "--configs", "pretrain/configs/tiny.json",
-                        "--xla", "off", env=dict(os.environ, TMPDIR=str(tmp_path)))
+                        "--xla", "off", "--backends", "tensorflow,jax" if jax else "tensorflow",
+                        env=dict(os.environ, TMPDIR=str(tmp_path)))
     assert not list(tmp_path.glob("pretrain_throughput_*")), "the workers' synthetic data is left behind"
     tables = stdout.split("\n\n")
     pretraining = _table_rows(next(t for t in tables if "loop / bare" in t))
-    assert [row["variant"] for row in pretraining] == ["loop, xla off"]
-    assert float(pretraining[0]["loop / bare (same XLA)"]) > 0
+    assert [row["variant"] for row in pretraining] == ["loop, xla off"] + (["jax loop (jit)"] if jax else [])
+    assert all(float(row["loop / bare (same XLA)"]) > 0 for row in pretraining)
+    if jax:
+        backends = _table_rows(next(t for t in tables if "JAX / TensorFlow" in t))
+        assert [(row["JAX"], row["TensorFlow"]) for row in backends] == [
+            ("jax bare (jit)", "bare, xla off"), ("jax loop (jit)", "loop, xla off")]
+        assert all(float(row["JAX / TensorFlow"]) > 0 for row in backends)
     finetuning = _table_rows(next(t for t in tables if "fit / bare" in t))
     assert [row["variant"] for row in finetuning] == ["fit, xla off"] and float(finetuning[0]["s/step"]) > 0
 
