@@ -1,4 +1,13 @@
-"""Shared pytest fixtures: seeds, the shared data folder, quiet TF logs."""
+"""Shared pytest fixtures: seeds, the shared data folder, quiet TF logs; the
+selection of the JAX pass.
+
+The README's test command runs the suite on TensorFlow, then again with
+``KERAS_BACKEND=jax``: that second pass runs the tests marked
+``both_backends`` (the layer, backend, model, builder and optimizer modules,
+and one fine-tuning and one pretraining run) and deselects the rest; tests
+marked ``tensorflow_only`` are skipped there, and ``float64`` ones unless
+JAX_ENABLE_X64 is set (JAX computes float64 in float32 otherwise).
+"""
 import os
 import pathlib
 
@@ -41,13 +50,41 @@ def _seed():
     yield
 
 
-def pytest_collection_modifyitems(config, items):
-    """``tensorflow_only`` tests are skipped when KERAS_BACKEND names another backend."""
+def _float64_is_float32():
     import keras
 
-    if keras.backend.backend() == "tensorflow":
+    if keras.backend.backend() != "jax":
+        return False
+    import jax
+
+    return not jax.config.jax_enable_x64
+
+
+def pytest_report_header(config):
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        return (f"KERAS_BACKEND={keras.backend.backend()}: the tests marked both_backends run, the others are "
+                f"deselected (tests/conftest.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """On another backend than TensorFlow: only ``both_backends`` tests run;
+    ``tensorflow_only`` ones are skipped, ``float64`` ones without float64."""
+    import keras
+
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
         return
-    skip = pytest.mark.skip(reason=f"uses TensorFlow's own machinery; Keras runs on {keras.backend.backend()}")
+    kept = [item for item in items if "both_backends" in item.keywords]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if "both_backends" not in item.keywords])
+        items[:] = kept
+    skip = pytest.mark.skip(reason=f"uses TensorFlow's own machinery; Keras runs on {backend}")
+    no_float64 = pytest.mark.skip(reason="needs float64 arithmetic: JAX computes it in float32 unless "
+                                         "JAX_ENABLE_X64=1")
     for item in items:
         if "tensorflow_only" in item.keywords:
             item.add_marker(skip)
+        elif "float64" in item.keywords and _float64_is_float32():
+            item.add_marker(no_float64)

@@ -20,6 +20,8 @@ from gau_keras.backend import K
 from tests.model_utils import TINY
 from tests.reference.harness import run_bert4keras_code
 
+pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+
 
 def _inputs():
     rng = np.random.default_rng(0)

@@ -10,6 +10,8 @@ import pytest
 from gau_keras.models import GAU_alpha, RoFormerV2, Transformer, build_transformer_model
 from tests.model_utils import TINY_GAU, random_checkpoint
 
+pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+
 IDS = np.array([[2, 9, 14, 33, 5, 3, 0, 0], [2, 40, 41, 42, 43, 44, 45, 3]])
 SEGMENTS = np.array([[0, 0, 0, 1, 1, 1, 0, 0], [0, 0, 0, 0, 1, 1, 1, 1]])
 SMALL = dict(vocab_size=60, hidden_size=16, num_hidden_layers=1, intermediate_size=24, attention_key_size=8,

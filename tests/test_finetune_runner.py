@@ -64,6 +64,7 @@ RUNPY_REIMPORT = "ignore:'finetune.*found in sys.modules:RuntimeWarning"   # run
 
 
 @pytest.mark.filterwarnings(RUNPY_REIMPORT)
+@pytest.mark.both_backends     # the fine-tuning run of the JAX pass (tests/conftest.py)
 def test_tnews_end_to_end(tmp_path, shared_data, capsys, monkeypatch):
     data_dir, texts = _small_copy(shared_data, tmp_path / "data")
     model_dir = tiny_model_dir(str(tmp_path / "model"), texts)

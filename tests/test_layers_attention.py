@@ -14,6 +14,8 @@ from gau_keras.layers import (
 from tests import numpy_reference as ref
 from tests.layer_utils import assert_keras_round_trip
 
+pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+
 IDS = np.array([[5, 6, 7, 8, 0, 0], [0, 3, 4, 5, 6, 7]])   # right and left padding
 
 

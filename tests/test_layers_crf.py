@@ -11,6 +11,8 @@ import pytest
 from gau_keras.layers import ConditionalRandomField, Embedding, MaximumEntropyMarkovModel
 from tests.layer_utils import assert_keras_round_trip
 
+pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+
 
 def _np(x):
     return keras.ops.convert_to_numpy(x)

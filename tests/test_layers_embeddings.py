@@ -15,6 +15,8 @@ from gau_keras.layers import (
 from tests import numpy_reference as ref
 from tests.layer_utils import assert_keras_round_trip
 
+pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+
 
 def test_embedding_mask_keeps_first_position():
     layer = Embedding(10, 4, mask_zero=True)

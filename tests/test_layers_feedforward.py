@@ -1,9 +1,12 @@
 """FeedForward against numpy."""
 import keras
 import numpy as np
+import pytest
 
 from gau_keras.layers import FeedForward
 from tests.layer_utils import assert_keras_round_trip
+
+pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
 
 
 def test_feedforward_relu_no_bias(rng):

@@ -7,6 +7,8 @@ from gau_keras.layers import EfficientGlobalPointer, GlobalPointer
 from gau_keras.ops import NEG_INF
 from tests.layer_utils import assert_keras_round_trip
 
+pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+
 
 def _rotate_pairs(x, positions):
     """RoPE by its definition: the pair (x[2i], x[2i+1]) at position p turns by p * 10000^(-2i/d)."""

@@ -11,6 +11,8 @@ from gau_keras.ops import NEG_INF
 from tests.layer_utils import assert_keras_round_trip
 from tests.model_utils import TINY_GAU, write_config
 
+pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+
 IDS = np.array([[2, 7, 8, 9, 3], [2, 10, 3, 0, 0]], "int32")
 SEGMENTS = np.zeros_like(IDS)
 

@@ -8,6 +8,8 @@ from keras import ops
 from gau_keras.layers import Embedding, Loss
 from tests.layer_utils import assert_keras_round_trip
 
+pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+
 
 @keras.saving.register_keras_serializable(package="tests")
 class SquaredError(Loss):

@@ -1,9 +1,12 @@
 """Add with Keras 2 mask semantics, Concatenate1D and the masked GlobalMaxPooling1D."""
 import keras
 import numpy as np
+import pytest
 
 from gau_keras.layers import Add, Concatenate1D, Embedding, GlobalMaxPooling1D
 from tests.layer_utils import assert_keras_round_trip
+
+pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
 
 
 def test_add_keeps_mask_of_the_masked_input():

@@ -7,6 +7,8 @@ from gau_keras.layers import LayerNormalization, ScaleOffset
 from tests import numpy_reference as ref
 from tests.layer_utils import assert_keras_round_trip
 
+pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+
 
 def test_rms_norm_without_parameters(rng):
     x = rng.normal(size=(2, 3, 8)).astype("float32")

@@ -16,6 +16,8 @@ GP_VARIANTS = [dict(), dict(RoPE=False), dict(tril_mask=False, use_bias=False)]
 SNIPPET = r"""
 from bert4keras import layers as B
 
+pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+
 mask = tf.constant(inputs["mask"].astype(bool))
 logits = tf.constant(np.where(inputs["mask"][..., None], inputs["logits"], 0).astype("float32"))
 labels, onehot = inputs["labels"], np.eye(5, dtype="float32")[inputs["labels"]]

@@ -11,6 +11,8 @@ from tests import numpy_reference as ref
 from tests.layer_utils import assert_keras_round_trip
 from tests.model_utils import TINY_GAU, random_checkpoint, read_checkpoint, write_config
 
+pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+
 BATCH = np.array([[2, 9, 14, 33, 5, 3, 0, 0, 0],      # right padding
                   [0, 0, 0, 2, 9, 14, 33, 5, 3],      # left padding
                   [2, 40, 41, 42, 43, 44, 45, 46, 3]])

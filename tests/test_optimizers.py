@@ -11,6 +11,8 @@ import pytest
 
 from gau_keras.optimizers import LAMB, PiecewiseLinearDecay
 
+pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+
 B1, B2 = 0.9, 0.999
 
 
@@ -158,6 +160,7 @@ def test_piecewise_linear_rejects_bad_schedules(bad, message):
         PiecewiseLinearDecay(1.0, bad)
 
 
+@pytest.mark.float64
 def test_tiny_learning_rate_floors_the_recovered_update_at_1e_7(rng):
     """lr < 1e-7: the trust ratio divides the update by 1e-7, not lr (bert4keras), a 100x larger step here."""
     import keras
@@ -234,6 +237,7 @@ def test_keras_model_round_trip_keeps_optimizer_state(tmp_path, rng):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7, err_msg=a.path)
 
 
+@pytest.mark.tensorflow_only     # tf.IndexedSlices
 def test_sparse_gradients_with_repeated_rows(rng):
     """Embedding gradients arrive as IndexedSlices (TF), possibly repeating rows."""
     import tensorflow as tf
@@ -298,6 +302,7 @@ sys.exit(0 if ok else 1)
 """
 
 
+@pytest.mark.tensorflow_only     # tf.distribute.MirroredStrategy
 def test_accumulation_inside_a_distribution_strategy(tmp_path):
     """Two logical CPUs under MirroredStrategy give the single-device result (LAMB, GAU-α's chain).
 

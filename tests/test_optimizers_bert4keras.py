@@ -67,6 +67,8 @@ EMA_CASES = [k for k, (_, exts, _) in CASES.items() if "exponential_moving_avera
 
 REFERENCE = """
 import bert4keras.optimizers as O
+
+pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
 CASES, PATHS, STEPS = %r, %r, %d
 for case, (base, extensions, kwargs) in CASES.items():
     cls = getattr(O, base)

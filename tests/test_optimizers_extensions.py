@@ -23,6 +23,8 @@ from gau_keras.optimizers import (
     extend_with_weight_decay,
 )
 
+pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 

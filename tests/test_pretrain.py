@@ -16,6 +16,7 @@ def shards(tmp_path_factory):
     return make_shards(tmp_path_factory.mktemp("corpus"))
 
 
+@pytest.mark.both_backends     # the pretraining run of the JAX pass (tests/conftest.py)
 def test_two_steps_then_export_loads(tmp_path, shards):
     path = write_config(tmp_path, shards)
     assert pretrain.main(["--config", path]) == 0

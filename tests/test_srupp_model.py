@@ -2,9 +2,12 @@
 TF1 checkpoint and .keras round trips, encoder heads."""
 import keras
 import numpy as np
+import pytest
 from keras import ops
 
 from gau_keras import build_transformer_model
+
+pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
 
 CONFIG = dict(model="srupp", vocab_size=23, hidden_size=8, num_hidden_layers=3, proj_size=4,
               num_attention_heads=2, attention_every_n_layers=2, embedding_size=6)
