@@ -27,15 +27,16 @@ def checkpoint_files(tmp_path, name):
     return sorted(os.listdir(tmp_path / name / "checkpoints"))
 
 
-def straight_losses(tmp_path, shards, steps=4):
-    path = write_config(tmp_path, shards, "straight", steps=steps)
-    assert pretrain.main(["--config", path]) == 0
-    return losses(tmp_path, "straight")
+@pytest.fixture(scope="module")
+def expected(tmp_path_factory, shards):
+    """The losses of the 4 updates run without interruption (what every resumed run must give)."""
+    root = tmp_path_factory.mktemp("straight")
+    assert pretrain.main(["--config", write_config(root, shards, "straight", steps=4)]) == 0
+    return losses(root, "straight")
 
 
 @pytest.mark.parametrize("damage", ["garbled", "deleted"])
-def test_damaged_state_file_resumes_from_the_files(tmp_path, shards, capsys, damage):
-    expected = straight_losses(tmp_path, shards)
+def test_damaged_state_file_resumes_from_the_files(tmp_path, shards, capsys, damage, expected):
     path = write_config(tmp_path, shards, "run", steps=4, keep_checkpoints=5)
     assert pretrain.main(["--config", path, "--steps", "2"]) == 0
     state = tmp_path / "run" / "checkpoints" / "checkpoint"
@@ -54,8 +55,7 @@ def test_damaged_state_file_resumes_from_the_files(tmp_path, shards, capsys, dam
 
 
 @pytest.mark.parametrize("part", ["index", "data"])
-def test_truncated_newest_checkpoint_falls_back_to_the_previous(tmp_path, shards, capsys, part):
-    expected = straight_losses(tmp_path, shards)
+def test_truncated_newest_checkpoint_falls_back_to_the_previous(tmp_path, shards, capsys, part, expected):
     path = write_config(tmp_path, shards, "run", steps=4, keep_checkpoints=5)
     assert pretrain.main(["--config", path, "--steps", "3"]) == 0
     name = "ckpt-3.index" if part == "index" else "ckpt-3.data-00000-of-00001"
