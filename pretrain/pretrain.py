@@ -4,10 +4,11 @@
     python pretrain/pretrain.py --config pretrain/configs/base.json --tpu my-tpu \
         --data 'gs://bucket/shards/shard-*.tfrecord' --output-dir gs://bucket/run1
     python pretrain/pretrain.py --config ... --export-only     # TF1 export of the latest checkpoint
+    KERAS_BACKEND=jax python pretrain/pretrain.py --config ...  # on JAX: DataParallel, orbax checkpoints
 
 The run directory (``train.output_dir``) holds ``checkpoints/`` (tf.train
-checkpoints of model, optimizer, data iterator and step counter, every
-``save_every`` updates), ``logs/`` (TensorBoard), ``log.jsonl`` (one line per
+checkpoints, or orbax ones under JAX, of model, optimizer, data iterator and
+step counter, every ``save_every`` updates), ``logs/`` (TensorBoard), ``log.jsonl`` (one line per
 logged update) and ``export/`` (bert_config.json, bert_model.ckpt.*, vocab.txt
 in the original format). Starting again on the same run directory resumes from
 the last checkpoint: same data order, same optimizer state, no step repeated

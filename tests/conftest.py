@@ -6,7 +6,8 @@ The README's test command runs the suite on TensorFlow, then again with
 ``both_backends`` (the layer, backend, model, builder and optimizer modules,
 and one fine-tuning and one pretraining run) and deselects the rest; tests
 marked ``tensorflow_only`` are skipped there, and ``float64`` ones unless
-JAX_ENABLE_X64 is set (JAX computes float64 in float32 otherwise).
+JAX_ENABLE_X64 is set (JAX computes float64 in float32 otherwise). Test
+files named on the command line run whole on any backend.
 """
 import os
 import pathlib
@@ -63,21 +64,27 @@ def _float64_is_float32():
 def pytest_report_header(config):
     import keras
 
-    if keras.backend.backend() != "tensorflow":
+    if keras.backend.backend() != "tensorflow" and _whole_suite(config):
         return (f"KERAS_BACKEND={keras.backend.backend()}: the tests marked both_backends run, the others are "
                 f"deselected (tests/conftest.py)")
 
 
+def _whole_suite(config):
+    """Whether pytest runs its testpaths (no test files named on the command line)."""
+    return config.args_source == pytest.Config.ArgsSource.TESTPATHS
+
+
 def pytest_collection_modifyitems(config, items):
-    """On another backend than TensorFlow: only ``both_backends`` tests run;
-    ``tensorflow_only`` ones are skipped, ``float64`` ones without float64."""
+    """On another backend than TensorFlow: only ``both_backends`` tests run
+    (of the whole suite); ``tensorflow_only`` ones are skipped, ``float64``
+    ones without float64."""
     import keras
 
     backend = keras.backend.backend()
     if backend == "tensorflow":
         return
     kept = [item for item in items if "both_backends" in item.keywords]
-    if len(kept) < len(items):
+    if _whole_suite(config) and len(kept) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if "both_backends" not in item.keywords])
         items[:] = kept
     skip = pytest.mark.skip(reason=f"uses TensorFlow's own machinery; Keras runs on {backend}")
