@@ -94,6 +94,7 @@ def test_model_dir_with_hf_config_name(model_dir):
     assert config.endswith("config.json") and checkpoint.endswith("bert_model.ckpt")
 
 
+@pytest.mark.both_backends     # fill-mask in the JAX pass (tests/conftest.py)
 def test_bundled_model_fills_everyday_blanks():
     """The bundled GAU-alpha (trained, not random): for most of the everyday sentences of
     benchmarks/fill_mask_probes.tsv the obvious answer is among its top 5, and the README's

@@ -13,7 +13,9 @@ tests/pretrain_utils.py several ways and records what happened; this
   a full disk while checkpointing is a one-line error that keeps the
   previous checkpoint; TensorFlow's checkpoints in the run directory, --tpu
   and --no-xla are one-line errors;
-* SRU++ (logits at every position) and mixed_float16 (loss scaling) train.
+* SRU++ (logits at every position) and mixed_float16 (loss scaling) train;
+* a config with stages trains its stages in one process (one Trainer each,
+  the second restoring the first's checkpoint).
 """
 import importlib.util
 import json
@@ -115,6 +117,11 @@ def jax_side(job):
     out["srupp"] = _main(["--config", srupp])
     out["float16"] = _main(["--config", _edit(_config(root, shards, "float16"), "train",
                                               precision="mixed_float16"), "--devices", "1"])
+    staged = _config(root, shards, "staged", steps=4)
+    config = json.loads(open(staged).read())
+    config["stages"] = [{"until": 2, "optimizer": {"learning_rate": 1e-2, "schedule": {"0": 1}}}]
+    open(staged, "w").write(json.dumps(config))
+    out["staged"] = _main(["--config", staged, "--devices", "1"])
     (root / "tf_format" / "checkpoints").mkdir(parents=True)
     (root / "tf_format" / "checkpoints" / "ckpt-3.index").write_bytes(b"")
     out["tf_format"] = _main(["--config", _config(root, shards, "tf_format")])
@@ -214,6 +221,17 @@ def test_srupp_and_mixed_float16_train(jax_runs):
     for name in ("srupp", "float16"):
         assert len(losses(root, name)) == 2 and all(np.isfinite(losses(root, name)))
     assert all(r["loss_scale"] > 0 for r in _log(root, "float16"))
+
+
+def test_stages_resume_from_each_other_in_one_process(jax_runs):
+    root, out, output = jax_runs
+    assert out["staged"] == 0
+    log = [r for r in _log(root, "staged") if "loss" in r]
+    assert [r["update"] for r in log] == [1, 2, 3, 4]
+    assert [r["learning_rate"] for r in log[:2]] == pytest.approx([1e-2, 1e-2])
+    assert f"resumed from {root / 'staged' / 'checkpoints' / '2'}: update 2" in output
+    # the first stage's updates are the straight run's but for the learning rate: update 1 is the same
+    assert log[0]["loss"] == pytest.approx(losses(root, "straight")[0], rel=1e-6)
 
 
 def test_what_jax_cannot_do_is_a_one_line_error(jax_runs):
