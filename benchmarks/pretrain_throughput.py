@@ -125,13 +125,13 @@ def loop_setup(spec):
     return {"params": int(trainer.model.count_params()), "xla": trainer.xla}, step
 
 
-def bare_setup(spec):
+def bare_parts(spec):
+    """What the bare steps share: (builder object of the model with its MLM head, LAMB, one
+    batch of the synthetic shards in memory, k = maxlen/4 positions per sequence)."""
     import keras
     import numpy as np
-    import tensorflow as tf
 
     from gau_keras.data.tfrecord import load_dataset
-    from gau_keras.losses import masked_lm_sums, masked_positions
     from gau_keras.models.builder import build_transformer_model
     from gau_keras.optimizers import LAMB, PiecewiseLinearDecay
 
@@ -140,15 +140,24 @@ def bare_setup(spec):
     data = config["data"]
     transformer = build_transformer_model(config["model_config"], model=config["model"], with_mlm="linear",
                                           return_keras_model=False)
-    model = transformer.model
-    encoder = keras.Model(model.inputs, transformer.encoder_output)
     opt = dict(config["optimizer"])
     schedule = PiecewiseLinearDecay(opt.pop("learning_rate"), opt.pop("schedule"))
     opt["gradient_accumulation_steps"] = None
-    optimizer = LAMB(learning_rate=schedule, **opt)
-    inputs, labels = next(iter(load_dataset(data["train"], data["batch_size"], maxlen=data["maxlen"],
-                                            mask_token_id=4, random_token_ids=np.arange(5, 64))))
-    k = -(-data["maxlen"] // 4)
+    batch = next(iter(load_dataset(data["train"], data["batch_size"], maxlen=data["maxlen"],
+                                   mask_token_id=4, random_token_ids=np.arange(5, 64))))
+    return transformer, LAMB(learning_rate=schedule, **opt), batch, -(-data["maxlen"] // 4)
+
+
+def bare_setup(spec):
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from gau_keras.losses import masked_lm_sums, masked_positions
+
+    transformer, optimizer, (inputs, labels), k = bare_parts(spec)
+    model = transformer.model
+    encoder = keras.Model(model.inputs, transformer.encoder_output)
     variables = model.trainable_variables
 
     @tf.function(jit_compile=spec["xla"])
@@ -179,29 +188,15 @@ def jax_bare_setup(spec):
     import numpy as np
     from keras import ops
 
-    from gau_keras.data.tfrecord import load_dataset
     from gau_keras.layers.heads import GatherPositions
     from gau_keras.losses import masked_lm_sums, masked_positions
-    from gau_keras.models.builder import build_transformer_model
-    from gau_keras.optimizers import LAMB, PiecewiseLinearDecay
 
-    config = run_config(spec)
-    keras.utils.set_random_seed(config["train"]["seed"])
-    data = config["data"]
-    transformer = build_transformer_model(config["model_config"], model=config["model"], with_mlm="linear",
-                                          return_keras_model=False)
+    transformer, optimizer, (inputs, labels), k = bare_parts(spec)
     model = transformer.model
-    k = -(-data["maxlen"] // 4)
     positions_input = keras.Input((k,), dtype="int32")
     hidden = GatherPositions()([transformer.encoder_output, positions_input])
     train_model = keras.Model([*model.inputs, positions_input], transformer.mlm_logits(hidden, training=None))
-    opt = dict(config["optimizer"])
-    schedule = PiecewiseLinearDecay(opt.pop("learning_rate"), opt.pop("schedule"))
-    opt["gradient_accumulation_steps"] = None
-    optimizer = LAMB(learning_rate=schedule, **opt)
     optimizer.build(train_model.trainable_variables)
-    inputs, labels = next(iter(load_dataset(data["train"], data["batch_size"], maxlen=data["maxlen"],
-                                            mask_token_id=4, random_token_ids=np.arange(5, 64))))
     x = [np.asarray(inputs[t.name]) for t in model.inputs]
     labels = np.asarray(labels)
 
