@@ -10,13 +10,13 @@ import pytest
 from gau_keras import layers as L
 from tests.reference.harness import run_bert4keras_code
 
+pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+
 LABELS, LENGTHS = 5, [6, 4, 2]
 GP_VARIANTS = [dict(), dict(RoPE=False), dict(tril_mask=False, use_bias=False)]
 
 SNIPPET = r"""
 from bert4keras import layers as B
-
-pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
 
 mask = tf.constant(inputs["mask"].astype(bool))
 logits = tf.constant(np.where(inputs["mask"][..., None], inputs["logits"], 0).astype("float32"))

@@ -11,6 +11,8 @@ import pytest
 import gau_keras.optimizers as ours
 from tests.reference.harness import run_bert4keras_code
 
+pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+
 STEPS = 9
 # (path, shape): "Norm" and "bias" are exclusion patterns below; the 6x5 kernel
 # is factored by AdaFactor with min_dim_size_to_factor=4; lazy optimisation
@@ -67,8 +69,6 @@ EMA_CASES = [k for k, (_, exts, _) in CASES.items() if "exponential_moving_avera
 
 REFERENCE = """
 import bert4keras.optimizers as O
-
-pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
 CASES, PATHS, STEPS = %r, %r, %d
 for case, (base, extensions, kwargs) in CASES.items():
     cls = getattr(O, base)
