@@ -264,14 +264,13 @@ def make_strategy(devices):
 
 
 def make_optimizer(lr, weight_decay, total_steps):
-    """AdamW with a linear warm-up over 10% of the steps, then a linear decay to 0."""
-    import keras
-
-    from gau_keras.optimizers import PiecewiseLinearDecay
+    """AdamW with a linear warm-up over 10% of the steps, then a linear decay to 0
+    (`DenseAdamW`: Keras's AdamW on dense gradients, the same update on either backend)."""
+    from gau_keras.optimizers import DenseAdamW, PiecewiseLinearDecay
 
     warmup = max(1, total_steps // 10)
     schedule = PiecewiseLinearDecay(lr, {warmup: 1.0, max(total_steps, warmup + 1): 0.0})
-    optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=weight_decay)
+    optimizer = DenseAdamW(learning_rate=schedule, weight_decay=weight_decay)
     optimizer.exclude_from_weight_decay(var_names=["bias", "Norm"])
     return optimizer
 

@@ -254,6 +254,30 @@ def test_sparse_gradients_with_repeated_rows(rng):
     np.testing.assert_allclose(table.numpy(), want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.tensorflow_only     # tf.IndexedSlices
+def test_dense_adamw_updates_repeated_rows_as_a_dense_gradient(rng):
+    """Keras 3's AdamW squares an IndexedSlices gradient's slices before summing the rows that
+    repeat; DenseAdamW (the fine-tuning runner's) gives the dense gradient's update, as on JAX."""
+    import tensorflow as tf
+
+    from gau_keras.optimizers import DenseAdamW
+
+    start = rng.normal(size=(5, 3)).astype("float32")
+    rows, indices = rng.normal(size=(3, 3)).astype("float32"), np.array([1, 3, 1])
+    dense = np.zeros((5, 3), "float32")
+    np.add.at(dense, indices, rows)
+    tables = []
+    for gradient in (tf.IndexedSlices(rows, indices, dense_shape=(5, 3)), tf.constant(dense)):
+        table, opt = keras.Variable(start), DenseAdamW(0.1, weight_decay=0.01)
+        for _ in range(3):
+            opt.apply([gradient], [table])
+        tables.append(table.numpy())
+    assert np.abs(tables[1] - start)[1].min() > 0.1          # the repeated row moved
+    np.testing.assert_allclose(tables[0], tables[1], rtol=1e-6, atol=1e-7)
+    restored = keras.optimizers.deserialize(json.loads(json.dumps(keras.optimizers.serialize(opt))))
+    assert isinstance(restored, DenseAdamW) and restored.get_config() == opt.get_config()
+
+
 DISTRIBUTED_SCRIPT = """'''MirroredStrategy over 2 logical CPUs vs no strategy: LAMB with Keras's accumulation,
 and GAU-alpha's bert4keras chain (delayed accumulation) under model.fit.'''
 import sys

@@ -9,6 +9,8 @@
   back (also in a process that never called the factory).
 * `LAMB` = ``extend_with_layer_adaptation(extend_with_weight_decay(Adam))``
   with LAMB's defaults; `PiecewiseLinearDecay`, its learning-rate schedule.
+* `DenseAdamW`: Keras's AdamW on dense gradients (Keras 3's Adam mishandles an
+  embedding's IndexedSlices gradient on TensorFlow; see its module).
 
 Name patterns match Keras 3 variable paths ("layer/kernel"), not bert4keras's
 TF1 names ("layer/kernel:0"). See the modules for the update rules.
@@ -16,6 +18,7 @@ TF1 names ("layer/kernel:0"). See the modules for the update rules.
 from gau_keras.optimizers.adafactor import AdaFactor, AdaFactorV1, AdaFactorV2
 from gau_keras.optimizers.adam import Adam
 from gau_keras.optimizers.base import HookedOptimizer
+from gau_keras.optimizers.dense import DenseAdamW
 from gau_keras.optimizers.extensions import (
     extend_with_exponential_moving_average,
     extend_with_gradient_accumulation,
@@ -32,7 +35,7 @@ from gau_keras.optimizers.schedules import PiecewiseLinearDecay
 
 __all__ = [
     "Adam", "AdaFactor", "AdaFactorV1", "AdaFactorV2", "Lion", "LionV2", "LAMB", "PiecewiseLinearDecay",
-    "HookedOptimizer",
+    "HookedOptimizer", "DenseAdamW",
     "extend_with_weight_decay", "extend_with_layer_adaptation", "extend_with_piecewise_linear_lr",
     "extend_with_gradient_accumulation", "extend_with_lookahead", "extend_with_lazy_optimization",
     "extend_with_exponential_moving_average", "extend_with_parameter_wise_lr",
