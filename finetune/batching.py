@@ -28,9 +28,13 @@ class PaddedBatches:
     """`Feature`s as batches ``((input_1, ..., input_k), labels)`` of numpy arrays.
 
     Each input (and the labels) is padded to the longest of its batch. With
-    ``shuffle`` the order is redrawn from ``seed`` at the start of every pass
-    of `tf_dataset` (every epoch of ``model.fit``); without labels a batch is
-    ``((inputs...),)``, what ``model.predict_on_batch`` takes as ``[0]``.
+    ``shuffle`` every pass of `tf_dataset` (every epoch of ``model.fit``) has
+    its own order, a function of ``seed`` and the number of passes completed:
+    a pass that is started and abandoned (Keras's JAX trainer starts the
+    dataset once more than its epochs, to see a batch) does not move the
+    orders on, so an epoch sees the same batches on every backend. Without
+    labels a batch is ``((inputs...),)``, what ``model.predict_on_batch``
+    takes as ``[0]``.
     """
 
     def __init__(self, features, batch_size, shuffle=False, seed=0, with_labels=True):
@@ -42,11 +46,18 @@ class PaddedBatches:
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.with_labels = with_labels
-        self._rng = np.random.default_rng(seed)
-        self._order = np.arange(len(features))
+        self.seed = seed
+        self.passes = 0             # passes of tf_dataset run to their end
+        self._order = self.order(0)
 
     def __len__(self):
         return math.ceil(len(self.features) / self.batch_size)
+
+    def order(self, passes):
+        """The feature order of the pass after ``passes`` completed ones."""
+        if not self.shuffle:
+            return np.arange(len(self.features))
+        return np.random.default_rng([self.seed, passes]).permutation(len(self.features))
 
     def batch_indices(self, index):
         return self._order[index * self.batch_size:(index + 1) * self.batch_size]
@@ -59,10 +70,6 @@ class PaddedBatches:
         if not self.with_labels:
             return (inputs,)
         return inputs, pad_stack([f.label for f in batch])
-
-    def reshuffle(self):
-        if self.shuffle:
-            self._order = self._rng.permutation(len(self.features))
 
     def tf_dataset(self):
         """A ``tf.data.Dataset`` of the batches, for ``model.fit``.
@@ -82,9 +89,10 @@ class PaddedBatches:
         signature = (inputs, spec(first.label)) if self.with_labels else (inputs,)
 
         def generate():
-            self.reshuffle()
+            self._order = self.order(self.passes)
             for index in range(len(self)):
                 yield self[index]
+            self.passes += 1        # reached only when the whole pass was taken
 
         dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
         return dataset.apply(tf.data.experimental.assert_cardinality(len(self))).prefetch(2)

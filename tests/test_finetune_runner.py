@@ -26,7 +26,7 @@ def test_pad_stack_pads_every_axis():
         pad_stack([np.ones(2), np.ones((2, 2))])
 
 
-def test_padded_batches_reshuffle_per_pass_and_keep_every_feature():
+def test_padded_batches_order_each_pass_and_keep_every_feature():
     features = [Feature((np.arange(1, n + 2), np.zeros(n + 1, "int32")), n) for n in range(7)]
     batches = PaddedBatches(features, 3, shuffle=True, seed=1)
     assert len(batches) == 3
@@ -39,6 +39,11 @@ def test_padded_batches_reshuffle_per_pass_and_keep_every_feature():
         assert sorted(seen) == list(range(7))
         orders.append(seen)
     assert orders[0] != orders[1]
+    # a pass started and abandoned (Keras's JAX fit looks at one batch first) does not move the orders on
+    again = PaddedBatches(features, 3, shuffle=True, seed=1)
+    next(again.tf_dataset().as_numpy_iterator())
+    assert [labels.tolist() for _, labels in again.tf_dataset().as_numpy_iterator()] == \
+        [orders[0][i:i + 3] for i in range(0, 7, 3)]
     (inputs,) = PaddedBatches(features, 4, with_labels=False)[1]
     assert inputs[0].shape == (3, 7)
     with pytest.raises(IndexError):

@@ -11,10 +11,15 @@ Every head outputs logits; ``gau_keras.losses`` has the matching losses
   log-probability of each candidate's tokens -> [B, C];
 * `global_pointer_head`: `gau_keras.layers.GlobalPointer` -> [B, T, L, L]
   with `gau_keras.losses.global_pointer_crossentropy`.
+
+Their new kernels start from `gau_keras.initializers.Portable` draws of
+glorot_uniform, seeded from numpy's global generator: one
+``keras.utils.set_random_seed`` gives the same heads on TensorFlow and JAX.
 """
 import keras
 from keras import ops
 
+from gau_keras.initializers import Portable
 from gau_keras.layers.global_pointer import GlobalPointer
 from gau_keras.ops import masked_fill
 
@@ -134,12 +139,12 @@ def classification_head(hidden, num_labels, dropout_rate=0.1, name="classifier")
     """[CLS] vector of hidden [B, L, H] -> logits [B, num_labels]."""
     x = FirstToken(name=f"{name}-cls")(hidden)
     x = keras.layers.Dropout(dropout_rate, name=f"{name}-dropout")(x)
-    return keras.layers.Dense(num_labels, name=f"{name}-dense")(x)
+    return keras.layers.Dense(num_labels, kernel_initializer=Portable("glorot_uniform"), name=f"{name}-dense")(x)
 
 
 def span_head(hidden, token_ids, name="span"):
     """hidden [B, L, H] -> start/end logits [B, 2, L] (padding masked)."""
-    logits = keras.layers.Dense(2, name=f"{name}-dense")(hidden)
+    logits = keras.layers.Dense(2, kernel_initializer=Portable("glorot_uniform"), name=f"{name}-dense")(hidden)
     return SpanLogits(name=f"{name}-logits")([logits, token_ids])
 
 
@@ -147,7 +152,8 @@ def global_pointer_head(hidden, token_ids, num_types, head_size=64, name="global
     """hidden [B, L, H] -> span logits [B, num_types, L, L] (padding and end < start masked)."""
     mask = ops.not_equal(token_ids, 0)
     # glorot_uniform, not bert4keras's lecun_normal default: the recorded CLUE runs started from it
-    return GlobalPointer(num_types, head_size, kernel_initializer="glorot_uniform", name=name)(hidden, mask=mask)
+    return GlobalPointer(num_types, head_size, kernel_initializer=Portable("glorot_uniform"), name=name)(
+        hidden, mask=mask)
 
 
 def multiple_choice_model(encoder, dropout_rate=0.1, name="multiple_choice"):
