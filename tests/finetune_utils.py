@@ -25,3 +25,19 @@ def tiny_model_dir(directory, texts, model="gau_alpha", seed=0):
         f.write("\n".join(vocab) + "\n")
     random_checkpoint(directory, model=model, seed=seed, vocab_size=len(vocab))
     return directory
+
+
+def real_vocab_model_dir(tmp_path_factory, **overrides):
+    """A tiny random GAU-alpha with the real 12000-token vocab (covers every task's text), its
+    config updated with ``overrides``; skips the test when the shared vocab is absent."""
+    import pytest
+
+    from tests.conftest import SHARED_DATA
+
+    vocab = SHARED_DATA / "vocab" / "gau_alpha_vocab.txt"
+    if not vocab.is_file():
+        pytest.skip(f"{vocab} is absent (set GAU_KERAS_DATA to point at the shared data)")
+    directory = tmp_path_factory.mktemp("model")
+    (directory / "vocab.txt").write_bytes(vocab.read_bytes())
+    random_checkpoint(str(directory), vocab_size=12000, **overrides)
+    return str(directory)

@@ -18,7 +18,7 @@ from finetune.cluener import ClueNerTask
 from finetune.cmrc2018 import Cmrc2018Task
 from finetune.tnews import TnewsTask
 from tests.conftest import SHARED_DATA
-from tests.model_utils import random_checkpoint
+from tests.finetune_utils import real_vocab_model_dir
 
 HEAD_KINDS = [(TnewsTask, "tnews"), (Cmrc2018Task, "cmrc2018"), (C3Task, "c3"), (ChidTask, "chid"),
               (ClueNerTask, "cluener")]
@@ -36,14 +36,7 @@ for model_path, input_paths, output in json.loads(sys.argv[1]):
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    """A tiny random GAU-alpha with the real 12000-token vocab (covers every task's text)."""
-    vocab = SHARED_DATA / "vocab" / "gau_alpha_vocab.txt"
-    if not vocab.is_file():
-        pytest.skip(f"{vocab} is absent (set GAU_KERAS_DATA to point at the shared data)")
-    directory = tmp_path_factory.mktemp("model")
-    (directory / "vocab.txt").write_bytes(vocab.read_bytes())
-    random_checkpoint(str(directory), vocab_size=12000)
-    return str(directory)
+    return real_vocab_model_dir(tmp_path_factory)
 
 
 def run_task(task_cls, task, model_dir, out_dir, *extra):

@@ -24,6 +24,7 @@ import pytest
 
 from finetune import runner
 from tests.conftest import REPO_ROOT, SHARED_DATA
+from tests.finetune_utils import real_vocab_model_dir
 from tests.test_finetune_artefacts import HEAD_KINDS
 
 
@@ -45,16 +46,7 @@ def run_all(root, model_dir):
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    """A tiny random GAU-alpha without dropout, with the real 12000-token vocab."""
-    from tests.model_utils import random_checkpoint
-
-    vocab = SHARED_DATA / "vocab" / "gau_alpha_vocab.txt"
-    if not vocab.is_file():
-        pytest.skip(f"{vocab} is absent (set GAU_KERAS_DATA to point at the shared data)")
-    directory = tmp_path_factory.mktemp("model")
-    (directory / "vocab.txt").write_bytes(vocab.read_bytes())
-    random_checkpoint(str(directory), vocab_size=12000, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    return str(directory)
+    return real_vocab_model_dir(tmp_path_factory, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 
 @pytest.fixture(scope="module")

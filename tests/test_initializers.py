@@ -29,8 +29,8 @@ def test_glorot_uniform_is_numpys_uniform_draw_of_keras_limit():
 def test_distribution_matches_keras(name):
     portable = _draw(Portable(name, seed=3), (400, 300))
     native = _draw(keras.initializers.get(name), (400, 300))
-    assert portable.std() == pytest.approx(native.std(), rel=0.02)
-    assert portable.mean() == pytest.approx(native.mean(), abs=3e-3 * max(native.std(), 1e-3))
+    assert float(portable.std()) == pytest.approx(float(native.std()), rel=0.02)
+    assert float(portable.mean()) == pytest.approx(float(native.mean()), abs=3e-3 * max(float(native.std()), 1e-3))
     if name != "random_normal":     # the others are bounded: uniform, or normal cut at 2 std
         assert np.abs(portable).max() <= np.abs(native).max() * 1.01
 

@@ -83,6 +83,21 @@ def test_memm_accuracy_in_evaluate_is_computed_from_its_transitions(rng, hidden_
     assert got == pytest.approx(want, abs=1e-6)
 
 
+def test_memm_accuracy_in_fit_is_computed_from_the_steps_transitions(rng):
+    """fit, one batch: the accuracy of the step's scores with, on JAX, the transitions of its forward
+    pass (mapped by gau_keras.layers.weight_metrics); on TensorFlow the updated ones (Keras 3 computes
+    the metrics after applying the gradients there)."""
+    layer = MaximumEntropyMarkovModel(lr_multiplier=2)
+    model = _tagger(layer)
+    model.compile(optimizer=keras.optimizers.Adam(0.5), loss=layer.sparse_loss, metrics=[layer.sparse_accuracy])
+    ids, labels = _tagging_data(rng)
+    scores, before = model.predict(ids, verbose=0), _np(layer.trans)
+    got = model.fit(ids, labels, epochs=1, batch_size=len(ids), verbose=0).history["sparse_accuracy"][0]
+    want = {"jax": _memm_accuracy(scores, labels, before), "tensorflow": _memm_accuracy(scores, labels, _np(layer.trans))}
+    assert abs(want["jax"] - want["tensorflow"]) > 0.01        # the check tells the two apart
+    assert got == pytest.approx(want[keras.backend.backend()], abs=1e-6)
+
+
 def _path_score(path, emissions, trans):
     return sum(emissions[t, k] for t, k in enumerate(path)) + sum(trans[a, b] for a, b in zip(path, path[1:]))
 
