@@ -1,19 +1,25 @@
 """Fine-tuning on TensorFlow and on JAX (issue 26, item 4): one task per head kind
-(classification tnews, span cmrc2018, multiple choice c3, candidate scoring chid,
-GlobalPointer cluener), dropout 0, seed 3, the same tiny random GAU-alpha; this
-process runs TensorFlow, one JAX process runs all five.
+(classification tnews, which stands for every `ClassificationTask`: the pair, keyword
+and wsc forms share its head; span cmrc2018; multiple choice c3; candidate scoring
+chid; GlobalPointer cluener), dropout 0, seed 3, the same tiny random GAU-alpha; this
+process runs TensorFlow, one JAX process runs all five (60-76 s in all on a shared 2-core CPU).
 
-Measured: the first epoch's train losses agree to 1e-7 relative, the second's to
-2.8e-4 (AdamW's normalised steps amplify round-off in near-zero gradient entries,
-as between 1 and 2 devices in tests/test_finetune_runner.py): bound 1e-3. The dev
-metrics are identical but cluener's F1, where the random model predicts ~2000 spans
-with logits near 0 and round-off flips a few (1.5e-3 relative): bound 1e-2 relative,
-which one flipped answer of the other tasks' 6 dev examples would break.
+Measured (2 epochs of 2 steps): the first epoch's train losses agree to 8.8e-8
+relative (bound 1e-5), the second's to 2.8e-4 (tnews; AdamW's normalised steps
+amplify round-off in near-zero gradient entries, as between 1 and 2 devices in
+tests/test_finetune_runner.py): bound 1e-3. The dev metrics are identical but
+cluener's F1: the random model predicts 5,600-10,500 spans of 6 sentences with
+logits near 0 and round-off flips 12-22 of them, 1.1e-3 and 3.9e-3 relative:
+bound 2e-2 relative, which one flipped answer of the other tasks' 6 dev examples,
+or one flipped right entity of cluener's (at most 5 right), would break.
 
 What makes them equal: the heads' kernels start from `Portable` numpy draws (Keras's
 initializers draw with each backend's own generator), `DenseAdamW` updates the token
 embeddings' repeated rows as JAX's dense gradient does, and `PaddedBatches` keeps its
-epoch orders when Keras's JAX fit starts the dataset once more to look at a batch."""
+epoch orders when Keras's JAX fit starts the dataset once more to look at a batch.
+With the heads' kernels drawn by Keras instead, tnews, cmrc2018, c3 and cluener fail
+(dev accuracy 0.17 against 0, F1 9.1 against 0, first-epoch loss 4.2e-3 off, F1 0.23
+relative off); chid, which adds no weights, passes."""
 import importlib.util
 import json
 import os
@@ -26,6 +32,9 @@ from finetune import runner
 from tests.conftest import REPO_ROOT, SHARED_DATA
 from tests.finetune_utils import real_vocab_model_dir
 from tests.test_finetune_artefacts import HEAD_KINDS
+
+#: relative bounds (measured values in the module docstring): dev metric; train loss of epochs 1, 2
+METRIC_BOUND, LOSS_BOUNDS = 2e-2, (1e-5, 1e-3)
 
 
 def _argv(task, model_dir, out_dir):
@@ -70,8 +79,8 @@ def test_the_dev_metric_of_each_epoch_equals_tensorflows(records, task):
     assert tensorflow["args"]["dropout"] == jax["args"]["dropout"] == 0
     metric = tensorflow["metric"]
     assert len(tensorflow["epochs"]) == len(jax["epochs"]) == 2
-    for ours, theirs in zip(jax["epochs"], tensorflow["epochs"]):
-        assert ours[metric] == pytest.approx(theirs[metric], rel=1e-2, abs=1e-9), (task, metric)
-        assert ours["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-3), task
+    for ours, theirs, loss_bound in zip(jax["epochs"], tensorflow["epochs"], LOSS_BOUNDS):
+        assert ours[metric] == pytest.approx(theirs[metric], rel=METRIC_BOUND, abs=1e-9), (task, metric, ours["epoch"])
+        assert ours["train_loss"] == pytest.approx(theirs["train_loss"], rel=loss_bound), (task, ours["epoch"])
     losses = [e["train_loss"] for e in tensorflow["epochs"]]
     assert losses[1] != losses[0]                                 # it trained
