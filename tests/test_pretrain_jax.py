@@ -95,7 +95,13 @@ def jax_side(job):
 
     import keras
 
+    import jax
+
     root = pathlib.Path(job["root"])
+    # every Trainer compiles its step anew: the same programs, served from JAX's disk cache after the first
+    jax.config.update("jax_compilation_cache_dir", str(root / "jax_cache"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     shards = make_shards(root)
     out = {"backend": keras.backend.backend()}
     straight = _config(root, shards, "straight", steps=4)
