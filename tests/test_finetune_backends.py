@@ -2,7 +2,8 @@
 (classification tnews, which stands for every `ClassificationTask`: the pair, keyword
 and wsc forms share its head; span cmrc2018; multiple choice c3; candidate scoring
 chid; GlobalPointer cluener), dropout 0, seed 3, the same tiny random GAU-alpha; this
-process runs TensorFlow, one JAX process runs all five (60-76 s in all on a shared 2-core CPU).
+process runs TensorFlow, one JAX process (2 host devices) runs all five, and tnews
+once more with ``--devices 2`` (about 70 s in all on a 2-core CPU).
 
 Measured (2 epochs of 2 steps): the first epoch's train losses agree to 8.8e-8
 relative (bound 1e-5), the second's to 2.8e-4 (tnews; AdamW's normalised steps
@@ -44,12 +45,17 @@ def _argv(task, model_dir, out_dir):
             "--dropout", "0", "--seed", "3", "--lr", "1e-3"]
 
 
-def run_all(root, model_dir):
-    """Runs every head kind's task into root/<task>; returns {task: metrics record}."""
+def run_all(root, model_dir, two_devices=False):
+    """Runs every head kind's task into root/<task>; returns {task: metrics record}. With
+    ``two_devices`` (JAX with 2 host devices) tnews also runs with ``--devices 2``: "tnews@2"."""
     records = {}
-    for task_cls, task in HEAD_KINDS:
-        assert runner.run(task_cls, _argv(task, model_dir, root / task)) == 0
-        records[task] = json.loads((root / task / f"{task}_metrics.json").read_text())
+    runs = [(task_cls, task, task, []) for task_cls, task in HEAD_KINDS]
+    if two_devices:
+        runs.append((HEAD_KINDS[0][0], "tnews", "tnews@2", ["--devices", "2"]))
+    for task_cls, task, key, extra in runs:
+        out_dir = root / key.replace("@", "_")
+        assert runner.run(task_cls, _argv(task, model_dir, out_dir) + extra) == 0
+        records[key] = json.loads((out_dir / f"{task}_metrics.json").read_text())
     return records
 
 
@@ -64,8 +70,9 @@ def records(tmp_path_factory, model_dir):
         pytest.skip("jax is not installed (pip install jax): the JAX backend cannot run here")
     root = tmp_path_factory.mktemp("backends")
     code = ("import json, pathlib, sys\nfrom tests import test_finetune_backends as T\n"
-            "json.dump(T.run_all(pathlib.Path(sys.argv[1]), sys.argv[2]), open(sys.argv[3], 'w'))\n")
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+            "json.dump(T.run_all(pathlib.Path(sys.argv[1]), sys.argv[2], True), open(sys.argv[3], 'w'))\n")
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=2")
     result = subprocess.run([sys.executable, "-c", code, str(root / "jax"), model_dir, str(root / "jax.json")],
                             cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -84,3 +91,22 @@ def test_the_dev_metric_of_each_epoch_equals_tensorflows(records, task):
         assert ours["train_loss"] == pytest.approx(theirs["train_loss"], rel=loss_bound), (task, ours["epoch"])
     losses = [e["train_loss"] for e in tensorflow["epochs"]]
     assert losses[1] != losses[0]                                 # it trained
+
+
+def test_two_jax_devices_give_the_one_device_run(records):
+    """--devices 2 on JAX: keras.distribution.DataParallel over 2 host devices gives the
+    1-device run's dev metric and losses (1e-5; measured equal), and the best .keras it
+    writes loads here, on TensorFlow."""
+    import keras
+    import numpy as np
+
+    import gau_keras  # noqa: F401 - registers the layers
+
+    one, two = records[1]["tnews"], records[1]["tnews@2"]
+    assert (one["replicas"], two["replicas"]) == (1, 2) and one["xla"] and two["xla"]
+    assert [e["accuracy"] for e in two["epochs"]] == [e["accuracy"] for e in one["epochs"]]
+    assert [e["train_loss"] for e in two["epochs"]] == pytest.approx([e["train_loss"] for e in one["epochs"]],
+                                                                     rel=1e-5)
+    model = keras.saving.load_model(two["model"])                          # saved on JAX, loaded on TensorFlow
+    ids = np.array([[2, 7, 8, 9, 3, 0]], "int32")
+    assert model.predict([ids, np.zeros_like(ids)], verbose=0).shape == (1, 15)

@@ -93,9 +93,8 @@ def jax_side(job):
     """Everything the JAX process runs; writes job['out'] (JSON) and the export's probabilities."""
     import pathlib
 
-    import keras
-
     import jax
+    import keras
 
     root = pathlib.Path(job["root"])
     # every Trainer compiles its step anew: the same programs, served from JAX's disk cache after the first
