@@ -61,17 +61,40 @@ def _float64_is_float32():
     return not jax.config.jax_enable_x64
 
 
+def pytest_configure(config):
+    """The bert4keras reference keeps its results in pytest's cache folder (the
+    JAX pass of the README's test command reuses the TensorFlow pass's):
+    tests/reference/harness.py. ``-p no:cacheprovider`` turns that off."""
+    from tests.reference.harness import CACHE_ENV
+
+    if getattr(config, "cache", None) is not None and CACHE_ENV not in os.environ:
+        os.environ[CACHE_ENV] = str(config.cache.mkdir("bert4keras_reference"))
+
+
 def pytest_report_header(config):
     import keras
 
     if keras.backend.backend() != "tensorflow" and _whole_suite(config):
         return (f"KERAS_BACKEND={keras.backend.backend()}: the tests marked both_backends run, the others are "
-                f"deselected (tests/conftest.py)")
+                f"deselected or not collected (tests/conftest.py)")
 
 
 def _whole_suite(config):
     """Whether pytest runs its testpaths (no test files named on the command line)."""
     return config.args_source == pytest.Config.ArgsSource.TESTPATHS
+
+
+def pytest_ignore_collect(collection_path, config):
+    """On another backend than TensorFlow, a whole-suite run does not import
+    the test modules that mark nothing ``both_backends`` (they would all be
+    deselected): their imports alone cost the JAX pass ~10 s."""
+    import keras
+
+    if (keras.backend.backend() != "tensorflow" and _whole_suite(config) and collection_path.suffix == ".py"
+            and collection_path.name.startswith("test_")
+            and "both_backends" not in collection_path.read_text(encoding="utf-8")):
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(config, items):

@@ -20,9 +20,12 @@ any other failure of the reference raises ``RuntimeError`` carrying the command
 and the end of its stderr.
 """
 import functools
+import hashlib
+import importlib.metadata
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -165,8 +168,14 @@ def run_bert4keras_code(code, inputs=None, *, graph=False, seed=0, timeout=600):
     fills the dict ``outputs``; this returns that dict as numpy arrays. ``graph``
     runs it in TF1 graph mode (bert4keras's optimizers need it); tensors left in
     ``outputs`` are evaluated. See ``bert4keras_exec.py`` for the shim. Skips
-    the calling test when bert4keras or tf_keras is missing.
+    the calling test when bert4keras or tf_keras is missing. With
+    ``$GAU_KERAS_REFERENCE_CACHE`` set, a result is kept there and the same call
+    again (code, inputs, versions) reads it instead of running bert4keras.
     """
+    cached = _cache_path(code, inputs, graph, seed)
+    if cached is not None and cached.is_file():
+        with np.load(cached, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
     require_bert4keras()
     with tempfile.TemporaryDirectory(prefix="bert4keras_exec_") as work:
         work = pathlib.Path(work)
@@ -185,5 +194,36 @@ def run_bert4keras_code(code, inputs=None, *, graph=False, seed=0, timeout=600):
         if result.returncode != 0:
             raise RuntimeError("bert4keras snippet failed (exit %d):\n%s\n%s"
                                % (result.returncode, code, result.stderr[-_STDERR_TAIL:]))
+        if cached is not None:
+            partial = cached.with_suffix(f".{os.getpid()}.partial")
+            shutil.copyfile(work / "out.npz", partial)
+            os.replace(partial, cached)
         with np.load(work / "out.npz", allow_pickle=False) as data:
             return {key: data[key] for key in data.files}
+
+
+#: folder of run_bert4keras_code's saved results (tests/conftest.py points it into pytest's cache)
+CACHE_ENV = "GAU_KERAS_REFERENCE_CACHE"
+
+
+def _cache_path(code, inputs, graph, seed):
+    """Where the reference's result for these arguments is kept, or None (no cache folder, or
+    bert4keras / tf_keras not installed). The README's test command runs the suite on TensorFlow
+    and then on JAX: the JAX pass reads the reference results the first pass computed. The key
+    covers everything the result depends on: the code, the inputs, the shim and the versions."""
+    folder = os.environ.get(CACHE_ENV)
+    if not folder:
+        return None
+    try:
+        versions = [importlib.metadata.version(name) for name in ("bert4keras", "tf_keras", "tensorflow")]
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    digest = hashlib.sha256()
+    for part in [code, EXEC_SCRIPT.read_text(encoding="utf-8"), repr((graph, seed, versions))]:
+        digest.update(part.encode("utf-8") + b"\0")
+    for key, value in sorted((inputs or {}).items()):
+        array = np.asarray(value)
+        digest.update(repr((key, array.dtype.str, array.shape)).encode("utf-8"))
+        digest.update(array.tobytes() if array.dtype != object else repr(array.tolist()).encode("utf-8"))
+    pathlib.Path(folder).mkdir(parents=True, exist_ok=True)
+    return pathlib.Path(folder) / f"{digest.hexdigest()}.npz"
