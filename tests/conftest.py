@@ -39,6 +39,17 @@ def shared_data():
     return SHARED_DATA
 
 
+@pytest.fixture(scope="session")
+def head_kind_runs(tmp_path_factory):
+    """(model dir, runs dir, {task: metrics record}): one task per head kind fine-tuned here on a
+    tiny random GAU-alpha at dropout 0 (tests/finetune_utils.py), once for the test session."""
+    from tests.finetune_utils import real_vocab_model_dir, run_head_kinds
+
+    model_dir = real_vocab_model_dir(tmp_path_factory, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    root = tmp_path_factory.mktemp("head_kinds")
+    return model_dir, root, run_head_kinds(root, model_dir)
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)

@@ -1,4 +1,7 @@
-"""Tiny random model directories (config + TF1 checkpoint + vocab) for the finetune tests."""
+"""Tiny random model directories (config + TF1 checkpoint + vocab) for the finetune tests, and
+the runs of one task per head kind that tests/test_finetune_backends.py and
+tests/test_finetune_artefacts.py share (the ``head_kind_runs`` fixture of tests/conftest.py)."""
+import json
 import os
 
 from tests.model_utils import random_checkpoint
@@ -41,3 +44,45 @@ def real_vocab_model_dir(tmp_path_factory, **overrides):
     (directory / "vocab.txt").write_bytes(vocab.read_bytes())
     random_checkpoint(str(directory), vocab_size=12000, **overrides)
     return str(directory)
+
+
+def head_kinds():
+    """[(task class, task name)]: one task per head kind (classification, span, multiple choice,
+    candidate scoring, GlobalPointer)."""
+    from finetune.c3 import C3Task
+    from finetune.chid import ChidTask
+    from finetune.cluener import ClueNerTask
+    from finetune.cmrc2018 import Cmrc2018Task
+    from finetune.tnews import TnewsTask
+
+    return list(zip([TnewsTask, Cmrc2018Task, C3Task, ChidTask, ClueNerTask], HEAD_KIND_TASKS))
+
+
+#: the task names of head_kinds(), known without importing the tasks (test parameters)
+HEAD_KIND_TASKS = ["tnews", "cmrc2018", "c3", "chid", "cluener"]
+
+
+def head_kind_argv(task, model_dir, out_dir):
+    """The shared runs' arguments: 2 epochs of 2 steps, dropout 0, seed 3."""
+    from tests.conftest import SHARED_DATA
+
+    return ["--data-dir", str(SHARED_DATA / "clue"), "--task-name", task, "--model-dir", str(model_dir),
+            "--out-dir", str(out_dir), "--epochs", "2", "--batch-size", "4", "--maxlen", "48",
+            "--max-train-examples", "8", "--max-eval-examples", "6", "--max-test-examples", "2",
+            "--dropout", "0", "--seed", "3", "--lr", "1e-3"]
+
+
+def run_head_kinds(root, model_dir, two_devices=False):
+    """Runs every head kind's task into root/<task>; returns {task: metrics record}. With
+    ``two_devices`` (JAX with 2 host devices) tnews also runs with ``--devices 2``: "tnews@2"."""
+    from finetune import runner
+
+    records = {}
+    runs = [(task_cls, task, task, []) for task_cls, task in head_kinds()]
+    if two_devices:
+        runs.append((runs[0][0], "tnews", "tnews@2", ["--devices", "2"]))
+    for task_cls, task, key, extra in runs:
+        out_dir = root / key.replace("@", "_")
+        assert runner.run(task_cls, head_kind_argv(task, model_dir, out_dir) + extra) == 0
+        records[key] = json.loads((out_dir / f"{task}_metrics.json").read_text())
+    return records

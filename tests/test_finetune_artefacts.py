@@ -1,7 +1,8 @@
 """What a fine-tuning run leaves behind: ``<task>_best.keras`` reloads in a fresh
 process that imports only gau_keras and predicts what the trained model
 predicts, for every head kind (classification, span, multiple choice,
-candidate scoring, GlobalPointer)."""
+candidate scoring, GlobalPointer); the runs are the session's ``head_kind_runs``
+(tests/conftest.py), which tests/test_finetune_backends.py compares with JAX's."""
 import json
 import os
 import subprocess
@@ -12,16 +13,8 @@ import pytest
 
 from finetune import runner
 from finetune.batching import PaddedBatches
-from finetune.c3 import C3Task
-from finetune.chid import ChidTask
-from finetune.cluener import ClueNerTask
-from finetune.cmrc2018 import Cmrc2018Task
-from finetune.tnews import TnewsTask
-from tests.conftest import SHARED_DATA
-from tests.finetune_utils import real_vocab_model_dir
+from tests.finetune_utils import HEAD_KIND_TASKS, head_kind_argv, head_kinds
 
-HEAD_KINDS = [(TnewsTask, "tnews"), (Cmrc2018Task, "cmrc2018"), (C3Task, "c3"), (ChidTask, "chid"),
-              (ClueNerTask, "cluener")]
 #: one fresh process reloads every task's .keras: argv[1] is a JSON list of [model, [inputs], output]
 PREDICT = """
 import json, sys
@@ -32,19 +25,6 @@ for model_path, input_paths, output in json.loads(sys.argv[1]):
     inputs = [np.load(p) for p in input_paths]
     np.save(output, np.asarray(model.predict(inputs, verbose=0)))
 """
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return real_vocab_model_dir(tmp_path_factory)
-
-
-def run_task(task_cls, task, model_dir, out_dir, *extra):
-    argv = ["--data-dir", str(SHARED_DATA / "clue"), "--task-name", task, "--model-dir", model_dir,
-            "--out-dir", str(out_dir), "--epochs", "1", "--batch-size", "4", "--maxlen", "48",
-            "--max-train-examples", "8", "--max-eval-examples", "6", "--max-test-examples", "3", *extra]
-    assert runner.run(task_cls, argv) == 0
-    return runner.build_parser(task_cls).parse_args(argv)
 
 
 def trained_model_and_inputs(task_cls, args, out_dir):
@@ -61,28 +41,29 @@ def trained_model_and_inputs(task_cls, args, out_dir):
 
 
 @pytest.fixture(scope="module")
-def reloaded(tmp_path_factory, model_dir):
+def reloaded(tmp_path_factory, head_kind_runs):
     """Per task: (record, the trained model's predictions, the fresh process's predictions of its .keras)."""
-    root = tmp_path_factory.mktemp("artefacts")
+    model_dir, root, records = head_kind_runs
+    inputs_root = tmp_path_factory.mktemp("artefacts")
     runs, jobs = {}, []
-    for task_cls, task in HEAD_KINDS:
-        out_dir = root / task
-        args = run_task(task_cls, task, model_dir, out_dir)
-        record = json.loads((out_dir / f"{task}_metrics.json").read_text())
+    for task_cls, task in head_kinds():
+        out_dir, record = root / task, records[task]
+        args = runner.build_parser(task_cls).parse_args(head_kind_argv(task, model_dir, out_dir))
         model, inputs = trained_model_and_inputs(task_cls, args, out_dir)
-        paths = [str(out_dir / f"input{i}.npy") for i in range(len(inputs))]
+        paths = [str(inputs_root / f"{task}_input{i}.npy") for i in range(len(inputs))]
         for path, array in zip(paths, inputs):
             np.save(path, array)
-        runs[task] = (record, np.asarray(model.predict(inputs, verbose=0)), out_dir / "got.npy")
-        jobs.append([record["model"], paths, str(out_dir / "got.npy")])
+        got = inputs_root / f"{task}_got.npy"
+        runs[task] = (record, np.asarray(model.predict(inputs, verbose=0)), got)
+        jobs.append([record["model"], paths, str(got)])
     env = {k: v for k, v in os.environ.items() if k != "GAU_KERAS_TF_FREE"}
-    result = subprocess.run([sys.executable, "-c", PREDICT, json.dumps(jobs)], cwd=root, env=env,
+    result = subprocess.run([sys.executable, "-c", PREDICT, json.dumps(jobs)], cwd=inputs_root, env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return {task: (record, expected, np.load(got)) for task, (record, expected, got) in runs.items()}
 
 
-@pytest.mark.parametrize("task", [t for _, t in HEAD_KINDS])
+@pytest.mark.parametrize("task", HEAD_KIND_TASKS)
 def test_best_keras_reloads_after_import_gau_keras_only(reloaded, task):
     record, expected, got = reloaded[task]
     assert record["model"].endswith(f"{task}_best.keras")

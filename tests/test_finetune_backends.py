@@ -1,9 +1,10 @@
 """Fine-tuning on TensorFlow and on JAX (issue 26, item 4): one task per head kind
 (classification tnews, which stands for every `ClassificationTask`: the pair, keyword
 and wsc forms share its head; span cmrc2018; multiple choice c3; candidate scoring
-chid; GlobalPointer cluener), dropout 0, seed 3, the same tiny random GAU-alpha; this
-process runs TensorFlow, one JAX process (2 host devices) runs all five, and tnews
-once more with ``--devices 2`` (about 70 s in all on a 2-core CPU).
+chid; GlobalPointer cluener), dropout 0, seed 3, the same tiny random GAU-alpha. The TensorFlow
+runs are the session's ``head_kind_runs`` (tests/conftest.py; tests/test_finetune_artefacts.py
+reloads their .keras files); one JAX process (2 host devices) runs all five, and tnews
+once more with ``--devices 2`` (about 40 s on a 2-core CPU).
 
 Measured (2 epochs of 2 steps): the first epoch's train losses agree to 8.8e-8
 relative (bound 1e-5), the second's to 2.8e-4 (tnews; AdamW's normalised steps
@@ -29,58 +30,31 @@ import sys
 
 import pytest
 
-from finetune import runner
-from tests.conftest import REPO_ROOT, SHARED_DATA
-from tests.finetune_utils import real_vocab_model_dir
-from tests.test_finetune_artefacts import HEAD_KINDS
+from tests.conftest import REPO_ROOT
+from tests.finetune_utils import HEAD_KIND_TASKS
 
 #: relative bounds (measured values in the module docstring): dev metric; train loss of epochs 1, 2
 METRIC_BOUND, LOSS_BOUNDS = 2e-2, (1e-5, 1e-3)
 
 
-def _argv(task, model_dir, out_dir):
-    return ["--data-dir", str(SHARED_DATA / "clue"), "--task-name", task, "--model-dir", model_dir,
-            "--out-dir", str(out_dir), "--epochs", "2", "--batch-size", "4", "--maxlen", "48",
-            "--max-train-examples", "8", "--max-eval-examples", "6", "--max-test-examples", "2",
-            "--dropout", "0", "--seed", "3", "--lr", "1e-3"]
-
-
-def run_all(root, model_dir, two_devices=False):
-    """Runs every head kind's task into root/<task>; returns {task: metrics record}. With
-    ``two_devices`` (JAX with 2 host devices) tnews also runs with ``--devices 2``: "tnews@2"."""
-    records = {}
-    runs = [(task_cls, task, task, []) for task_cls, task in HEAD_KINDS]
-    if two_devices:
-        runs.append((HEAD_KINDS[0][0], "tnews", "tnews@2", ["--devices", "2"]))
-    for task_cls, task, key, extra in runs:
-        out_dir = root / key.replace("@", "_")
-        assert runner.run(task_cls, _argv(task, model_dir, out_dir) + extra) == 0
-        records[key] = json.loads((out_dir / f"{task}_metrics.json").read_text())
-    return records
-
-
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return real_vocab_model_dir(tmp_path_factory, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-
-
-@pytest.fixture(scope="module")
-def records(tmp_path_factory, model_dir):
+def records(tmp_path_factory, head_kind_runs):
+    """(TensorFlow's records: the session's runs, JAX's records: one JAX process with 2 host devices)."""
     if importlib.util.find_spec("jax") is None:
         pytest.skip("jax is not installed (pip install jax): the JAX backend cannot run here")
+    model_dir, _, tensorflow = head_kind_runs
     root = tmp_path_factory.mktemp("backends")
-    code = ("import json, pathlib, sys\nfrom tests import test_finetune_backends as T\n"
-            "json.dump(T.run_all(pathlib.Path(sys.argv[1]), sys.argv[2], True), open(sys.argv[3], 'w'))\n")
+    code = ("import json, pathlib, sys\nfrom tests.finetune_utils import run_head_kinds\n"
+            "json.dump(run_head_kinds(pathlib.Path(sys.argv[1]), sys.argv[2], True), open(sys.argv[3], 'w'))\n")
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
                XLA_FLAGS="--xla_force_host_platform_device_count=2")
     result = subprocess.run([sys.executable, "-c", code, str(root / "jax"), model_dir, str(root / "jax.json")],
                             cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
-    jax = json.loads((root / "jax.json").read_text())
-    return run_all(root / "tensorflow", model_dir), jax
+    return tensorflow, json.loads((root / "jax.json").read_text())
 
 
-@pytest.mark.parametrize("task", [task for _, task in HEAD_KINDS])
+@pytest.mark.parametrize("task", HEAD_KIND_TASKS)
 def test_the_dev_metric_of_each_epoch_equals_tensorflows(records, task):
     tensorflow, jax = records[0][task], records[1][task]
     assert tensorflow["args"]["dropout"] == jax["args"]["dropout"] == 0
