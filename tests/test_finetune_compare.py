@@ -1,4 +1,5 @@
 """finetune.compare: two variants of a tiny tnews run, the summary table, resuming, failures."""
+import contextlib
 import json
 
 import pytest
@@ -48,8 +49,19 @@ def test_a_failing_run_is_reported_and_bad_arguments_are_named(tmp_path, shared_
         compare.main(["--data-dir", "x", "--out-dir", "y", "--variant", "no-equals-sign"])
 
 
+def _in_this_process(command, stdout, stderr):
+    """compare's ``subprocess.call`` of ``python -m gau_keras finetune ...``, run in this process
+    (the test above runs real processes; this saves their start-up, ~10 s each)."""
+    from gau_keras.__main__ import main
+
+    assert command[1:3] == ["-m", "gau_keras"], command
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stdout):
+        return main(command[3:])
+
+
 def test_a_rate_grid_keeps_the_best_rate_per_variant(tmp_path, shared_data, capsys, monkeypatch):
     monkeypatch.chdir(REPO_ROOT)
+    monkeypatch.setattr(compare.subprocess, "call", _in_this_process)
     data_dir, texts = _small_copy(shared_data, tmp_path / "data")
     model_dir = tiny_model_dir(str(tmp_path / "model"), texts)
     out = tmp_path / "out"
