@@ -119,7 +119,7 @@ def test_bundled_model_reads_the_second_text_of_a_pair(shared_data):
     model, tokenizer = load_pretrained(with_mlm="linear")
     with open(shared_data / "corpus" / "zh_corpus.txt", encoding="utf-8") as f:
         held_out = [line.strip() for line in f.read().splitlines()[49::50]]   # the pretraining held-out split
-    texts = [text for text in held_out if len(text) >= 40][:300]
+    texts = [text for text in held_out if len(text) >= 40][:150]
     single = quality.random_char_accuracy(model, tokenizer, texts)
     pair = quality.random_char_accuracy(model, tokenizer, texts, pair=True)
     assert single["masked"] > 1000 and pair["second_masked"] > 500
