@@ -5,9 +5,10 @@ Each script is a user's script: ``from gau_keras.X import ...`` exactly as a
 bert4keras script imports ``bert4keras.X``, a ``main()`` that trains for one
 short epoch and returns what it produced. They run in this process (one
 TensorFlow start for all of them); a script whose data is absent is skipped.
-They build the bundled model with its first ``LAYERS`` layers only (a bert4keras
+They build the bundled model with its first ``LAYERS`` layer only (a bert4keras
 ``num_hidden_layers`` override): tracing a training step costs ~2 s a layer on
-CPU, and what is checked here is the bert4keras API, not the model's quality.
+CPU, and what is checked here is the bert4keras API, not the model's quality
+(classification trains at 5e-4: at the script's 1e-3 Adam overshoots on one layer).
 """
 import os
 import pathlib
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 SCRIPTS = pathlib.Path(__file__).resolve().parent / "bert4keras_scripts"
-LAYERS = 2
+LAYERS = 1
 
 
 def run_script(name, **kwargs):
@@ -43,7 +44,7 @@ def assert_probabilities(probas, shape):
 
 
 def test_classification_with_lambda_and_dense():
-    _, result = run_script("classification")
+    _, result = run_script("classification", learning_rate=5e-4)
     assert_finite_history(result["history"])
     assert len(result["history"]["loss"]) == 1 and result["steps"] == 4
     assert result["loss_after"] < result["loss_before"], result
