@@ -1,5 +1,7 @@
 """``gau-keras export``: SavedModels that a process without Keras or gau_keras
 serves through their ``serving_default`` signature, with the same outputs."""
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -16,7 +18,8 @@ from gau_keras.pretrained import load_pretrained
 from tests.model_utils import TINY
 
 #: gau_keras cannot be imported at all; `import tensorflow` itself pulls in the keras
-#: package (TF's tf.keras loader), so the check is that loading and serving add no module
+#: package (TF's tf.keras loader), so the check is that loading and serving add no module.
+#: argv[1]: JSON list of [SavedModel, {input name: .npy path}, output .npz]
 SERVE = """
 import json, sys
 
@@ -29,28 +32,13 @@ sys.meta_path.insert(0, NoGauKeras())
 import numpy as np
 import tensorflow as tf
 before = set(sys.modules)
-loaded = tf.saved_model.load(sys.argv[1])
-signature = loaded.signatures["serving_default"]
-inputs = {name: tf.constant(np.load(path)) for name, path in json.loads(sys.argv[2]).items()}
-outputs = signature(**inputs)
-np.savez(sys.argv[3], **{name: value.numpy() for name, value in outputs.items()})
+for saved_model, paths, out in json.loads(sys.argv[1]):
+    signature = tf.saved_model.load(saved_model).signatures["serving_default"]
+    outputs = signature(**{name: tf.constant(np.load(path)) for name, path in paths.items()})
+    np.savez(out, **{name: value.numpy() for name, value in outputs.items()})
 added = sorted(m for m in set(sys.modules) - before if "keras" in m)
 assert not added, f"loading and serving imported {added[:5]}"
 """
-
-
-def serve(tmp_path, saved_model, inputs):
-    """Calls the SavedModel's signature in a fresh TensorFlow-only process."""
-    paths = {}
-    for name, array in inputs.items():
-        paths[name] = str(tmp_path / f"{name}.npy")
-        np.save(paths[name], array)
-    out = tmp_path / "served.npz"
-    env = {k: v for k, v in os.environ.items() if k != "GAU_KERAS_TF_FREE"}
-    result = subprocess.run([sys.executable, "-c", SERVE, str(saved_model), json.dumps(paths), str(out)],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return dict(np.load(out))
 
 
 def _ids(rng, batch=2, length=11, vocab=60):
@@ -59,38 +47,90 @@ def _ids(rng, batch=2, length=11, vocab=60):
     return ids
 
 
-def test_export_model_dir_serves_mlm_probabilities(tmp_path, rng, capsys):
-    out = tmp_path / "serving" / "gau_alpha" / "1"
-    assert cli.main(["export", "--output", str(out), "--model-dir",
-                     os.path.join(os.path.dirname(cli.__file__), "pretrained", "gau_alpha_tiny")]) == 0
-    assert "serving_default(token_ids, segment_ids)" in capsys.readouterr().out
+def _export_bundled(root, rng):
+    out = root / "serving" / "gau_alpha" / "1"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert cli.main(["export", "--output", str(out), "--model-dir",
+                         os.path.join(os.path.dirname(cli.__file__), "pretrained", "gau_alpha_tiny")]) == 0
+    assert "serving_default(token_ids, segment_ids)" in printed.getvalue()
     model, tokenizer = load_pretrained(None, with_mlm=True)
     ids = _ids(rng, vocab=tokenizer.vocab_size)
-    served = serve(tmp_path, out, {"token_ids": ids, "segment_ids": np.zeros_like(ids)})
-    assert set(served) == {"probabilities"}
-    expected = model.predict([ids, np.zeros_like(ids)], verbose=0)
-    np.testing.assert_allclose(served["probabilities"], expected, atol=1e-5)
+    inputs = {"token_ids": ids, "segment_ids": np.zeros_like(ids)}
+    return out, inputs, {"probabilities": model.predict([ids, np.zeros_like(ids)], verbose=0)}
+
+
+def _export_classifier(root, rng):
+    encoder = build_transformer_model(model="gau_alpha", **TINY["gau_alpha"])
+    model = keras.Model(encoder.inputs, heads.classification_head(encoder.output, 4, 0.0))
+    model.save(root / "classifier.keras")
+    out = root / "classifier_saved"
+    assert cli.main(["export", "--keras", str(root / "classifier.keras"), "--output", str(out)]) == 0
+    ids = _ids(rng)
+    logits = model.predict([ids, np.zeros_like(ids)], verbose=0)
+    return out, {"token_ids": ids, "segment_ids": np.zeros_like(ids)}, {
+        "logits": logits, "probabilities": keras.ops.convert_to_numpy(keras.ops.softmax(logits)),
+        "labels": logits.argmax(-1)}
+
+
+def _export_srupp(root, rng):
+    model = build_transformer_model(model="srupp", with_mlm=True, vocab_size=60, hidden_size=16,
+                                    num_hidden_layers=2, proj_size=8)
+    model.save(root / "srupp.keras")
+    out = root / "srupp_saved"
+    assert cli.main(["export", "--keras", str(root / "srupp.keras"), "--output", str(out)]) == 0
+    ids = _ids(rng)
+    return out, {"token_ids": ids}, {"probabilities": model.predict(ids, verbose=0)}
+
+
+EXPORTS = {"bundled": _export_bundled, "classifier": _export_classifier, "srupp": _export_srupp}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """{case: (SavedModel folder, inputs, expected outputs, outputs served by a fresh TensorFlow-only
+    process)}: each case exported here, then all served by one process."""
+    root = tmp_path_factory.mktemp("export")
+    rng = np.random.default_rng(1234)
+    cases, jobs = {}, []
+    for name, export in EXPORTS.items():
+        keras.utils.set_random_seed(1234)
+        saved_model, inputs, expected = export(root, rng)
+        paths = {key: str(root / f"{name}_{key}.npy") for key in inputs}
+        for key, array in inputs.items():
+            np.save(paths[key], array)
+        cases[name] = (saved_model, inputs, expected, root / f"{name}_served.npz")
+        jobs.append([str(saved_model), paths, str(root / f"{name}_served.npz")])
+    env = {k: v for k, v in os.environ.items() if k != "GAU_KERAS_TF_FREE"}
+    result = subprocess.run([sys.executable, "-c", SERVE, json.dumps(jobs)], cwd=root, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {name: (saved_model, inputs, expected, dict(np.load(out)))
+            for name, (saved_model, inputs, expected, out) in cases.items()}
+
+
+def _assert_served(case):
+    _, _, expected, got = case
+    assert set(got) == set(expected)
+    for name, value in expected.items():
+        np.testing.assert_allclose(got[name], value, atol=1e-5, err_msg=name)
+
+
+def test_export_model_dir_serves_mlm_probabilities(served, capsys):
+    _assert_served(served["bundled"])
+    out = served["bundled"][0]
     assert cli.main(["export", "--output", str(out), "--model-dir", "unused"]) == 2    # no silent overwrite
     assert "--overwrite" in capsys.readouterr().err
 
 
-def test_export_classifier_keras_file_serves_labels(tmp_path, rng):
-    encoder = build_transformer_model(model="gau_alpha", **TINY["gau_alpha"])
-    model = keras.Model(encoder.inputs, heads.classification_head(encoder.output, 4, 0.0))
-    model.save(tmp_path / "classifier.keras")
-    out = tmp_path / "classifier_saved"
-    assert cli.main(["export", "--keras", str(tmp_path / "classifier.keras"), "--output", str(out)]) == 0
-    ids = _ids(rng)
-    served = serve(tmp_path, out, {"token_ids": ids, "segment_ids": np.zeros_like(ids)})
-    logits = model.predict([ids, np.zeros_like(ids)], verbose=0)
-    np.testing.assert_allclose(served["logits"], logits, atol=1e-5)
-    np.testing.assert_allclose(served["probabilities"], keras.ops.convert_to_numpy(keras.ops.softmax(logits)),
-                               atol=1e-5)
-    np.testing.assert_array_equal(served["labels"], logits.argmax(-1))
+def test_export_classifier_keras_file_serves_labels(served):
+    _assert_served(served["classifier"])
     # ids outside the embeddings are refused, naming the input (a negative id indexed from the end)
     import tensorflow as tf
 
-    signature = tf.saved_model.load(str(out)).signatures["serving_default"]
+    saved_model, inputs, _, _ = served["classifier"]
+    ids = inputs["token_ids"]
+    signature = tf.saved_model.load(str(saved_model)).signatures["serving_default"]
     for name, bad, size in (("token_ids", -1, 60), ("token_ids", 60, 60), ("segment_ids", 2, 2)):
         inputs = {"token_ids": ids.copy(), "segment_ids": np.zeros_like(ids)}
         inputs[name][0, 3] = bad
@@ -98,15 +138,8 @@ def test_export_classifier_keras_file_serves_labels(tmp_path, rng):
             signature(**{k: tf.constant(v) for k, v in inputs.items()})
 
 
-def test_export_srupp_uses_plain_tensorflow_ops(tmp_path, rng):
-    model = build_transformer_model(model="srupp", with_mlm=True, vocab_size=60, hidden_size=16,
-                                    num_hidden_layers=2, proj_size=8)
-    model.save(tmp_path / "srupp.keras")
-    out = tmp_path / "srupp_saved"
-    assert cli.main(["export", "--keras", str(tmp_path / "srupp.keras"), "--output", str(out)]) == 0
-    ids = _ids(rng)
-    served = serve(tmp_path, out, {"token_ids": ids})
-    np.testing.assert_allclose(served["probabilities"], model.predict(ids, verbose=0), atol=1e-5)
+def test_export_srupp_uses_plain_tensorflow_ops(served):
+    _assert_served(served["srupp"])
 
 
 def test_export_errors(tmp_path, capsys):
