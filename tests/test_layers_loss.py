@@ -103,6 +103,7 @@ assert sorted(history) == ["loss", "mae", "steps"] and history["steps"] == [1.0,
 """
 
 
+@pytest.mark.tensorflow_only
 def test_metrics_under_a_two_replica_mirrored_strategy():
     """Trackers made inside the training step (not at the symbolic call) fail with two replicas."""
     import subprocess
