@@ -3,6 +3,7 @@ damaged checkpoints fall back with a warning, one trainer per directory,
 log.jsonl without repeated updates."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -35,10 +36,27 @@ def expected(tmp_path_factory, shards):
     return losses(root, "straight")
 
 
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory, shards):
+    """stopped(updates, tmp_path): a copy in tmp_path/run of a 4-update run stopped after
+    ``updates`` (each such run made once for the module) and the path of its config."""
+    runs = {}
+
+    def copy(updates, tmp_path):
+        if updates not in runs:
+            root = tmp_path_factory.mktemp(f"stopped{updates}")
+            path = write_config(root, shards, "run", steps=4, keep_checkpoints=5)
+            assert pretrain.main(["--config", path, "--steps", str(updates)]) == 0
+            runs[updates] = root
+        shutil.copytree(runs[updates] / "run", tmp_path / "run")
+        return write_config(tmp_path, shards, "run", steps=4, keep_checkpoints=5)
+
+    return copy
+
+
 @pytest.mark.parametrize("damage", ["garbled", "deleted"])
-def test_damaged_state_file_resumes_from_the_files(tmp_path, shards, capsys, damage, expected):
-    path = write_config(tmp_path, shards, "run", steps=4, keep_checkpoints=5)
-    assert pretrain.main(["--config", path, "--steps", "2"]) == 0
+def test_damaged_state_file_resumes_from_the_files(tmp_path, stopped, capsys, damage, expected):
+    path = stopped(2, tmp_path)
     state = tmp_path / "run" / "checkpoints" / "checkpoint"
     if damage == "garbled":
         state.write_bytes(b"\x00\xffnot a proto {{{")
@@ -55,9 +73,8 @@ def test_damaged_state_file_resumes_from_the_files(tmp_path, shards, capsys, dam
 
 
 @pytest.mark.parametrize("part", ["index", "data"])
-def test_truncated_newest_checkpoint_falls_back_to_the_previous(tmp_path, shards, capsys, part, expected):
-    path = write_config(tmp_path, shards, "run", steps=4, keep_checkpoints=5)
-    assert pretrain.main(["--config", path, "--steps", "3"]) == 0
+def test_truncated_newest_checkpoint_falls_back_to_the_previous(tmp_path, stopped, capsys, part, expected):
+    path = stopped(3, tmp_path)
     name = "ckpt-3.index" if part == "index" else "ckpt-3.data-00000-of-00001"
     damaged = tmp_path / "run" / "checkpoints" / name
     damaged.write_bytes(damaged.read_bytes()[: len(damaged.read_bytes()) // 2])
