@@ -4,6 +4,15 @@ tests/test_finetune_artefacts.py share (the ``head_kind_runs`` fixture of tests/
 import json
 import os
 
+import pytest
+
+from finetune import runner
+from finetune.c3 import C3Task
+from finetune.chid import ChidTask
+from finetune.cluener import ClueNerTask
+from finetune.cmrc2018 import Cmrc2018Task
+from finetune.tnews import TnewsTask
+from tests.conftest import SHARED_DATA
 from tests.model_utils import random_checkpoint
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -33,10 +42,6 @@ def tiny_model_dir(directory, texts, model="gau_alpha", seed=0):
 def real_vocab_model_dir(tmp_path_factory, **overrides):
     """A tiny random GAU-alpha with the real 12000-token vocab (covers every task's text), its
     config updated with ``overrides``; skips the test when the shared vocab is absent."""
-    import pytest
-
-    from tests.conftest import SHARED_DATA
-
     vocab = SHARED_DATA / "vocab" / "gau_alpha_vocab.txt"
     if not vocab.is_file():
         pytest.skip(f"{vocab} is absent (set GAU_KERAS_DATA to point at the shared data)")
@@ -46,26 +51,14 @@ def real_vocab_model_dir(tmp_path_factory, **overrides):
     return str(directory)
 
 
-def head_kinds():
-    """[(task class, task name)]: one task per head kind (classification, span, multiple choice,
-    candidate scoring, GlobalPointer)."""
-    from finetune.c3 import C3Task
-    from finetune.chid import ChidTask
-    from finetune.cluener import ClueNerTask
-    from finetune.cmrc2018 import Cmrc2018Task
-    from finetune.tnews import TnewsTask
-
-    return list(zip([TnewsTask, Cmrc2018Task, C3Task, ChidTask, ClueNerTask], HEAD_KIND_TASKS))
-
-
-#: the task names of head_kinds(), known without importing the tasks (test parameters)
-HEAD_KIND_TASKS = ["tnews", "cmrc2018", "c3", "chid", "cluener"]
+#: one task per head kind: classification, span, multiple choice, candidate scoring, GlobalPointer
+HEAD_KINDS = [(TnewsTask, "tnews"), (Cmrc2018Task, "cmrc2018"), (C3Task, "c3"), (ChidTask, "chid"),
+              (ClueNerTask, "cluener")]
+HEAD_KIND_TASKS = [task for _, task in HEAD_KINDS]
 
 
 def head_kind_argv(task, model_dir, out_dir):
     """The shared runs' arguments: 2 epochs of 2 steps, dropout 0, seed 3."""
-    from tests.conftest import SHARED_DATA
-
     return ["--data-dir", str(SHARED_DATA / "clue"), "--task-name", task, "--model-dir", str(model_dir),
             "--out-dir", str(out_dir), "--epochs", "2", "--batch-size", "4", "--maxlen", "48",
             "--max-train-examples", "8", "--max-eval-examples", "6", "--max-test-examples", "2",
@@ -75,10 +68,8 @@ def head_kind_argv(task, model_dir, out_dir):
 def run_head_kinds(root, model_dir, two_devices=False):
     """Runs every head kind's task into root/<task>; returns {task: metrics record}. With
     ``two_devices`` (JAX with 2 host devices) tnews also runs with ``--devices 2``: "tnews@2"."""
-    from finetune import runner
-
     records = {}
-    runs = [(task_cls, task, task, []) for task_cls, task in head_kinds()]
+    runs = [(task_cls, task, task, []) for task_cls, task in HEAD_KINDS]
     if two_devices:
         runs.append((runs[0][0], "tnews", "tnews@2", ["--devices", "2"]))
     for task_cls, task, key, extra in runs:

@@ -13,7 +13,7 @@ import pytest
 
 from finetune import runner
 from finetune.batching import PaddedBatches
-from tests.finetune_utils import HEAD_KIND_TASKS, head_kind_argv, head_kinds
+from tests.finetune_utils import HEAD_KIND_TASKS, HEAD_KINDS, head_kind_argv
 
 #: one fresh process reloads every task's .keras: argv[1] is a JSON list of [model, [inputs], output]
 PREDICT = """
@@ -46,7 +46,7 @@ def reloaded(tmp_path_factory, head_kind_runs):
     model_dir, root, records = head_kind_runs
     inputs_root = tmp_path_factory.mktemp("artefacts")
     runs, jobs = {}, []
-    for task_cls, task in head_kinds():
+    for task_cls, task in HEAD_KINDS:
         out_dir, record = root / task, records[task]
         args = runner.build_parser(task_cls).parse_args(head_kind_argv(task, model_dir, out_dir))
         model, inputs = trained_model_and_inputs(task_cls, args, out_dir)
