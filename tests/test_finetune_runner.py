@@ -169,6 +169,7 @@ def tnews_on_one_and_two_devices(shared_data, tmp_path):
     return records
 
 
+@pytest.mark.tensorflow_only     # MirroredStrategy; JAX's DataParallel: tests/test_finetune_backends.py
 def test_two_devices_give_the_same_dev_metric(tmp_path, shared_data):
     """MirroredStrategy on 2 logical CPU devices vs one device. Dropout 0: with dropout each
     replica draws its own masks."""
