@@ -23,7 +23,7 @@ setup(
     # pretrain/ and finetune/ are packages too, so `from pretrain import trainer` and
     # `python -m finetune.tnews` work from anywhere once installed
     packages=find_packages(include=["gau_keras", "gau_keras.*", "pretrain", "finetune"]),
-    package_data={"gau_keras": ["pretrained/*/*", "recurrence/native/*.cc"], "pretrain": ["configs/*.json"]},
+    package_data={"gau_keras": ["pretrained/*/*", "recurrence/tensorflow/native/*.cc"], "pretrain": ["configs/*.json"]},
     include_package_data=True,
     python_requires=">=3.9",
     install_requires=runtime_requirements(),

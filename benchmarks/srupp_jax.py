@@ -7,11 +7,11 @@ Forward + backward of ``sum(h * g)`` w.r.t. U [B, L, 3d], x [B, L, d],
 weight_c and bias (unidirectional, k = 3, float32), at the same shapes and on
 the same numbers, for
 
-* ``jax``: ``gau_keras.recurrence`` on JAX (``jax_backend``: lax.scan forward,
+* ``jax``: ``gau_keras.recurrence`` on JAX (its ``scan`` pair: lax.scan forward,
   hand-written custom_vjp backward), ``jax.jit(jax.grad(...))``;
-* ``jax autodiff``: the straightforward ``lax.scan`` (``jax_reference``)
+* ``jax autodiff``: the straightforward ``lax.scan`` (``recurrence.jax.autodiff``)
   differentiated by JAX, jitted the same way;
-* ``tf native`` / ``tf xla``: the TensorFlow path (``tf_backend``, the C++
+* ``tf native`` / ``tf xla``: the TensorFlow path (``recurrence.tensorflow``, the C++
   kernel where it builds, and the XLA loops) in one ``tf.function`` each, as
   ``srupp_speed.py`` table (a) times them.
 
@@ -61,11 +61,11 @@ def jax_steps(B, L, d, seed):
     import jax
     import jax.numpy as jnp
 
-    from gau_keras.recurrence import jax_backend, jax_reference
+    from gau_keras.recurrence import jax as backend
 
     U, x, w, b, g = (jnp.asarray(a) for a in inputs(B, L, d, seed))
     steps = {}
-    for name, fn in zip(JAX_VARIANTS, (jax_backend.sru_recurrence, jax_reference.sru_recurrence_autodiff)):
+    for name, fn in zip(JAX_VARIANTS, (backend.sru_recurrence, backend.sru_recurrence_autodiff)):
         grad = jax.jit(jax.grad(lambda U, x, w, b, fn=fn: jnp.sum(fn(U, x, w, b)[0] * g), argnums=(0, 1, 2, 3)))
         steps[name] = lambda grad=grad: jax.block_until_ready(grad(U, x, w, b))
     return steps
@@ -77,7 +77,8 @@ def tf_steps(B, L, d, seed):
     """{variant: step()} of the TensorFlow variants (``tf native`` only where the kernel builds)."""
     import tensorflow as tf
 
-    from gau_keras.recurrence import native, tf_backend
+    from gau_keras.recurrence import tensorflow as tf_backend
+    from gau_keras.recurrence.tensorflow import native
 
     U, x, w, b, g = (tf.constant(a) for a in inputs(B, L, d, seed))
     implementations = {"tf xla": "xla"}

@@ -59,7 +59,7 @@ import tensorflow as tf  # noqa: E402
 
 from gau_keras.layers import SRUpp  # noqa: E402
 from gau_keras.recurrence import TRACE_SCOPE, sru_recurrence, sru_recurrence_autodiff  # noqa: E402
-from gau_keras.recurrence import native as kernels  # noqa: E402
+from gau_keras.recurrence.tensorflow import native as kernels  # noqa: E402
 
 MiB = 2 ** 20
 

@@ -4,7 +4,7 @@ import re
 import subprocess
 import sys
 
-from gau_keras.recurrence import native as kernels
+from gau_keras.recurrence.tensorflow import native as kernels
 from tests.conftest import REPO_ROOT
 
 

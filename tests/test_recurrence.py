@@ -3,15 +3,17 @@ and against numerical differentiation (float64) — every test for both
 implementations (the native C++ kernel and the XLA loops) — and the choice
 between them."""
 import functools
+import warnings
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from gau_keras import recurrence
-from gau_keras.recurrence import kernel_choice, sru_recurrence, sru_recurrence_autodiff, xla
-from gau_keras.recurrence import native as kernels
-from gau_keras.recurrence.layout import prepare
+from gau_keras.recurrence import kernel_choice, sru_recurrence, sru_recurrence_autodiff
+from gau_keras.recurrence.tensorflow import native as kernels
+from gau_keras.recurrence.tensorflow import xla_loops as xla
+from gau_keras.recurrence.tensorflow.prepare import prepare
 
 
 @pytest.fixture(autouse=True, params=["native", "xla"])
@@ -264,6 +266,25 @@ def test_without_a_compiler_auto_falls_back_and_native_says_why(implementation, 
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+def test_on_an_accelerator_auto_takes_the_xla_loops_and_says_so_once(implementation, monkeypatch):
+    """TensorFlow has no GPU/TPU kernel: "auto" takes the XLA loops there and points at the JAX backend's."""
+    if implementation == "xla":
+        pytest.skip("one run is enough")
+    real = tf.config.list_logical_devices
+    monkeypatch.setattr(tf.config, "list_logical_devices",
+                        lambda kind=None: ["/gpu:0"] if kind == "GPU" else real(kind))
+    monkeypatch.setenv("GAU_KERAS_SRU_KERNEL", "auto")
+    recurrence._warn_once.cache_clear()
+    with pytest.warns(RuntimeWarning, match="KERAS_BACKEND=jax runs it as one fused Pallas kernel"):
+        assert kernel_choice(tf.float32) == "xla"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert kernel_choice(tf.float32) == "xla"  # said once
+    assert kernel_choice(tf.float32, implementation="scan") == "xla"  # the JAX backend's name, an alias here
+    with pytest.raises(ValueError, match="'pallas' is the JAX backend's fused kernel"):
+        kernel_choice(tf.float32, implementation="pallas")
+
+
 def test_xla_in_place_backward_equals_the_plain_graph_one(implementation, rng, case):
     """The XLA backward writes dU in place; without XLA (GAU_KERAS_SRU_XLA=0, or XLA
     failing here) rows go through a TensorArray.  Both on the same saved state."""

@@ -1,5 +1,5 @@
-"""gau_keras.recurrence on Keras 3's JAX backend (``jax_backend``: lax.scan
-forward, hand-written custom_vjp backward).
+"""gau_keras.recurrence on Keras 3's JAX backend (``recurrence.jax``: its lax.scan
+pair, lax.scan forward and hand-written custom_vjp backward, on this CPU).
 
 This process runs on TensorFlow; every JAX check runs in ONE subprocess
 (``KERAS_BACKEND=jax``, ``JAX_ENABLE_X64=1`` for float64) started by the
@@ -8,7 +8,7 @@ This process runs on TensorFlow; every JAX check runs in ONE subprocess
 
 * the recurrence (k = 3 and 4, uni/bidirectional, with and without padding,
   c0, scale_x, dropout mask; float64): forward equal to the TensorFlow path
-  and to a plain autodiff ``lax.scan`` (``jax_reference``); gradients w.r.t.
+  and to a plain autodiff ``lax.scan`` (``recurrence.jax.autodiff``); gradients w.r.t.
   U, x, weight_c, bias, c0 and scale_x equal to that autodiff reference
   (≤ 1e-6, measured ~1e-15) and to TensorFlow's hand-written ones;
 * ``jax.jit`` / ``jax.eval_shape``, float16/bfloat16 computed in float32,
@@ -44,8 +44,9 @@ PARITY_IDS = [f"{fn}[{arg}]" if arg else fn for fn, arg in PARITY]
 MODEL = dict(model="srupp", application="encoder", vocab_size=23, hidden_size=8, num_hidden_layers=2,
              proj_size=4, num_attention_heads=2, attention_every_n_layers=2, embedding_size=6)
 #: TensorFlow's recurrence modules, which a JAX process must never import
-TF_MODULES = ("gau_keras.recurrence.tf_backend", "gau_keras.recurrence.xla", "gau_keras.recurrence.native",
-              "gau_keras.recurrence.layout", "gau_keras.recurrence.reference")
+TF_MODULES = ("gau_keras.recurrence.tensorflow", "gau_keras.recurrence.tensorflow.xla_loops",
+              "gau_keras.recurrence.tensorflow.native", "gau_keras.recurrence.tensorflow.prepare",
+              "gau_keras.recurrence.tensorflow.autodiff")
 
 JAX_RUN = "import sys; from tests import test_recurrence_jax as T; T.jax_main(*sys.argv[1:])"
 
@@ -184,7 +185,7 @@ def _tf_recurrence(rng, case):
     """Inputs of one case and TensorFlow's forward and gradients on them."""
     import tensorflow as tf
 
-    from gau_keras.recurrence.tf_backend import sru_recurrence
+    from gau_keras.recurrence.tensorflow import sru_recurrence
     from tests.test_recurrence import make_inputs
 
     args = make_inputs(rng, **case)
@@ -284,7 +285,7 @@ def test_gradients_equal_autodiff_and_tensorflow(jax_run, i):
 
 def test_jit_eval_shape_half_precision_and_errors(jax_run):
     contract = jax_run[3]["contract"]
-    assert contract["kernel_choice"] == "jax"
+    assert contract["kernel_choice"] == "scan"  # "auto" on a CPU
     assert contract["eval_shape"] == [[[2, 5, 6], "float32"], [[2, 6], "float32"]]
     for dtype, tol in (("float16", 1e-2), ("bfloat16", 4e-2)):
         assert contract[dtype]["dtypes"] == [dtype, dtype]

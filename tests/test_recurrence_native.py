@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from gau_keras.recurrence import native as kernels
+from gau_keras.recurrence.tensorflow import native as kernels
 from tests.conftest import REPO_ROOT
 
 CHOICE = "from gau_keras.recurrence import kernel_choice; print(kernel_choice())"

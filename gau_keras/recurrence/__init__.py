@@ -4,18 +4,20 @@ on the Keras backend in use.
 The matrix work that produces U stays outside (batched over all steps); here
 only the elementwise recurrence runs, forward in time keeping only c, then,
 for the gradient, the hand-written backward of docs/srupp.md.  Each Keras
-backend has one module, imported on first use (``BACKENDS``):
+backend has one package, imported on first use (``BACKENDS``):
 
-* ``tf_backend``: ``tf.custom_gradient`` around the native C++ kernel
-  (``native``, the default on CPU) or the XLA loops (``xla``);
-* ``jax_backend``: ``jax.lax.scan`` forward, ``jax.custom_vjp`` backward.
+* ``tensorflow``: ``tf.custom_gradient`` around the native C++ kernel
+  (``native``, the default on CPU) or the XLA loops (``xla_loops``);
+  ``prepare`` (arguments), ``autodiff`` (the reference);
+* ``jax``: the fused Pallas kernel (``pallas_kernel``, the default on GPU and
+  TPU) or a ``lax.scan`` pair (``scan``), each a ``jax.custom_vjp``;
+  ``prepare``, ``autodiff``.
 
 Each defines ``sru_recurrence``, ``sru_recurrence_autodiff`` (the same maths
 differentiated by the backend's autodiff: the tests' reference and the
-benchmarks' baseline) and ``kernel_choice``; a new backend is one more module
-with those three.  The rest of the package: ``common`` (the backend-free
-``Layout`` of a call), ``layout`` (TensorFlow argument preparation),
-``reference`` (TensorFlow autodiff), ``jax_reference`` (JAX autodiff).
+benchmarks' baseline) and ``kernel_choice``; a new backend is one more package
+with those three.  ``common`` holds what they share, free of any backend (the
+``Layout`` of a call).
 
 Both directions of a bidirectional layer run at once (direction 1 reversed in
 time).  float16/bfloat16 are computed in float32, float64 stays float64.
@@ -30,7 +32,7 @@ from gau_keras.recurrence.common import warn_once as _warn_once  # noqa: F401  (
 __all__ = ["sru_recurrence", "sru_recurrence_autodiff", "kernel_choice", "Layout", "TRACE_SCOPE", "BACKENDS"]
 
 #: Keras backend name -> the module holding its recurrence
-BACKENDS = {"tensorflow": "gau_keras.recurrence.tf_backend", "jax": "gau_keras.recurrence.jax_backend"}
+BACKENDS = {"tensorflow": "gau_keras.recurrence.tensorflow", "jax": "gau_keras.recurrence.jax"}
 
 
 def backend_module(backend=None):
@@ -45,10 +47,11 @@ def backend_module(backend=None):
 def kernel_choice(dtype="float32", implementation=None):
     """Which implementation ``sru_recurrence`` uses now for ``dtype``.
 
-    TensorFlow: "native" (the C++ kernel) or "xla" (XLA loops), chosen by
-    ``implementation`` (default ``$GAU_KERAS_SRU_KERNEL``, else "auto"; see
-    ``tf_backend.kernel_choice``).  JAX: "jax" (its ``lax.scan`` pair, compiled
-    by XLA; "auto" and "xla" select it, "native" is refused)."""
+    ``implementation``: default ``$GAU_KERAS_SRU_KERNEL``, else "auto".
+    TensorFlow: "native" (the C++ kernel) or "xla" (XLA loops); see
+    ``recurrence.tensorflow.kernel_choice``.  JAX: "pallas" (the fused kernel,
+    "auto"'s choice on GPU and TPU) or "scan" (the ``lax.scan`` pair, "auto"'s
+    choice on CPU; "xla" is its alias); see ``recurrence.jax.kernel_choice``."""
     return backend_module().kernel_choice(dtype, implementation)
 
 

@@ -1,4 +1,4 @@
-"""The recurrence on TensorFlow: ``tf.custom_gradient`` around a forward/backward pair.
+"""``sru_recurrence`` on TensorFlow: ``tf.custom_gradient`` around a forward/backward pair.
 
 The matrix work that produces U stays outside (batched over all steps); here
 only the elementwise recurrence runs, forward in time and then, for the
@@ -8,22 +8,26 @@ every intermediate of every step).  Two implementations of that pair:
 
 * ``native`` (the default on CPU): ``native/sru_ops.cc``, one fused pass over
   time per (batch row, direction) chain, compiled on first use;
-* ``xla``: XLA-compiled loops (``xla.py``), used on GPU/TPU, inside
+* ``xla``: XLA-compiled loops (``xla_loops.py``), used on GPU/TPU, inside
   XLA-compiled functions, for dtypes the kernel lacks and without a C++ compiler.
 
-`kernel_choice` says which one a call uses.  ``gau_keras.recurrence``
-dispatches here when Keras runs on TensorFlow.
+`kernel_choice` says which one a call uses.  (The file is not the package's
+``__init__.py``: AutoGraph mixes up functions of two ``__init__.py`` files
+traced in one ``tf.function``.)
 """
 import os
 
 import tensorflow as tf
 
-from gau_keras.recurrence import native, xla
 from gau_keras.recurrence.common import TRACE_SCOPE, warn_once
-from gau_keras.recurrence.layout import prepare
-from gau_keras.recurrence.reference import sru_recurrence_autodiff
+from gau_keras.recurrence.tensorflow import native, xla_loops
+from gau_keras.recurrence.tensorflow.prepare import prepare
 
-__all__ = ["sru_recurrence", "sru_recurrence_autodiff", "kernel_choice"]
+__all__ = ["sru_recurrence", "kernel_choice", "ACCELERATOR_WARNING"]
+
+#: said once when TensorFlow sees a GPU or TPU: there is no fused kernel for them on this backend
+ACCELERATOR_WARNING = ("gau_keras: on a GPU/TPU, TensorFlow runs SRU++'s recurrence as XLA loops (one step at a "
+                       "time); KERAS_BACKEND=jax runs it as one fused Pallas kernel (docs/srupp.md, Accelerators)")
 
 
 def _in_xla_context():
@@ -44,18 +48,26 @@ def kernel_choice(dtype="float32", implementation=None):
     float32/float64 when no GPU or TPU is visible and the call is not being
     compiled by XLA, and the XLA loops otherwise (also when the kernel cannot
     be built here); "native" requires the kernel (raises KernelUnavailable);
-    "xla" always uses the XLA loops (plain graph loops when XLA fails)."""
+    "xla" (or its alias "scan", the JAX backend's name for its loops) always
+    uses the XLA loops (plain graph loops when XLA fails); "pallas" (JAX's
+    kernel) raises ValueError."""
     mode = implementation or os.environ.get("GAU_KERAS_SRU_KERNEL") or "auto"
-    if mode not in ("auto", "native", "xla"):
-        source = "implementation" if implementation else "GAU_KERAS_SRU_KERNEL"
-        raise ValueError(f"sru_recurrence: {source}={mode!r}; expected 'auto', 'native' or 'xla'")
-    if mode == "xla":
+    source = "implementation" if implementation else "GAU_KERAS_SRU_KERNEL"
+    if mode == "pallas":
+        raise ValueError(f"sru_recurrence: {source}='pallas' is the JAX backend's fused kernel; on TensorFlow "
+                         f"use 'auto', 'native' or 'xla' (KERAS_BACKEND=jax runs the Pallas kernel)")
+    if mode not in ("auto", "native", "xla", "scan"):
+        raise ValueError(f"sru_recurrence: {source}={mode!r}; expected 'auto', 'native' or 'xla' ('scan' is "
+                         f"an alias of 'xla')")
+    if mode in ("xla", "scan"):
         return "xla"
     if mode == "native":
         native.load()
         return "native"
-    if (tf.as_dtype(dtype) not in (tf.float32, tf.float64) or _in_xla_context()
-            or tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU")):
+    if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"):
+        warn_once(ACCELERATOR_WARNING)
+        return "xla"
+    if tf.as_dtype(dtype) not in (tf.float32, tf.float64) or _in_xla_context():
         return "xla"
     try:
         native.load()
@@ -70,7 +82,7 @@ def _core(layout, U, x, weight_c, bias, c0, pad, scale_x, mask_c, implementation
     if kernel_choice(U.dtype, implementation) == "native":
         fwd, bwd = native.pair(layout)
     else:
-        fwd, bwd = xla.compiled(U.dtype.name, layout)
+        fwd, bwd = xla_loops.compiled(U.dtype.name, layout)
 
     @tf.custom_gradient
     def op(U, x, weight_c, bias, c0, scale_x):

@@ -8,7 +8,7 @@ the baseline of ``benchmarks/srupp_jax.py``.  One ``lax.scan`` per direction
 import jax
 import jax.numpy as jnp
 
-from gau_keras.recurrence.jax_backend import prepare
+from gau_keras.recurrence.jax.prepare import prepare
 
 
 def _direction(u, xp, pad, c0, v, b, m, reverse):

@@ -6,7 +6,7 @@ which keeps every step's intermediates for the backward pass.
 """
 import tensorflow as tf
 
-from gau_keras.recurrence.layout import prepare
+from gau_keras.recurrence.tensorflow.prepare import prepare
 
 
 def sru_recurrence_autodiff(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,

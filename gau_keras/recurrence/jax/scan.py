@@ -1,6 +1,6 @@
-"""The recurrence on JAX: a ``lax.scan`` forward and a hand-written ``custom_vjp`` backward.
+"""The recurrence as a ``lax.scan`` forward and a hand-written ``custom_vjp`` backward.
 
-Mirrors ``xla.py``: the forward scan carries c and computes only f and c per
+Mirrors TensorFlow's ``xla_loops.py``: the forward scan carries c and computes only f and c per
 step (r and h follow batched), keeping c_seq alone for the backward.  The
 backward (docs/srupp.md) computes every term that does not depend on the
 carried dc batched, then a reverse ``lax.scan`` runs only the linear dc
@@ -8,98 +8,18 @@ recurrence; dU and the weight_c/bias sums follow batched from its output.
 Scan order is [L, B, dirs, d] with direction 1 reversed in time, so both
 directions run in one scan.  The pair is ``jax.jit``-compiled per layout and
 works under ``jax.jit``, ``jax.eval_shape`` (Keras's symbolic build) and
-Keras's stateless training step.  ``gau_keras.recurrence`` dispatches here
-when Keras runs on JAX.
+Keras's stateless training step.  On a GPU or TPU every step of a scan is its
+own kernel launch; ``pallas_kernel`` runs the whole time loop in one kernel
+there, and ``gau_keras.recurrence.jax`` chooses between the two.
 """
 import functools
-import os
-from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import keras
 
-from gau_keras.recurrence.common import HALF_DTYPES, TRACE_SCOPE, Layout
+from gau_keras.recurrence.common import TRACE_SCOPE
 
-__all__ = ["sru_recurrence", "sru_recurrence_autodiff", "kernel_choice", "prepare"]
-
-
-def kernel_choice(dtype="float32", implementation=None):
-    """"jax": the one implementation on JAX (its loops are compiled by XLA).
-
-    ``implementation`` (default ``$GAU_KERAS_SRU_KERNEL``, else "auto"): "auto"
-    and "xla" select it; "native" (TensorFlow's C++ kernel) raises ValueError."""
-    mode = implementation or os.environ.get("GAU_KERAS_SRU_KERNEL") or "auto"
-    source = "implementation" if implementation else "GAU_KERAS_SRU_KERNEL"
-    if mode == "native":
-        raise ValueError(f"sru_recurrence: {source}='native' is TensorFlow's C++ kernel; on the JAX backend "
-                         f"use 'auto' or 'xla' (the lax.scan pair)")
-    if mode not in ("auto", "xla"):
-        raise ValueError(f"sru_recurrence: {source}={mode!r}; expected 'auto', 'native' or 'xla'")
-    return "jax"
-
-
-# ---------------------------------------------------------------- arguments
-
-class Prepared(NamedTuple):
-    """The arguments of a call as arrays in the compute dtype, and its layout."""
-    layout: Layout
-    U: Any
-    x: Any
-    weight_c: Any
-    bias: Any
-    c0: Any
-    pad: Any
-    scale: Any
-    mask_c: Any
-    out_dtype: Any
-
-    @property
-    def arrays(self):
-        """The eight inputs of the forward/backward pair, in their order."""
-        return self.U, self.x, self.weight_c, self.bias, self.c0, self.pad, self.scale, self.mask_c
-
-
-def _array(t, dtype=None):
-    """A JAX array of t (a Keras variable's current value: the stateless scope's inside a train step)."""
-    if isinstance(t, keras.Variable):
-        t = t.value
-    return jnp.asarray(t, dtype)
-
-
-def _scale(scale_x, dtype):
-    """scale_x (None, a scalar or any one-element tensor) → a scalar."""
-    scale = _array(1.0 if scale_x is None else scale_x, dtype)
-    if scale.ndim:
-        # any one-element tensor will do, e.g. the official package's scale_x buffer of shape (1,)
-        if scale.size != 1:
-            raise ValueError(f"sru_recurrence: scale_x must hold one value (a scalar or a tensor of shape "
-                             f"(1,), ...), got shape {scale.shape}")
-        scale = scale.reshape(())
-    return scale
-
-
-def prepare(U, x, weight_c, bias, c0, mask_pad, scale_x, dropout_mask, bidirectional):
-    """Converts the arguments to arrays in the compute dtype (float16/bfloat16 →
-    float32; defaults for the optional ones) and parses the layout once."""
-    U = _array(U)
-    out_dtype = U.dtype
-    if not jnp.issubdtype(out_dtype, jnp.floating):
-        raise TypeError(f"sru_recurrence: U must be floating point, got {out_dtype}")
-    dtype = jnp.float32 if out_dtype.name in HALF_DTYPES else out_dtype
-    U, x, weight_c, bias = (_array(t, dtype) for t in (U, x, weight_c, bias))
-    layout = Layout.of(U, x, weight_c, bias, bidirectional)
-    B, L = U.shape[:2]
-    c0 = jnp.zeros((B, layout.dirs * layout.d), dtype) if c0 is None else _array(c0, dtype)
-    if mask_pad is None:
-        pad = jnp.zeros((B, L), bool)
-    else:
-        pad = _array(mask_pad)
-        if pad.ndim != 2:
-            raise ValueError(f"sru_recurrence: mask_pad must be [B, L] (True = padding), got shape {pad.shape}")
-        pad = pad.astype(bool)
-    mask_c = jnp.ones_like(c0) if dropout_mask is None else _array(dropout_mask, dtype)
-    return Prepared(layout, U, x, weight_c, bias, c0, pad, _scale(scale_x, dtype), mask_c, out_dtype)
+__all__ = ["recurrence"]
 
 
 # ---------------------------------------------------------------- scan order
@@ -232,26 +152,5 @@ def _recurrence_bwd(layout, saved, cotangents):
 
 
 _recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
-_compiled = jax.jit(_recurrence, static_argnums=0)
-
-
-def sru_recurrence(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,
-                   dropout_mask=None, bidirectional=False, implementation=None):
-    """``gau_keras.recurrence.sru_recurrence`` on JAX (same arguments and shapes):
-    U [B, L, dirs·d·k], x [B, L, d_in], weight_c/bias [2·dirs·d], c0 [B, dirs·d],
-    mask_pad [B, L] (True = padding), dropout_mask [B, dirs·d] →
-    (h [B, L, dirs·d], c_last [B, dirs·d]) in U's dtype."""
-    kernel_choice(implementation=implementation)
-    p = prepare(U, x, weight_c, bias, c0, mask_pad, scale_x, dropout_mask, bidirectional)
-    h, c_last = _compiled(p.layout, *p.arrays)
-    return h.astype(p.out_dtype), c_last.astype(p.out_dtype)
-
-
-def sru_recurrence_autodiff(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,
-                            dropout_mask=None, bidirectional=False):
-    """The autodiff reference on JAX: ``jax_reference.sru_recurrence_autodiff``
-    (imported here on first use: it builds on ``prepare`` above)."""
-    from gau_keras.recurrence import jax_reference
-
-    return jax_reference.sru_recurrence_autodiff(U, x, weight_c, bias, c0, mask_pad, scale_x, dropout_mask,
-                                                 bidirectional)
+#: (layout, U, x, weight_c, bias, c0, pad, scale, mask_c) → (h, c_last), compiled per layout
+recurrence = jax.jit(_recurrence, static_argnums=0)

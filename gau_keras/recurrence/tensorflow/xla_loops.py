@@ -14,7 +14,7 @@ import os
 
 import tensorflow as tf
 
-from gau_keras.recurrence.layout import flip_time, unflip_time
+from gau_keras.recurrence.tensorflow.prepare import flip_time, unflip_time
 
 USE_XLA = os.environ.get("GAU_KERAS_SRU_XLA", "1") != "0"
 
