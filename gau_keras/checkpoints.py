@@ -11,7 +11,12 @@ Design notes: docs/models.md (The TF1 checkpoint).
 import os
 
 import numpy as np
-import tensorflow as tf
+
+from gau_keras import optional
+
+
+def _tf():
+    return optional.tensorflow("reading or writing a TF1 checkpoint")
 
 
 class CheckpointError(ValueError):
@@ -23,6 +28,7 @@ def resolve_checkpoint(path):
 
     Raises CheckpointError when ``path`` is not a TF checkpoint.
     """
+    tf = _tf()
     path = os.fspath(path)
     if tf.io.gfile.isdir(path):
         latest = tf.train.latest_checkpoint(path)
@@ -44,6 +50,7 @@ class CheckpointReader:
     """Reads variables of a TF checkpoint by name, with errors that name the file."""
 
     def __init__(self, path):
+        tf = _tf()
         self.path = resolve_checkpoint(path)
         try:
             self._reader = tf.train.load_checkpoint(self.path)
@@ -55,6 +62,7 @@ class CheckpointReader:
         return name in self.shapes
 
     def get(self, name):
+        tf = _tf()
         if name not in self.shapes:
             raise CheckpointError(f"checkpoint {self.path!r} has no variable {name!r}")
         try:
@@ -68,6 +76,7 @@ class CheckpointReader:
 
 def list_variables(path):
     """[(name, shape)] of a checkpoint, sorted by name."""
+    tf = _tf()
     return sorted(tf.train.list_variables(resolve_checkpoint(path)))
 
 
@@ -82,6 +91,7 @@ def save_checkpoint(prefix, variables, dtype=None):
     Also writes/updates the ``checkpoint`` state file in the same directory,
     so the directory itself can be passed to loaders.
     """
+    tf = _tf()
     prefix = os.fspath(prefix)
     directory = os.path.dirname(prefix) or "."
     tf.io.gfile.makedirs(directory)
@@ -95,6 +105,7 @@ def save_checkpoint(prefix, variables, dtype=None):
 
 def _write_state_file(directory, name):
     """The text-proto ``checkpoint`` file TF1's Saver keeps beside checkpoints."""
+    tf = _tf()
     state = f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n'
     with tf.io.gfile.GFile(os.path.join(directory, "checkpoint"), "w") as f:
         f.write(state)

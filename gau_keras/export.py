@@ -57,8 +57,10 @@ def serving_outputs(model, outputs):
 def export_saved_model(model, output):
     """Writes ``model`` (a functional ``keras.Model``) as a SavedModel at ``output``."""
     import keras
-    import tensorflow as tf
 
+    from gau_keras import optional
+
+    tf = optional.tensorflow("SavedModel export")
     if isinstance(model.output, (list, tuple)):
         raise ValueError("export: models with several outputs are not supported; export each head on its own")
     specs = [tf.TensorSpec((None,) * len(x.shape), tf.as_dtype(x.dtype), name=signature_name(x.name.split(":")[0]))

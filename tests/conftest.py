@@ -4,7 +4,8 @@ selection of the JAX pass.
 The README's test command runs the suite on TensorFlow, then again with
 ``KERAS_BACKEND=jax``: that second pass runs the tests marked
 ``both_backends`` (the layer, backend, model, builder and optimizer modules,
-and one fine-tuning and one pretraining run) and deselects the rest; tests
+and one fine-tuning and one pretraining run) and those marked ``jax_only``
+(the Pallas kernel; skipped in the TensorFlow pass), and deselects the rest; tests
 marked ``tensorflow_only`` are skipped there, and ``float64`` ones unless
 JAX_ENABLE_X64 is set (JAX computes float64 in float32 otherwise). Test
 files named on the command line run whole on any backend.
@@ -103,23 +104,30 @@ def pytest_ignore_collect(collection_path, config):
 
     if (keras.backend.backend() != "tensorflow" and _whole_suite(config) and collection_path.suffix == ".py"
             and collection_path.name.startswith("test_")
-            and "both_backends" not in collection_path.read_text(encoding="utf-8")):
+            and not any(marker in collection_path.read_text(encoding="utf-8")
+                        for marker in ("both_backends", "jax_only"))):
         return True
     return None
 
 
 def pytest_collection_modifyitems(config, items):
-    """On another backend than TensorFlow: only ``both_backends`` tests run
-    (of the whole suite); ``tensorflow_only`` ones are skipped, ``float64``
-    ones without float64."""
+    """On TensorFlow: ``jax_only`` tests are skipped.  On another backend: only
+    ``both_backends`` and ``jax_only`` tests run (of the whole suite);
+    ``tensorflow_only`` ones are skipped, ``float64`` ones without float64."""
     import keras
 
     backend = keras.backend.backend()
     if backend == "tensorflow":
+        jax_only = pytest.mark.skip(reason="checks the JAX backend's own code: it runs in the JAX pass "
+                                           "(KERAS_BACKEND=jax)")
+        for item in items:
+            if "jax_only" in item.keywords:
+                item.add_marker(jax_only)
         return
-    kept = [item for item in items if "both_backends" in item.keywords]
+    selected = lambda item: "both_backends" in item.keywords or "jax_only" in item.keywords  # noqa: E731
+    kept = [item for item in items if selected(item)]
     if _whole_suite(config) and len(kept) < len(items):
-        config.hook.pytest_deselected(items=[item for item in items if "both_backends" not in item.keywords])
+        config.hook.pytest_deselected(items=[item for item in items if not selected(item)])
         items[:] = kept
     skip = pytest.mark.skip(reason=f"uses TensorFlow's own machinery; Keras runs on {backend}")
     no_float64 = pytest.mark.skip(reason="needs float64 arithmetic: JAX computes it in float32 unless "

@@ -15,10 +15,11 @@ import hashlib
 import json
 import os
 
-import tensorflow as tf
-from google.protobuf.message import DecodeError
-
+from gau_keras import optional
 from gau_keras.data.mlm import dynamic_whole_word_mask
+
+tf = optional.tensorflow("pretraining's TFRecord shards and tf.data input (gau_keras.data.tfrecord)")
+from google.protobuf.message import DecodeError  # noqa: E402  (protobuf comes with TensorFlow)
 
 SHARD_PATTERN = "shard-*-of-*.tfrecord"
 #: what prepare_corpus writes beside the shards (its summary, with the masking parameters)
