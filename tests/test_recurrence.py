@@ -265,7 +265,6 @@ def test_without_a_compiler_auto_falls_back_and_native_says_why(implementation, 
         kernel_choice(tf.float32)
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
 def test_on_an_accelerator_auto_takes_the_xla_loops_and_says_so_once(implementation, monkeypatch):
     """TensorFlow has no GPU/TPU kernel: "auto" takes the XLA loops there and points at the JAX backend's."""
     if implementation == "xla":
@@ -285,6 +284,7 @@ def test_on_an_accelerator_auto_takes_the_xla_loops_and_says_so_once(implementat
         kernel_choice(tf.float32, implementation="pallas")
 
 
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
 def test_xla_in_place_backward_equals_the_plain_graph_one(implementation, rng, case):
     """The XLA backward writes dU in place; without XLA (GAU_KERAS_SRU_XLA=0, or XLA
     failing here) rows go through a TensorArray.  Both on the same saved state."""
