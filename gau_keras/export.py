@@ -27,6 +27,8 @@ import re
 
 #: model input names -> signature input names
 INPUT_NAMES = {"Input-Token": "token_ids", "Input-Segment": "segment_ids"}
+#: the builder's id inputs: floatx in the model (as bert4keras's), int32 in the serving signature
+ID_INPUTS = ("Input-Token", "Input-Segment", "Input-Position")
 #: signature input -> (the embedding layer that bounds its ids, the config key of that bound)
 ID_RANGES = {"token_ids": ("Embedding-Token", "vocab_size"), "segment_ids": ("Embedding-Segment", "type_vocab_size")}
 
@@ -63,8 +65,11 @@ def export_saved_model(model, output):
     tf = optional.tensorflow("SavedModel export")
     if isinstance(model.output, (list, tuple)):
         raise ValueError("export: models with several outputs are not supported; export each head on its own")
-    specs = [tf.TensorSpec((None,) * len(x.shape), tf.as_dtype(x.dtype), name=signature_name(x.name.split(":")[0]))
-             for x in model.inputs]
+    layer_names = [x.name.split(":")[0] for x in model.inputs]
+    dtypes = [tf.int32 if name.endswith(ID_INPUTS) else tf.as_dtype(x.dtype) for name, x in zip(layer_names,
+                                                                                               model.inputs)]
+    specs = [tf.TensorSpec((None,) * len(x.shape), dtype, name=signature_name(name))
+             for x, name, dtype in zip(model.inputs, layer_names, dtypes)]
     names = [spec.name for spec in specs]
     if len(set(names)) != len(names):
         raise ValueError(f"export: the model's inputs map to clashing signature names {names}")
@@ -74,7 +79,7 @@ def export_saved_model(model, output):
     def serve(*inputs):
         checks = [_check_ids(x, name, *bounds[name]) for x, name in zip(inputs, names) if name in bounds]
         with tf.control_dependencies(checks):
-            inputs = [tf.identity(x) for x in inputs]
+            inputs = [tf.cast(x, tf.as_dtype(spec.dtype)) for x, spec in zip(inputs, model.inputs)]
         return serving_outputs(model, model(list(inputs), training=False))
 
     archive = keras.export.ExportArchive()

@@ -11,7 +11,7 @@ from gau_keras.models.base import POOLER_VARIABLES, Transformer
 class RoFormerV2(Transformer):
     """RoFormerV2 (bert4keras names).
 
-    Inputs: ``Input-Token`` [B, L] int (0 = padding), ``Input-Segment``
+    Inputs (floatx, as bert4keras's): ``Input-Token`` [B, L] ids (0 = padding), ``Input-Segment``
     [B, L] (unless ``segment_vocab_size=0``) and, with ``custom_position_ids``,
     ``Input-Position`` [B, L] (the rotary positions). Output: hidden states
     [B, L, H]; with ``with_mlm`` the MLM probabilities [B, L, V] (logits with
@@ -33,8 +33,10 @@ class RoFormerV2(Transformer):
         return inputs
 
     def input_layer(self, name):
-        """An int [B, sequence_length] input named ``prefix + name``."""
-        return keras.Input(shape=(self.sequence_length,), dtype="int32", name=self.prefixed(name))
+        """An id input [B, sequence_length] named ``prefix + name``, of Keras's floatx as in
+        bert4keras (so that a loss may do arithmetic on ``inputs[1]``; the embeddings cast
+        the ids to integers)."""
+        return keras.Input(shape=(self.sequence_length,), dtype=keras.config.floatx(), name=self.prefixed(name))
 
     def rms_norm(self, x, name):
         return self.apply(x, LayerNormalization, zero_mean=False, scale=False, offset=False,
@@ -63,7 +65,7 @@ class RoFormerV2(Transformer):
 
     def attention_inputs(self, x, n_main):
         """``[x]*n_main (+ bias) + [sinusoidal]`` and the call arguments."""
-        bias = self.compute_attention_bias(self.inputs)
+        bias = self.compute_attention_bias(x)
         position = self.compute_position_bias(x)
         inputs = [x] * n_main + ([bias] if bias is not None else []) + [position]
         return inputs, {"a_bias": bias is not None, "p_bias": "rotary"}

@@ -101,7 +101,7 @@ class SRUppModel(Transformer):
         return self.embedding_size if index == 0 else self.output_size
 
     def get_inputs(self):
-        inputs = [keras.Input(shape=(self.sequence_length,), dtype="int32", name="Input-Token")]
+        inputs = [keras.Input(shape=(self.sequence_length,), dtype=keras.config.floatx(), name="Input-Token")]
         if self.memory_length:
             inputs += [keras.Input(shape=(self.memory_length, self.layer_input_width(i)), name=f"Input-Memory-{i}")
                        for i in range(self.num_hidden_layers)]
