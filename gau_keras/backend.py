@@ -1,6 +1,9 @@
 """bert4keras's ``backend`` module on Keras 3: ``from gau_keras.backend import keras, K``.
 
-* ``keras`` is Keras 3 itself; ``K`` is ``gau_keras.keras2_backend``, Keras 2's
+* ``keras`` is Keras 3 seen through Keras 2's names
+  (``gau_keras.bert4keras.keras2``: ``keras.models.Model`` takes ``fit_generator``
+  and nested lists, ``keras.losses.kullback_leibler_divergence``, ...; Keras
+  itself is not changed); ``K`` is ``gau_keras.keras2_backend``, Keras 2's
   backend functions on ``keras.ops`` (see that module for what Keras 3 changes);
 * the tensor functions bert4keras defined here (``sequence_masking``,
   ``batch_gather``, the multi-label crossentropies, ``piecewise_linear``, RoPE,
@@ -15,12 +18,13 @@ Shapes: B = batch, L = sequence length, d = feature size.
 """
 import functools
 
-import keras
+import keras as keras3
 import numpy as np
 from keras import ops
 
 from gau_keras import keras2_backend as K
 from gau_keras import ops as gau_ops
+from gau_keras.bert4keras.keras2 import keras  # the Keras 2 face bert4keras scripts import from here
 from gau_keras.keras2_backend import flatten, reshape, where  # bert4keras's extended versions
 
 PACKAGE = "gau_keras"
@@ -56,7 +60,7 @@ def get_available_gpus():
 
         return [device.name for device in tf.config.list_logical_devices("GPU")]
     try:
-        return keras.distribution.list_devices("gpu")
+        return keras3.distribution.list_devices("gpu")
     except RuntimeError:    # JAX: "Unknown backend: 'gpu' requested" where it has none
         return []
 
@@ -64,25 +68,25 @@ def get_available_gpus():
 # --------------------------------------------------------------------------- activations
 
 
-@keras.saving.register_keras_serializable(package=PACKAGE)
+@keras3.saving.register_keras_serializable(package=PACKAGE)
 def gelu_erf(x):
     """GELU, exact: 0.5 x (1 + erf(x / sqrt 2))."""
-    return keras.activations.gelu(x, approximate=False)
+    return keras3.activations.gelu(x, approximate=False)
 
 
-@keras.saving.register_keras_serializable(package=PACKAGE)
+@keras3.saving.register_keras_serializable(package=PACKAGE)
 def gelu_tanh(x):
     """GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
-    return keras.activations.gelu(x, approximate=True)
+    return keras3.activations.gelu(x, approximate=True)
 
 
-@keras.saving.register_keras_serializable(package=PACKAGE)
+@keras3.saving.register_keras_serializable(package=PACKAGE)
 def swish(x):
     """x sigmoid(x)."""
-    return keras.activations.silu(x)
+    return keras3.activations.silu(x)
 
 
-@keras.saving.register_keras_serializable(package=PACKAGE)
+@keras3.saving.register_keras_serializable(package=PACKAGE)
 def leaky_relu(x, alpha=0.2):
     return ops.leaky_relu(x, negative_slope=alpha)
 
@@ -111,7 +115,7 @@ def set_gelu(version):
     # exact GELU is Keras's own 'gelu' (same formula), which keeps saved models free of gau_keras names
     function = _KERAS_GELU if version == "erf" else gelu_tanh
     _activation_names()["gelu"] = function
-    keras.saving.get_custom_objects()["gelu"] = gelu_erf if version == "erf" else gelu_tanh
+    keras3.saving.get_custom_objects()["gelu"] = gelu_erf if version == "erf" else gelu_tanh
 
 
 # --------------------------------------------------------------------------- schedules and graph search
@@ -132,7 +136,7 @@ def piecewise_linear(t, schedule, from_zero=True):
 
 def _operation_of(inputs):
     """The layer itself, or the layer (operation) that produced a symbolic tensor."""
-    if isinstance(inputs, keras.Operation):
+    if isinstance(inputs, keras3.Operation):
         return inputs
     history = getattr(inputs, "_keras_history", None)
     if history is None:
@@ -166,7 +170,7 @@ def search_layer(inputs, name, exclude_from=None):
         if operation in searched:
             continue
         searched.add(operation)
-        if isinstance(operation, keras.Model):
+        if isinstance(operation, keras3.Model):
             own = [layer for layer in operation.layers if layer.name == name]
             if own:
                 return own[0]
@@ -296,8 +300,8 @@ def sinusoidal_embeddings(pos, dim, base=10000):
     return ops.cast(gau_ops.sinusoidal_embeddings(pos, dim, base=float(base)), K.floatx())
 
 
-@keras.saving.register_keras_serializable(package=PACKAGE)
-class Sinusoidal(keras.initializers.Initializer):
+@keras3.saving.register_keras_serializable(package=PACKAGE)
+class Sinusoidal(keras3.initializers.Initializer):
     """Initialiser of a [size, dim] position table with the sinusoidal encodings of 0..size-1."""
 
     def __call__(self, shape, dtype=None):
@@ -333,7 +337,7 @@ def _log_one_plus_sum_exp(logits, log_weights):
     return ops.logsumexp(ops.concatenate([logits + log_weights, threshold], axis=-1), axis=-1)
 
 
-@keras.saving.register_keras_serializable(package=PACKAGE)
+@keras3.saving.register_keras_serializable(package=PACKAGE)
 def multilabel_categorical_crossentropy(y_true, y_pred):
     """Multi-label crossentropy on logits (Su's): per row,
     log(1 + sum_neg e^s) + log(1 + sum_pos e^-s).
@@ -349,7 +353,7 @@ def multilabel_categorical_crossentropy(y_true, y_pred):
     return negatives + positives
 
 
-@keras.saving.register_keras_serializable(package=PACKAGE)
+@keras3.saving.register_keras_serializable(package=PACKAGE)
 def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False):
     """``multilabel_categorical_crossentropy`` with the targets as class indices.
 
@@ -399,10 +403,10 @@ def recompute_grad(call):
             training = K._call_context_training()
         if isinstance(training, (bool, int, np.bool_)) and not training:
             return call(self, inputs, **kwargs)
-        flat = keras.tree.flatten(inputs)
+        flat = keras3.tree.flatten(inputs)
 
         def forward(*tensors):
-            return call(self, keras.tree.pack_sequence_as(inputs, list(tensors)), **kwargs)
+            return call(self, keras3.tree.pack_sequence_as(inputs, list(tensors)), **kwargs)
 
         return recompute.recompute_call(self, forward, flat)
 
@@ -419,9 +423,9 @@ custom_objects = {
     "leaky_relu": leaky_relu,
     "Sinusoidal": Sinusoidal,
     "multilabel_categorical_crossentropy": multilabel_categorical_crossentropy,
-    "initializer": keras.initializers.GlorotUniform,
+    "initializer": keras3.initializers.GlorotUniform,
 }
-keras.saving.get_custom_objects().update(custom_objects)
+keras3.saving.get_custom_objects().update(custom_objects)
 
 __all__ = [
     "K", "keras", "is_tf_keras", "get_available_gpus", "gelu_erf", "gelu_tanh", "set_gelu",

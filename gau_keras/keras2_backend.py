@@ -88,6 +88,14 @@ def _call_context_training():
     return None if context is None else getattr(context, "training", None)
 
 
+def set_learning_phase(value):
+    """Keras 2's global phase switch: Keras 3 has none, so this refuses and says what replaces it."""
+    raise RuntimeError(
+        f"K.set_learning_phase({value!r}): Keras 3 has no global learning phase; pass training=True/False to "
+        "the model or layer call (model(x, training=False)), or use model.predict, which runs in inference "
+        "mode (README.md, 'Porting from bert4keras')")
+
+
 def learning_phase():
     """1 inside a layer call made with ``training=True`` (``fit``), else 0.
 
@@ -113,10 +121,23 @@ def _is_variable(x):
     return isinstance(x, keras.Variable) or type(x).__name__.endswith("Variable")
 
 
+def _static_dim(d):
+    """An int, or None for an unknown or symbolic dimension (JAX traces Keras's shape
+    inference with symbolic sizes, which refuse ``int()``)."""
+    if d is None:
+        return None
+    try:
+        return int(d)
+    except (TypeError, ValueError):
+        raise
+    except Exception:  # noqa: BLE001 - jax's InconclusiveDimensionOperation: a symbolic size
+        return None
+
+
 def int_shape(x):
     """The static shape as a tuple of ints (None where unknown), or None without one."""
     try:
-        return tuple(None if d is None else int(d) for d in x.shape)
+        return tuple(_static_dim(d) for d in x.shape)
     except (AttributeError, TypeError, ValueError):
         return None
 
@@ -743,7 +764,8 @@ def gradients(loss, variables):
     raise RuntimeError(
         "K.gradients: Keras 3 computes eagerly, so gradients need a tape opened before the loss; "
         "write a custom `train_step` (tf.GradientTape on TensorFlow, jax.grad on JAX) that computes "
-        "the loss and its gradients there (K.gradients works only inside a traced TensorFlow function)")
+        "the loss and its gradients there (K.gradients works only inside a traced TensorFlow function; "
+        "README.md, 'Porting from bert4keras', 'Patching the training function')")
 
 
 def get_session(*args, **kwargs):

@@ -463,7 +463,10 @@ def test_module_names():
     from gau_keras.backend import do_recompute
     from gau_keras.backend import tf as backend_tf
 
-    assert B.keras is keras and B.is_tf_keras is True and backend_tf is tensorflow
+    # the keras handed out is Keras 3 seen through Keras 2's names (gau_keras.bert4keras.keras2), not Keras itself
+    assert B.keras is not keras and B.keras.layers is keras.layers and B.keras.ops is keras.ops
+    assert issubclass(B.keras.Model, keras.Model) and B.keras.models.Model is B.keras.Model
+    assert B.is_tf_keras is True and backend_tf is tensorflow
     assert do_recompute in (True, False) and isinstance(B.get_available_gpus(), list)
     assert keras.saving.get_custom_objects()["multilabel_categorical_crossentropy"] is \
         B.multilabel_categorical_crossentropy

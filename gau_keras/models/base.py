@@ -11,6 +11,7 @@ import keras
 import numpy as np
 
 from gau_keras import checkpoints
+from gau_keras.bert4keras.model import Model
 from gau_keras.initializers import ScaledTruncatedNormal
 from gau_keras.layers import AttentionBias, Embedding, SinusoidalPositionEmbedding
 from gau_keras.layers.heads import FirstToken
@@ -117,8 +118,9 @@ class Transformer:
         self.layers = {} if layers is None else layers
         self.prefix = prefix or ""
         self.name = name
-        self.attention_bias = None
-        self.position_bias = None
+        # per graph (the model inputs they are computed from): see graph_inputs
+        self._attention_biases = {}
+        self._position_biases = {}
         self.attention_scores = None
         self.inputs = self.input = None
         self.outputs = self.output = None
@@ -155,7 +157,8 @@ class Transformer:
     # ------------------------------------------------------------------ build
     def build(self, attention_caches=None, layer_norm_cond=None, layer_norm_cond_hidden_size=None,
               layer_norm_cond_hidden_act=None, additional_input_layers=None, **kwargs):
-        """Creates ``self.model`` (a ``keras.Model``) once.
+        """Creates ``self.model`` once: a ``keras.Model`` that also takes bert4keras-era
+        (Keras 2) calls (``gau_keras.bert4keras.model.Model``).
 
         bert4keras's build arguments: ``additional_input_layers`` (Keras inputs
         appended to the model's, for layers of your own that use them) is
@@ -175,7 +178,7 @@ class Transformer:
         inputs = self.get_inputs()
         self.set_inputs(inputs, additional_input_layers)
         self.set_outputs(self.call(inputs))
-        self.model = keras.Model(self.inputs, self.output, name=self.name)
+        self.model = Model(self.inputs, self.output, name=self.name)
         self.built = True
         return self.model
 
@@ -265,31 +268,69 @@ class Transformer:
         return outputs[0] if len(outputs) == 1 else outputs[1] if len(outputs) == 2 else outputs[1:]
 
     # ------------------------------------------------------------- biases
+    @property
+    def attention_bias(self):
+        """The attention bias of the model's own graph (bert4keras's attribute), or None."""
+        return self._attention_biases.get(_key(self.inputs))
+
+    @property
+    def position_bias(self):
+        """The position embeddings of the model's own graph (bert4keras's attribute), or None."""
+        return self._position_biases.get(_key(self.inputs))
+
+    def graph_input(self, x, name):
+        """The input ``name`` ('Input-Token', ...) of the graph ``x`` is computed from: the
+        model's own, or, when ``x`` comes from another model's inputs (layers of this
+        model applied to that model's tensors, as bert-of-theseus does), that model's
+        input of the same name (any prefix)."""
+        roots = graph_inputs(x)
+        own = self.inputs[self._input_index(name)]
+        if not roots or any(root is own for root in roots):
+            return own
+        for root in roots:
+            if _input_name(root).endswith(name):
+                return root
+        raise ValueError(f"{self.prefixed(name)!r}: the tensors passed to {type(self).__name__}'s layers come "
+                         f"from the inputs {[_input_name(r) for r in roots]}, none of which is an {name!r}")
+
+    def _input_index(self, name):
+        names = [self.prefixed("Input-Token")]
+        if getattr(self, "segment_vocab_size", 0) > 0:
+            names.append(self.prefixed("Input-Segment"))
+        if self.prefixed(name) not in names:
+            raise ValueError(f"{type(self).__name__} has no input {name!r} (it has {names})")
+        return names.index(self.prefixed(name))
+
     def compute_attention_bias(self, inputs=None):
-        """The additive attention bias of the application ([1|B, L, L]) or None."""
-        if self.application == "encoder" or self.attention_bias is not None:
-            return self.attention_bias
-        if self.application == "lm":
-            self.attention_bias = self.apply(self.inputs[0], AttentionBias, mode="lm",
-                                             name="Attention-Mask")
-        else:
-            if len(self.inputs) < 2:
-                raise ValueError("application='unilm' needs segment ids: segment_vocab_size must be > 0")
-            self.attention_bias = self.apply(self.inputs[1], AttentionBias, mode="unilm",
-                                             name="Attention-UniLM-Mask")
-        return self.attention_bias
+        """The additive attention bias of the application ([1|B, L, L]) or None, for the
+        graph of ``inputs`` (a tensor of the graph; default: the model's own inputs):
+        built once per graph, so layers applied to another model's tensors get a bias
+        computed from that model's inputs."""
+        if self.application == "encoder":
+            return None
+        if self.application == "unilm" and getattr(self, "segment_vocab_size", 0) <= 0:
+            raise ValueError("application='unilm' needs segment ids: segment_vocab_size must be > 0")
+        source_name, mode, layer_name = (("Input-Token", "lm", "Attention-Mask") if self.application == "lm"
+                                         else ("Input-Segment", "unilm", "Attention-UniLM-Mask"))
+        source = self.graph_input(self.inputs if inputs is None else inputs, source_name)
+        key = _key(graph_inputs(source) or [source])
+        if key not in self._attention_biases:
+            self._attention_biases[key] = self.apply(source, AttentionBias, mode=mode, name=layer_name)
+        return self._attention_biases[key]
 
     def compute_position_bias(self, inputs=None):
-        """Rotary sinusoidal embeddings [1, L, attention_key_size] (or
-        [B, L, attention_key_size] from ``Input-Position``), built once."""
-        if self.position_bias is None:
+        """Rotary sinusoidal embeddings [1, L, attention_key_size] (or [B, L,
+        attention_key_size] from ``Input-Position``) for the graph of ``inputs``
+        (hidden states [B, L, ...]), built once per graph."""
+        key = _key(graph_inputs(inputs) or self.inputs)
+        if key not in self._position_biases:
             if self.custom_position_ids:    # [1 or B, L, d] from the Input-Position ids
                 inputs = [inputs, self.inputs[1 + int(self.segment_vocab_size > 0)]]
-            self.position_bias = self.apply(inputs, SinusoidalPositionEmbedding,
-                                            output_dim=self.attention_key_size, merge_mode="zero",
-                                            custom_position_ids=self.custom_position_ids,
-                                            name="Embedding-Rotary-Position")
-        return self.position_bias
+            self._position_biases[key] = self.apply(inputs, SinusoidalPositionEmbedding,
+                                                    output_dim=self.attention_key_size, merge_mode="zero",
+                                                    custom_position_ids=self.custom_position_ids,
+                                                    name="Embedding-Rotary-Position")
+        return self._position_biases[key]
 
     # -------------------------------------------------------- checkpoints
     def variable_mapping(self):
@@ -479,3 +520,31 @@ def _resolve_attr(layer, attr, layer_name):
                 f"variable_mapping: layer {layer_name!r} ({type(layer).__name__}) has no weight {attr!r}")
         obj = getattr(obj, part)
     return obj
+
+
+def graph_inputs(tensors):
+    """The model inputs (``keras.Input`` tensors) that symbolic ``tensors`` are computed
+    from, in the order they are found; [] for anything that is not a symbolic tensor."""
+    stack = list(keras.tree.flatten(tensors))
+    seen, roots = set(), []
+    while stack:
+        tensor = stack.pop()
+        history = getattr(tensor, "_keras_history", None)
+        if history is None or id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        node = history.operation._inbound_nodes[history.node_index]
+        if node.is_input:
+            roots.append(tensor)
+        else:
+            stack.extend(node.input_tensors)
+    return roots
+
+
+def _key(tensors):
+    """A cache key for a graph: the identities of its input tensors."""
+    return frozenset(id(t) for t in keras.tree.flatten(tensors) if t is not None)
+
+
+def _input_name(tensor):
+    return tensor._keras_history.operation.name

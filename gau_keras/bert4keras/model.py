@@ -1,0 +1,204 @@
+"""``Model``: a Keras 3 model that takes the calls bert4keras-era (Keras 2) code makes.
+
+``build_transformer_model`` returns one, and ``gau_keras.backend.keras.models.Model``
+(the ``Model`` a bert4keras script imports) makes one; a plain ``keras.Model``
+is untouched. Over Keras 3 it adds:
+
+* ``fit_generator``, ``evaluate_generator``, ``predict_generator``: Keras 2's
+  signatures, run by ``fit`` / ``evaluate`` / ``predict`` on the same data;
+* nested Python lists as data (``model.predict([[token_ids], [segment_ids]])``)
+  in ``fit``, ``evaluate``, ``predict`` and the ``*_on_batch`` calls;
+* ``y_true`` cast to the output's dtype before a compiled loss sees it
+  (Keras 2's ``match_dtype_and_rank``: a float64 target meets a float32 output
+  as float32, an int64 one an int32 output as int32);
+* ``save`` under any name (``'best_model.model'``, ``'x.h5'``): the Keras
+  format, written atomically (``gau_keras.bert4keras.saving``);
+* Keras 2's training-function internals (``_make_train_function``,
+  ``total_loss``, assigning ``train_function``) raise an error naming the
+  README's porting section, instead of being silently ignored.
+"""
+import types
+import warnings
+
+import keras
+import numpy as np
+from keras import ops
+
+from gau_keras.bert4keras import PORTING, saving
+from gau_keras.snippets import data_generator
+
+__all__ = ["Model", "as_arrays"]
+
+#: Keras 2 generator-method arguments that Keras 3 takes from a ``keras.utils.PyDataset`` instead
+_QUEUE_DEFAULTS = {"max_queue_size": 10, "workers": 1, "use_multiprocessing": False}
+
+
+def _is_nested_list(x):
+    """A Python list/tuple holding numbers or further lists (data written inline), not arrays."""
+    if not isinstance(x, (list, tuple)):
+        return False
+    return all(isinstance(item, (list, tuple, int, float, np.number)) for item in x)
+
+
+def as_arrays(x, n_inputs):
+    """Keras 2's reading of nested Python lists: with several inputs, a list with one
+    entry per input has each nested-list entry made an array; with one input, a
+    nested list is one array. Anything else is returned as it is."""
+    if x is None or isinstance(x, dict):
+        return x
+    if n_inputs > 1 and isinstance(x, (list, tuple)) and len(x) == n_inputs:
+        return [np.asarray(item) if _is_nested_list(item) else item for item in x]
+    if n_inputs == 1 and _is_nested_list(x) and x and not isinstance(x[0], (int, float, np.number)):
+        return np.asarray(x)
+    return x
+
+
+def _stream(x, convert):
+    """A Python generator as Keras 3's fit/evaluate/predict read it (its batches' lists as tuples,
+    as ``DataGenerator.forfit`` gives them); other data unchanged."""
+    if isinstance(x, types.GeneratorType):
+        return data_generator._keras_batches(x, convert)
+    return x
+
+
+def _predict_batch(batch):
+    """Keras 2's predict_generator: a tuple is (inputs, targets[, weights]) and only its inputs
+    are used; anything else (a list of input arrays, one array) is the inputs."""
+    inputs = batch[0] if isinstance(batch, tuple) and len(batch) in (2, 3) else batch
+    return data_generator._as_predict_batch(inputs)
+
+
+def _same_kind(a, b):
+    floating = lambda t: "float" in keras.backend.standardize_dtype(t.dtype)  # noqa: E731
+    integer = lambda t: "int" in keras.backend.standardize_dtype(t.dtype)  # noqa: E731
+    return (floating(a) and floating(b)) or (integer(a) and integer(b))
+
+
+def _cast_like(y, y_pred):
+    """y cast to y_pred's dtype where both are floating or both integer (structures matched)."""
+    if isinstance(y, dict) and isinstance(y_pred, dict):
+        return {k: _cast_like(v, y_pred[k]) if k in y_pred else v for k, v in y.items()}
+    if isinstance(y, (list, tuple)) and isinstance(y_pred, (list, tuple)):
+        if len(y) != len(y_pred):
+            return y
+        return type(y)(_cast_like(a, b) for a, b in zip(y, y_pred))
+    if y is None or not hasattr(y, "dtype") or not hasattr(y_pred, "dtype"):
+        return y
+    return ops.cast(y, y_pred.dtype) if _same_kind(y, y_pred) and y.dtype != y_pred.dtype else y
+
+
+def _warn_queue_arguments(method, given):
+    ignored = {k: v for k, v in given.items() if v != _QUEUE_DEFAULTS[k]}
+    if ignored:
+        warnings.warn(f"{method}: {ignored} not used: Keras 3 reads workers and queues from a "
+                      f"keras.utils.PyDataset, not from the call ({PORTING})", UserWarning, stacklevel=3)
+
+
+@keras.saving.register_keras_serializable(package="gau_keras")
+class Model(keras.Model):
+    """A ``keras.Model`` with Keras 2's calls (module docstring). Built like any
+    functional model: ``Model(inputs, outputs, name=...)``."""
+
+    # ------------------------------------------------------------ data
+    def _n_inputs(self):
+        inputs = getattr(self, "inputs", None)
+        return len(inputs) if isinstance(inputs, (list, tuple)) else 1
+
+    def _n_outputs(self):
+        outputs = getattr(self, "outputs", None)
+        return len(outputs) if isinstance(outputs, (list, tuple)) else 1
+
+    def fit(self, x=None, y=None, *args, **kwargs):
+        x = _stream(as_arrays(x, self._n_inputs()), data_generator._as_fit_batch)
+        if "validation_data" in kwargs:
+            kwargs["validation_data"] = _stream(kwargs["validation_data"], data_generator._as_fit_batch)
+        return super().fit(x, as_arrays(y, self._n_outputs()), *args, **kwargs)
+
+    def evaluate(self, x=None, y=None, *args, **kwargs):
+        x = _stream(as_arrays(x, self._n_inputs()), data_generator._as_fit_batch)
+        return super().evaluate(x, as_arrays(y, self._n_outputs()), *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        x = _stream(as_arrays(x, self._n_inputs()), _predict_batch)
+        return super().predict(x, *args, **kwargs)
+
+    def train_on_batch(self, x, y=None, *args, **kwargs):
+        x, y = as_arrays(x, self._n_inputs()), as_arrays(y, self._n_outputs())
+        return super().train_on_batch(x, y, *args, **kwargs)
+
+    def test_on_batch(self, x, y=None, *args, **kwargs):
+        x, y = as_arrays(x, self._n_inputs()), as_arrays(y, self._n_outputs())
+        return super().test_on_batch(x, y, *args, **kwargs)
+
+    def predict_on_batch(self, x):
+        return super().predict_on_batch(as_arrays(x, self._n_inputs()))
+
+    # ------------------------------------------------------------ Keras 2's generator methods
+    def fit_generator(self, generator, steps_per_epoch=None, epochs=1, verbose=1, callbacks=None,
+                      validation_data=None, validation_steps=None, validation_freq=1, class_weight=None,
+                      max_queue_size=10, workers=1, use_multiprocessing=False, shuffle=True, initial_epoch=0):
+        """Keras 2's ``fit_generator``: ``fit`` on the generator (``shuffle`` has no
+        meaning for a generator, as in Keras 2)."""
+        _warn_queue_arguments("fit_generator", dict(max_queue_size=max_queue_size, workers=workers,
+                                                    use_multiprocessing=use_multiprocessing))
+        return self.fit(generator, steps_per_epoch=steps_per_epoch, epochs=epochs, verbose=verbose,
+                        callbacks=callbacks, validation_data=validation_data, validation_steps=validation_steps,
+                        validation_freq=validation_freq, class_weight=class_weight, initial_epoch=initial_epoch)
+
+    def evaluate_generator(self, generator, steps=None, callbacks=None, max_queue_size=10, workers=1,
+                           use_multiprocessing=False, verbose=0):
+        """Keras 2's ``evaluate_generator``: ``evaluate`` on the generator."""
+        _warn_queue_arguments("evaluate_generator", dict(max_queue_size=max_queue_size, workers=workers,
+                                                         use_multiprocessing=use_multiprocessing))
+        return self.evaluate(generator, steps=steps, callbacks=callbacks, verbose=verbose)
+
+    def predict_generator(self, generator, steps=None, callbacks=None, max_queue_size=10, workers=1,
+                          use_multiprocessing=False, verbose=0):
+        """Keras 2's ``predict_generator``: ``predict`` on the generator (it yields inputs,
+        or (inputs, targets) pairs whose targets are ignored)."""
+        _warn_queue_arguments("predict_generator", dict(max_queue_size=max_queue_size, workers=workers,
+                                                        use_multiprocessing=use_multiprocessing))
+        return self.predict(generator, steps=steps, callbacks=callbacks, verbose=verbose)
+
+    # ------------------------------------------------------------ losses
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        return super().compute_loss(x=x, y=_cast_like(y, y_pred), y_pred=y_pred, sample_weight=sample_weight,
+                                    training=training)
+
+    # ------------------------------------------------------------ saving
+    def save(self, filepath, overwrite=True, include_optimizer=True, save_format=None, **kwargs):
+        """Saves the whole model in the Keras format under any name (Keras 3 takes only
+        '.keras'): 'best_model.model' and 'x.h5' too, written atomically. Keras 2's
+        ``include_optimizer=False`` saves without the optimizer; ``save_format``
+        other than 'keras' is answered with a warning (there is one format)."""
+        saving.save_model(self, filepath, overwrite=overwrite, include_optimizer=include_optimizer,
+                          save_format=save_format, **kwargs)
+
+    # ------------------------------------------------------------ what has no Keras 3 form
+    def _make_train_function(self):
+        raise NotImplementedError(
+            "model._make_train_function() and replacing model.train_function (Keras 2) have no Keras 3 form: "
+            f"write a train_step on a keras.Model subclass instead ({PORTING}, 'Patching the training function')")
+
+    @property
+    def total_loss(self):
+        raise NotImplementedError(
+            "model.total_loss (a Keras 2 graph tensor) has no Keras 3 form: the loss is computed inside each "
+            f"step; write a train_step on a keras.Model subclass ({PORTING}, 'Patching the training function')")
+
+    def __setattr__(self, name, value):
+        if name == "train_function" and value is not None and _is_user_function(value):
+            raise NotImplementedError(
+                "assigning model.train_function (Keras 2) would be ignored by Keras 3's fit: write a train_step "
+                f"on a keras.Model subclass instead ({PORTING}, 'Patching the training function')")
+        super().__setattr__(name, value)
+
+
+def _is_user_function(value):
+    """Whether a train_function being assigned comes from outside Keras (a user's replacement):
+    Keras's own are made in keras.src (or wrapped by tf.function / jax.jit)."""
+    module = getattr(value, "__module__", None) or ""
+    wrapped = getattr(value, "__wrapped__", None) or getattr(value, "python_function", None)
+    if wrapped is not None:
+        module = getattr(wrapped, "__module__", module) or module
+    return not (module.startswith("keras") or module.startswith("tensorflow") or module.startswith("jax"))

@@ -1,0 +1,220 @@
+"""gau_keras.bert4keras: the Keras 2 face (the ``keras`` of gau_keras.backend, its ``Model``,
+whole-model files under bert4keras-era names, ``get_output_at``), and that Keras itself is
+left as it is (issue 35, items 2 and 4). The scripts that use all this as users write it:
+tests/bert4keras_scripts/ (keras2_calls, shared_layer_outputs, layer_surgery, unilm_seq2seq).
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import keras
+import numpy as np
+import pytest
+
+from gau_keras.backend import K
+from gau_keras.backend import keras as keras2
+from gau_keras.bert4keras import PORTING, saving
+from gau_keras.bert4keras.model import Model, as_arrays
+from gau_keras.layers import Add, FeedForward
+from tests.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.both_backends
+
+
+def tiny_model(cls=Model):
+    """Two float inputs → Add (ours) → FeedForward (ours) applied twice → softmax over 3."""
+    a, b = keras.Input((4,), name="a"), keras.Input((4,), name="b")
+    ff = FeedForward(8, name="shared")
+    x = Add(name="add")([a, b])
+    x = ff(ff(x))
+    return cls([a, b], keras.layers.Dense(3, activation="softmax", name="out")(x))
+
+
+def batch(n=6, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.normal(size=(n, 4)), rng.normal(size=(n, 4))], np.eye(3)[rng.integers(0, 3, n)]
+
+
+# ---------------------------------------------------------------- Keras itself is not touched
+
+PLAIN_RUN = textwrap.dedent('''
+    import json, sys
+    import numpy as np
+    if sys.argv[1] == "with":
+        import gau_keras, gau_keras.backend, gau_keras.layers, gau_keras.models  # noqa: F401
+    import keras
+    keras.utils.set_random_seed(3)
+    x = keras.Input((4,)); model = keras.Model(x, keras.layers.Dense(2, activation="softmax")(x))
+    model.compile("adam", "categorical_crossentropy", metrics=["accuracy"])
+    rng = np.random.default_rng(0)
+    data, target = rng.normal(size=(16, 4)), np.eye(2)[rng.integers(0, 2, 16)]
+    logs = model.fit(data, target, batch_size=4, epochs=2, verbose=0).history
+    print("RESULT " + json.dumps({"logs": logs, "type": type(model).__name__,
+                                  "fit_generator": hasattr(model, "fit_generator"),
+                                  "kld": hasattr(keras.losses, "kullback_leibler_divergence"),
+                                  "get_output_at": hasattr(keras.layers.Dense, "get_output_at")}))
+''')
+
+
+def test_a_plain_keras_model_behaves_as_without_gau_keras():
+    results = {}
+    for flag in ("with", "without"):
+        run = subprocess.run([sys.executable, "-c", PLAIN_RUN, flag], capture_output=True, text=True, timeout=300,
+                             cwd=REPO_ROOT)
+        assert run.returncode == 0, run.stderr[-3000:]
+        results[flag] = json.loads(next(line for line in run.stdout.splitlines()
+                                        if line.startswith("RESULT "))[len("RESULT "):])
+    assert results["with"] == results["without"]
+    assert results["with"]["type"] == "Functional" and not results["with"]["fit_generator"]
+    assert not results["with"]["kld"] and not results["with"]["get_output_at"]
+
+
+def test_the_backend_keras_adds_keras2_names_without_changing_keras():
+    assert keras2.layers is keras.layers and keras2.optimizers is keras.optimizers
+    assert keras2.Model is Model and keras2.models.Model is Model and issubclass(Model, keras.Model)
+    assert keras2.losses.kullback_leibler_divergence is keras.losses.kl_divergence
+    assert keras2.losses.mse is keras.losses.mean_squared_error and keras2.losses.logcosh is keras.losses.log_cosh
+    assert keras2.losses.cosine_proximity is keras.losses.cosine_similarity
+    assert keras2.metrics.kullback_leibler_divergence is keras.metrics.kl_divergence
+    assert keras2.losses.Loss is keras.losses.Loss and keras2.backend is K
+    assert not hasattr(keras.losses, "kullback_leibler_divergence") and not hasattr(keras.Model, "fit_generator")
+    with pytest.raises(AttributeError, match="gau_keras.backend.keras.losses.*no_such_loss"):
+        keras2.losses.no_such_loss  # noqa: B018
+
+
+# ---------------------------------------------------------------- data as Keras 2 took it
+
+def test_nested_lists_are_read_as_keras2_read_them():
+    assert [a.shape for a in as_arrays([[[1, 2, 3]], [[0, 0, 1]]], 2)] == [(1, 3), (1, 3)]
+    assert as_arrays([[1, 2], [3, 4]], 1).shape == (2, 2)
+    arrays = [np.ones((2, 3)), np.zeros((2, 3))]
+    assert all(a is b for a, b in zip(as_arrays(arrays, 2), arrays))   # arrays pass through untouched
+    assert as_arrays({"a": [1]}, 2) == {"a": [1]}
+    model = tiny_model()
+    x, _ = batch(1)
+    nested = model.predict([x[0].tolist(), x[1].tolist()], verbose=0)
+    np.testing.assert_array_equal(nested, model.predict(x, verbose=0))
+    plain = tiny_model(keras.Model)
+    with pytest.raises(ValueError, match="Unrecognized data type"):   # Keras 3 itself refuses them
+        plain.predict([x[0].tolist(), x[1].tolist()], verbose=0)
+
+
+def test_y_true_meets_the_loss_in_the_outputs_dtype():
+    seen = []
+
+    def loss(y_true, y_pred):
+        seen.append(keras.backend.standardize_dtype(y_true.dtype))
+        return -K.sum(y_true * K.log(y_pred + K.epsilon()), axis=-1)
+
+    model = tiny_model()
+    model.compile(keras.optimizers.SGD(0.1), loss)
+    x, y = batch()
+    model.train_on_batch(x, y.astype("float64"))
+    model.train_on_batch([a.tolist() for a in x], y.tolist())   # nested lists, numbers of float64
+    assert seen and set(seen) == {"float32"}
+
+
+def test_generator_methods_equal_fit_evaluate_predict_and_warn_about_workers():
+    x, y = batch(8)
+
+    def batches():
+        while True:
+            for i in (0, 4):
+                yield [x[0][i:i + 4], x[1][i:i + 4]], y[i:i + 4]
+
+    results = []
+    for keras2_call in (True, False):
+        keras.utils.set_random_seed(5)
+        model = tiny_model()
+        model.compile(keras.optimizers.Adam(1e-2), "categorical_crossentropy")
+        if keras2_call:
+            logs = model.fit_generator(batches(), steps_per_epoch=2, epochs=2, verbose=0).history
+            scores = model.evaluate_generator(batches(), steps=2)
+            probas = model.predict_generator(batches(), steps=2)
+        else:
+            logs = model.fit(batches(), steps_per_epoch=2, epochs=2, verbose=0).history
+            scores = model.evaluate(batches(), steps=2, verbose=0)
+            probas = model.predict((b[0] for b in batches()), steps=2, verbose=0)
+        results.append((logs["loss"], scores, probas))
+    (l2, s2, p2), (l3, s3, p3) = results
+    np.testing.assert_allclose(l2, l3, rtol=1e-6)
+    np.testing.assert_allclose(s2, s3, rtol=1e-6)
+    np.testing.assert_allclose(p2, p3, rtol=1e-6)
+    with pytest.warns(UserWarning, match=r"fit_generator: \{'workers': 4\} not used"):
+        model.fit_generator(batches(), steps_per_epoch=1, verbose=0, workers=4)
+
+
+# ---------------------------------------------------------------- whole-model files
+
+@pytest.mark.parametrize("name", ["best_model.model", "model.h5", "model.keras"])
+def test_save_and_load_under_bert4keras_era_names(tmp_path, name):
+    model = tiny_model()
+    model.compile(keras.optimizers.Adam(1e-2), "categorical_crossentropy")
+    x, y = batch()
+    model.train_on_batch(x, y)
+    path = tmp_path / name
+    model.save(str(path))
+    assert saving.is_keras_file(str(path)) and not [p for p in os.listdir(tmp_path) if p.startswith(".partial")]
+    again = keras2.models.load_model(str(path))
+    assert type(again) is Model and again.optimizer.iterations.numpy() == 1
+    np.testing.assert_array_equal(again.predict(x, verbose=0), model.predict(x, verbose=0))
+
+
+def test_save_options_of_keras2(tmp_path):
+    model = tiny_model()
+    model.compile(keras.optimizers.Adam(1e-2), "categorical_crossentropy")
+    model.train_on_batch(*batch())
+    model.save(str(tmp_path / "no_optimizer.model"), include_optimizer=False)
+    again = keras2.models.load_model(str(tmp_path / "no_optimizer.model"))
+    assert not again.compiled and model.compiled and model.optimizer.iterations.numpy() == 1
+    with pytest.warns(UserWarning, match="save_format='h5' does not exist in Keras 3"):
+        model.save(str(tmp_path / "legacy.h5"), save_format="h5")
+    assert saving.is_keras_file(str(tmp_path / "legacy.h5"))
+    with pytest.raises(FileExistsError, match="legacy.h5.*overwrite=False"):
+        model.save(str(tmp_path / "legacy.h5"), overwrite=False)
+
+
+# ---------------------------------------------------------------- layers' calls
+
+def test_get_output_at_on_a_layer_applied_twice():
+    model = tiny_model()
+    shared = model.get_layer("shared")
+    assert len(shared._inbound_nodes) == 2
+    first, second = shared.get_output_at(0), shared.get_output_at(1)
+    assert shared.get_input_at(1) is first
+    assert shared.get_output_at(-1) is second is shared._inbound_nodes[-1].output_tensors[0]
+    assert shared.get_input_shape_at(0) == (None, 4) and shared.get_output_shape_at(1) == (None, 4)
+    assert model.get_layer("add").get_input_shape_at(0) == [(None, 4), (None, 4)]
+    with pytest.raises(ValueError, match="'shared': node_index=2 is not one of its 2 call"):
+        shared.get_output_at(2)
+    with pytest.raises(ValueError, match="has not been called on a tensor yet"):
+        FeedForward(4).get_output_at(0)
+
+
+# ---------------------------------------------------------------- what Keras 3 cannot do
+
+def test_keras2_training_internals_name_the_porting_section():
+    model = tiny_model()
+    model.compile("adam", "categorical_crossentropy")
+    with pytest.raises(NotImplementedError, match="train_step") as error:
+        model._make_train_function()
+    assert PORTING in str(error.value)
+    with pytest.raises(NotImplementedError, match="model.total_loss"):
+        model.total_loss  # noqa: B018
+
+    def train_function(inputs):     # a user's replacement, as bert4keras's adversarial example writes it
+        return inputs
+
+    with pytest.raises(NotImplementedError, match="would be ignored by Keras 3's fit"):
+        model.train_function = train_function
+    model.train_on_batch(*batch())          # Keras's own train_function is still made and used
+    with pytest.raises(RuntimeError, match="no global learning phase.*Porting from bert4keras"):
+        K.set_learning_phase(0)
+    with pytest.raises(RuntimeError, match="Porting from bert4keras"):
+        K.gradients(K.constant(1.0), [K.variable(1.0)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.train_function = None          # Keras resets it this way: allowed
