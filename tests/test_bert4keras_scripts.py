@@ -90,6 +90,7 @@ def test_global_pointer_ner():
             assert surface in text and category in namespace["categories"]
 
 
+@pytest.mark.both_backends
 def test_unilm_seq2seq_with_autoregressive_decoder():
     namespace, result = run_script("unilm_seq2seq")
     assert_finite_history(result["history"])
@@ -174,3 +175,49 @@ def test_adversarial_training_as_a_train_step():
     # the perturbation is removed again: the matrix moved by one Adam step (<= learning rate) only
     step = np.abs(adversarial["embeddings"] - result["start_embeddings"]).max()
     assert step <= result["learning_rate"] * 1.01, step
+
+
+# --- Keras 2's calls, run as bert4keras-era scripts write them (issue 35) ----------------------------
+
+@pytest.mark.both_backends
+def test_keras2_generator_methods_give_what_fit_evaluate_predict_give():
+    options = dict(dropout_rate=0.0)    # the two runs must draw no different dropout masks
+    _, keras2 = run_script("keras2_calls", keras2=True, **options)
+    _, keras3 = run_script("keras2_calls", keras2=False, **options)
+    assert keras2["num_classes"] == 2
+    assert_finite_history(keras2["history"])
+    assert keras2["history"]["loss"][1] < keras2["history"]["loss"][0]
+    # fit_generator / evaluate_generator / predict_generator: fit / evaluate / predict on the same batches
+    for key in ("loss", "kl_divergence"):
+        np.testing.assert_allclose(keras2["history"][key], keras3["history"][key], rtol=1e-6)
+    np.testing.assert_allclose(keras2["evaluated"], keras3["evaluated"], rtol=1e-6)
+    np.testing.assert_allclose(keras2["predicted"], keras3["predicted"], rtol=1e-6, atol=1e-7)
+    assert_probabilities(keras2["predicted"], (24, 2))
+    # the loss on float64 one-hot targets (cast to the output's dtype) equals the KL metric on them
+    np.testing.assert_allclose(keras2["history"]["loss"], keras2["history"]["kl_divergence"], rtol=1e-4)
+    # nested Python lists predict what arrays predict; 'best_model.model' reloads as the same model
+    np.testing.assert_array_equal(keras2["nested"], keras2["as_arrays"])
+    np.testing.assert_array_equal(keras2["reloaded"], keras2["nested"])
+    assert keras2["reloaded_type"] == "Model"
+
+
+@pytest.mark.both_backends
+def test_a_shared_layer_answers_get_output_at_for_each_call():
+    namespace, result = run_script("shared_layer_outputs")
+    assert_finite_history(result["history"])
+    assert_probabilities(result["probas"], (8, 2))
+    assert result["pool_calls"] == 2 and result["first_input_is_a"]
+    assert result["pool_input_shapes"] == [(None, None, 256)] * 2
+    assert result["pool_output_shapes"] == [(None, 256)] * 2
+    assert result["hidden_layer"].endswith("-Add") and result["hidden_is_output"]
+
+
+@pytest.mark.both_backends
+def test_layer_surgery_trains_the_successor_inside_the_mixed_model():
+    _, result = run_script("layer_surgery")
+    assert_finite_history(result["history"])
+    assert result["successor_moved"] > 1e-4      # its layers, applied to the predecessor's inputs, trained
+    assert result["predecessor_moved"] == 0.0    # frozen, as the script asks
+    assert_probabilities(result["student_probas"], (8, 2))
+    # in inference every switch takes the successor's side: the mixed graph is the successor's own model
+    np.testing.assert_allclose(result["theseus_probas"], result["student_probas"], rtol=1e-5, atol=1e-6)

@@ -1,6 +1,7 @@
 """Keyword generation from paper abstracts (FewCLUE csl) as UniLM seq2seq the
 bert4keras way: ``application='unilm'`` (segment 0 = source, segment 1 =
-target), a ``Loss`` layer that scores only the target tokens, and an
+target), a ``Loss`` layer that scores only the target tokens by multiplying
+with the segment-id input itself (``y_mask = inputs[1][:, 1:]``), and an
 ``AutoRegressiveDecoder`` whose ``predict`` feeds source + generated ids back.
 
     python3 tests/bert4keras_scripts/unilm_seq2seq.py
@@ -61,13 +62,16 @@ class Seq2SeqBatches(DataGenerator):
 
 
 class TargetCrossEntropy(Loss):
-    """Next-token cross entropy counted only where the next token is a target (segment 1) token."""
+    """Next-token cross entropy counted only where the next token is a target (segment 1) token:
+    the segment ids themselves are the weights, as bert4keras's seq2seq examples write it."""
 
     def compute_loss(self, inputs, mask=None):
-        token_ids, segment_ids, probas = inputs
-        is_target = K.cast(segment_ids[:, 1:], K.floatx())
-        loss = K.sparse_categorical_crossentropy(token_ids[:, 1:], probas[:, :-1])
-        return K.sum(loss * is_target) / K.sum(is_target)
+        y_true, y_mask, y_pred = inputs
+        y_true = y_true[:, 1:]       # the tokens to predict
+        y_mask = y_mask[:, 1:]       # segment ids: 1 exactly on the target part
+        y_pred = y_pred[:, :-1]      # the prediction for each next token
+        loss = K.sparse_categorical_crossentropy(y_true, y_pred)
+        return K.sum(loss * y_mask) / K.sum(y_mask)
 
 
 class KeywordWriter(AutoRegressiveDecoder):
