@@ -267,14 +267,15 @@ def test_readme_quickstart_runs():
 
 @pytest.mark.filterwarnings("ignore:Layer 'lambda")
 def test_readme_train_step_is_adversarial_training():
-    """The porting section's train_step: with epsilon 0 it is model.fit's own step (same weights
+    """docs/porting.md's train_step (the porting section links it): with epsilon 0 it is model.fit's own step (same weights
     after a step); with epsilon 0.5 the perturbed embeddings change the update."""
     import keras
 
     from gau_keras import build_transformer_model
     from tests.model_utils import TINY_GAU
 
-    source = [body for body in _python_blocks("What Keras 3 requires beyond it") if "def train_step" in body][0]
+    porting = (REPO_ROOT / "docs" / "porting.md").read_text(encoding="utf-8")
+    source = [body for lang, body in _fences(porting) if lang == "python" and "def train_step" in body][0]
     namespace = {"__name__": "__readme__"}
     exec(compile(source, "README.md[train_step]", "exec"), namespace)
     adversarial = namespace["AdversarialModel"]
