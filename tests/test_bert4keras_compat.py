@@ -85,6 +85,17 @@ def test_the_backend_keras_adds_keras2_names_without_changing_keras():
         keras2.losses.no_such_loss  # noqa: B018
 
 
+def test_imports_from_keras_port_with_one_substitution():
+    """README: `from keras.X import Y` → `from gau_keras.backend.keras.X import Y`."""
+    from gau_keras.backend.keras.layers import Dense
+    from gau_keras.backend.keras.losses import kullback_leibler_divergence
+    from gau_keras.backend.keras.models import Model as Keras2Model
+    from gau_keras.backend.keras.models import load_model
+
+    assert Keras2Model is Model and load_model is saving.load_model and Dense is keras.layers.Dense
+    assert kullback_leibler_divergence is keras.losses.kl_divergence
+
+
 # ---------------------------------------------------------------- data as Keras 2 took it
 
 def test_nested_lists_are_read_as_keras2_read_them():
@@ -175,6 +186,28 @@ def test_save_options_of_keras2(tmp_path):
     assert saving.is_keras_file(str(tmp_path / "legacy.h5"))
     with pytest.raises(FileExistsError, match="legacy.h5.*overwrite=False"):
         model.save(str(tmp_path / "legacy.h5"), overwrite=False)
+
+
+def test_weights_under_bert4keras_era_names_and_keras2_files(tmp_path):
+    import h5py
+    from keras.src.legacy.saving import legacy_h5_format  # to write a file as Keras 2 wrote it
+
+    model = tiny_model()
+    model.save_weights(str(tmp_path / "best_model.weights"))   # bert4keras's examples' name
+    other = tiny_model()
+    other.load_weights(str(tmp_path / "best_model.weights"))
+    for a, b in zip(other.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    with h5py.File(tmp_path / "keras2.weights", "w") as f:
+        legacy_h5_format.save_weights_to_hdf5_group(f, model)
+    third = tiny_model()
+    third.load_weights(str(tmp_path / "keras2.weights"))
+    np.testing.assert_array_equal(third.get_weights()[0], model.get_weights()[0])
+    with pytest.raises(ValueError, match=r"by_name=True\): Keras 3 loads weights by layer structure only"):
+        third.load_weights(str(tmp_path / "keras2.weights"), by_name=True)
+    assert sorted(os.listdir(tmp_path)) == ["best_model.weights", "keras2.weights"]   # no partial file left
+    with pytest.raises(FileNotFoundError, match="load_weights: .*best_theseus.weights' does not exist"):
+        third.load_weights(str(tmp_path / "best_theseus.weights"))
 
 
 # ---------------------------------------------------------------- layers' calls

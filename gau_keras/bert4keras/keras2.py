@@ -12,9 +12,12 @@ Keras 3: every name falls through to Keras itself, except
 * ``keras.backend``: ``gau_keras.keras2_backend`` (Keras 2's backend functions).
 
 Nothing is added to Keras itself: ``import keras`` elsewhere in the process is
-plain Keras 3 (a script that imports ``kullback_leibler_divergence`` from
-``keras.losses`` directly needs the README's one-line change).
+plain Keras 3. A script that imports from Keras directly (``from keras.models
+import Model``, ``from keras.losses import kullback_leibler_divergence``) ports
+with the README's one-line change, ``from keras.`` → ``from gau_keras.backend.keras.``:
+the namespace's submodules are importable under that dotted name.
 """
+import sys
 import types
 
 import keras as _keras
@@ -73,3 +76,17 @@ metrics = _aliased("metrics", _keras.metrics, METRIC_ALIASES)
 #: what ``from gau_keras.backend import keras`` gives
 keras = Namespace("gau_keras.backend.keras", _keras, Model=_model.Model, models=models, losses=losses,
                   metrics=metrics, backend=keras2_backend, __file__=__file__)
+
+#: submodules importable by their dotted name, so that a script's ``from keras.models import Model``
+#: ports as ``from gau_keras.backend.keras.models import Model`` (README's one-line change)
+SUBMODULES = ("activations", "applications", "backend", "callbacks", "constraints", "initializers", "layers",
+              "losses", "metrics", "models", "ops", "optimizers", "preprocessing", "regularizers", "utils")
+
+
+def _register():
+    sys.modules.setdefault(keras.__name__, keras)
+    for name in SUBMODULES:
+        sys.modules.setdefault(f"{keras.__name__}.{name}", getattr(keras, name))
+
+
+_register()

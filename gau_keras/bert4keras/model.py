@@ -11,8 +11,10 @@ is untouched. Over Keras 3 it adds:
 * ``y_true`` cast to the output's dtype before a compiled loss sees it
   (Keras 2's ``match_dtype_and_rank``: a float64 target meets a float32 output
   as float32, an int64 one an int32 output as int32);
-* ``save`` under any name (``'best_model.model'``, ``'x.h5'``): the Keras
-  format, written atomically (``gau_keras.bert4keras.saving``);
+* ``save`` and ``save_weights`` under any name (``'best_model.model'``,
+  ``'x.h5'``, ``'best_model.weights'``): Keras 3's formats, written
+  atomically, and ``load_weights`` that reads them back (and Keras 2's HDF5
+  weight files) (``gau_keras.bert4keras.saving``);
 * Keras 2's training-function internals (``_make_train_function``,
   ``total_loss``, assigning ``train_function``) raise an error naming the
   README's porting section, instead of being silently ignored.
@@ -173,6 +175,15 @@ class Model(keras.Model):
         other than 'keras' is answered with a warning (there is one format)."""
         saving.save_model(self, filepath, overwrite=overwrite, include_optimizer=include_optimizer,
                           save_format=save_format, **kwargs)
+
+    def save_weights(self, filepath, overwrite=True, save_format=None, **kwargs):
+        """Keras 3's weights format under any name (bert4keras's 'best_model.weights' too),
+        written atomically; ``save_format`` other than 'h5' is answered with a warning."""
+        saving.save_weights(self, filepath, overwrite=overwrite, save_format=save_format, **kwargs)
+
+    def load_weights(self, filepath, skip_mismatch=False, by_name=False, **kwargs):
+        """Reads what ``save_weights`` wrote, whatever the name, and Keras 2's HDF5 weight files."""
+        return saving.load_weights(self, filepath, skip_mismatch=skip_mismatch, by_name=by_name, **kwargs)
 
     # ------------------------------------------------------------ what has no Keras 3 form
     def _make_train_function(self):
