@@ -267,8 +267,8 @@ def test_readme_quickstart_runs():
 
 @pytest.mark.filterwarnings("ignore:Layer 'lambda")
 def test_readme_train_step_is_adversarial_training():
-    """docs/porting.md's train_step (the porting section links it): with epsilon 0 it is model.fit's own step (same weights
-    after a step); with epsilon 0.5 the perturbed embeddings change the update."""
+    """docs/porting.md's train_step (the porting section links it): with epsilon 0 it is model.fit's
+    own step (same weights after a step); with epsilon 0.5 the perturbed embeddings change the update."""
     import keras
 
     from gau_keras import build_transformer_model
