@@ -149,3 +149,54 @@ def test_mha_bert4keras_defaults_and_attention_scores(rng):
     o, a = MultiHeadAttention(2, 4, return_attention_scores=True)([h, h, h])
     assert o._keras_mask is not None and getattr(a, "_keras_mask", None) is None
     assert_keras_round_trip(keras.Model(ids, [o, a]), IDS)
+
+
+@pytest.mark.parametrize("application", ["encoder", "lm", "unilm"])
+def test_mha_fused_attention_equals_the_spelled_out_one(rng, application, monkeypatch):
+    """A softmax call without dropout runs ops.dot_product_attention (flash/cuDNN on GPUs);
+    it gives the spelled-out attention's outputs and gradients (padding, rotary, LM/UniLM masks)."""
+    B, L, H, heads = 2, 7, 16, 4
+    layer = MultiHeadAttention(heads=heads, head_size=H // heads, use_bias=False, attention_dropout=0.1)
+    x = rng.normal(size=(B, L, H)).astype("float32")
+    keep = np.ones((B, L), bool)
+    keep[1, 5:] = False
+    segments = np.array([[0, 0, 0, 1, 1, 1, 1], [0, 0, 1, 1, 1, 0, 0]])
+    bias = {"encoder": None, "lm": gops.causal_attention_bias(L),
+            "unilm": gops.unilm_attention_bias(segments)}[application]
+    sinusoidal = gops.sinusoidal_embeddings(np.arange(L)[None], H // heads)
+    inputs = [x, x, x] + ([bias] if bias is not None else []) + [sinusoidal]
+    arguments = {"a_bias": bias is not None, "p_bias": "rotary"}
+    mask = [keras.ops.convert_to_tensor(keep)] * 3 + [None] * (len(inputs) - 3)
+
+    def run(fused):
+        monkeypatch.setattr(MultiHeadAttention, "fusable", lambda self, bias, training: fused)
+        out = layer(inputs, mask=mask, **arguments)
+        weights = [v.value for v in layer.trainable_variables]
+        frozen = [v.value for v in layer.non_trainable_variables]
+        outputs = lambda w: layer.stateless_call(list(w), frozen, inputs, mask=mask, **arguments)[0]  # noqa: E731
+        loss = lambda *w: keras.ops.sum(outputs(w) * keras.ops.convert_to_tensor(keep[..., None], "float32"))  # noqa: E731
+        return keras.ops.convert_to_numpy(out), [keras.ops.convert_to_numpy(g) for g in _gradients(loss, weights)]
+
+    out_fused, grads_fused = run(True)
+    out_plain, grads_plain = run(False)
+    np.testing.assert_allclose(out_fused[keep], out_plain[keep], rtol=1e-5, atol=1e-6)
+    for a, b in zip(grads_fused, grads_plain):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    monkeypatch.undo()
+    assert layer.fusable(None, training=False) is True
+    assert layer.fusable(None, training=True) is False            # attention dropout in training: spelled out
+    assert layer.fusable(keras.ops.zeros((1, L, L)), training=False) is False   # an additive bias
+
+
+def _gradients(loss, weights):
+    """d loss / d weights on the backend in use."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.grad(loss, argnums=tuple(range(len(weights))))(*weights)
+    import tensorflow as tf
+
+    variables = [tf.Variable(w) for w in weights]
+    with tf.GradientTape() as tape:
+        value = loss(*variables)
+    return tape.gradient(value, variables)

@@ -172,6 +172,9 @@ class MultiHeadAttention(_AttentionBase):
     mask; the bias is [B|1, Lq, Lk] (shared by the heads); rotary is applied
     per head (key_size must be even). ``return_attention_scores`` also returns
     the scaled scores before masking and normalisation, [B, heads, Lq, Lk].
+    A softmax call without attention dropout (``fusable``) runs as Keras's
+    ``ops.dot_product_attention``, which uses fused (flash / cuDNN) attention
+    where the platform has it; the others spell the attention out.
     """
 
     def __init__(self, heads, head_size, out_dim=None, key_size=None, use_bias=True,
@@ -213,6 +216,10 @@ class MultiHeadAttention(_AttentionBase):
         vw = self._heads(self.v_dense(v), self.head_size)
         if sinusoidal is not None:
             qw, kw = gops.apply_rotary(sinusoidal, qw), gops.apply_rotary(sinusoidal, kw)
+        if self.fusable(bias, training):
+            o = self._fused_attention(qw, kw, vw, masks[2], bias)
+            shape = ops.shape(o)
+            return self.o_dense(ops.reshape(o, [shape[0], shape[1], self.heads * self.head_size]))
         a = ops.einsum("bjhd,bkhd->bhjk", qw, kw)
         if self.attention_scale:
             a = a / self.key_size ** 0.5
@@ -223,6 +230,27 @@ class MultiHeadAttention(_AttentionBase):
         shape = ops.shape(o)
         o = self.o_dense(ops.reshape(o, [shape[0], shape[1], self.heads * self.head_size]))
         return [o, a] if self.return_attention_scores else o
+
+    def fusable(self, bias, training):
+        """Whether this call can run as Keras's fused ``ops.dot_product_attention`` (flash /
+        cuDNN attention on a GPU where the shapes allow, XLA's elsewhere): softmax
+        normalisation, no attention dropout in this call, keys and values of one head
+        size, no scores to return, and no additive (float) bias."""
+        dropout = bool(training) and self.attention_dropout > 0
+        return (self.normalization == "softmax" and not dropout and not self.return_attention_scores
+                and self.key_size == self.head_size and (bias is None or bias.dtype == "bool"))
+
+    def _fused_attention(self, qw, kw, vw, key_mask, bias):
+        """[B, Lq, heads, d] of the fused attention; ``key_mask`` [B, Lk] and the bool ``bias``
+        [B|1, Lq, Lk] become one boolean mask [B|1, 1, Lq|1, Lk] (True = may attend)."""
+        mask = None
+        if key_mask is not None:
+            mask = ops.expand_dims(ops.expand_dims(ops.cast(key_mask, "bool"), 1), 1)
+        if bias is not None:
+            bias = ops.expand_dims(bias, 1)
+            mask = bias if mask is None else ops.logical_and(mask, bias)
+        scale = 1.0 / self.key_size ** 0.5 if self.attention_scale else 1.0
+        return ops.dot_product_attention(qw, kw, vw, mask=mask, scale=scale)
 
     def compute_output_shape(self, input_shape):
         q_shape, k_shape = input_shape[0], input_shape[1]
