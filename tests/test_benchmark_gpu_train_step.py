@@ -1,0 +1,33 @@
+"""benchmarks/gpu_train_step.py on this CPU at tiny sizes (a smoke test: no timing is asserted)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "benchmarks" / "gpu_train_step.py"
+
+
+@pytest.mark.jax_only
+def test_tiny_run_reports_every_model_and_length(tmp_path):
+    lines = tmp_path / "steps.jsonl"
+    run = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--rounds", "1", "--steps", "1", "--json", str(lines)],
+                         capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    assert run.returncode == 0, run.stderr[-4000:]
+    records = [json.loads(line) for line in lines.read_text().splitlines()]
+    assert {(r["model"], r["length"]) for r in records} >= {(m, n) for m in ("RoFormerV2", "GAU-α") for n in (16, 32)}
+    for r in records:
+        assert r["ms"] > 0 and 0 < r["mfu"] and r["temp_bytes"] > 0 and r["bytes_accessed"] > 0 and r["fusions"] > 0
+        assert r["batch"] * r["length"] == 64 and r["dtype"] == "float32"
+    assert "matrix rate measured" in run.stdout and "| 32 (2) | GAU-α |" in run.stdout
+
+
+@pytest.mark.parametrize("argv, flag", [(["--lengths", "100"], "--lengths"), (["--tokens", "0"], "--tokens"),
+                                        (["--hidden", "30", "--heads", "4"], "--hidden"),
+                                        (["--dtype", "float16"], "--dtype")])
+def test_bad_options_are_refused_by_name(argv, flag):
+    run = subprocess.run([sys.executable, str(SCRIPT), "--tiny", *argv], capture_output=True, text=True, timeout=120,
+                         cwd=REPO_ROOT)
+    assert run.returncode == 2 and flag in run.stderr, run.stderr
