@@ -205,7 +205,10 @@ def test_weights_under_bert4keras_era_names_and_keras2_files(tmp_path):
     np.testing.assert_array_equal(third.get_weights()[0], model.get_weights()[0])
     with pytest.raises(ValueError, match=r"by_name=True\): Keras 3 loads weights by layer structure only"):
         third.load_weights(str(tmp_path / "keras2.weights"), by_name=True)
-    assert sorted(os.listdir(tmp_path)) == ["best_model.weights", "keras2.weights"]   # no partial file left
+    other.save_weights(str(tmp_path / "best_model.h5"))       # an .h5 name, Keras 3's weights inside
+    third.load_weights(str(tmp_path / "best_model.h5"))
+    np.testing.assert_array_equal(third.get_weights()[-1], other.get_weights()[-1])
+    assert sorted(os.listdir(tmp_path)) == ["best_model.h5", "best_model.weights", "keras2.weights"]
     with pytest.raises(FileNotFoundError, match="load_weights: .*best_theseus.weights' does not exist"):
         third.load_weights(str(tmp_path / "best_theseus.weights"))
 
@@ -237,6 +240,7 @@ def test_keras2_training_internals_name_the_porting_section():
     assert PORTING in str(error.value)
     with pytest.raises(NotImplementedError, match="model.total_loss"):
         model.total_loss  # noqa: B018
+    assert not hasattr(model, "total_loss")        # an AttributeError too
 
     def train_function(inputs):     # a user's replacement, as bert4keras's adversarial example writes it
         return inputs

@@ -200,3 +200,29 @@ def _gradients(loss, weights):
     with tf.GradientTape() as tape:
         value = loss(*variables)
     return tape.gradient(value, variables)
+
+
+def _gau_reference(layer, x, kv, bias, key_mask):
+    """GAU's output with softmax_plus spelled out on the logits (what the layer computed
+    before the factor was folded into q), from the layer's own weights."""
+    from keras import ops
+
+    u, q = ops.split(layer.i_dense(x), [layer.units], axis=-1)
+    k, v = layer.k_dense(kv), layer.v_dense(kv)
+    q, k = layer.q_scaleoffset(q), layer.k_scaleoffset(k)
+    a = ops.einsum("bmd,bnd->bmn", q, k) / layer.key_size ** 0.5
+    attention = gops.attention_normalize(a, key_mask, "softmax_plus", bias, layer.softmax_plus_min_len)
+    return keras.ops.convert_to_numpy(layer.o_dense(u * ops.einsum("bmn,bnd->bmd", attention, v)))
+
+
+@pytest.mark.parametrize("bias_kind", ["none", "float"])
+def test_gau_softmax_plus_cross_attention_equals_the_logit_form(rng, bias_kind):
+    """Lq != Lk without a mask (n = Lk), and an additive float bias (scaled with the logits)."""
+    B, Lq, Lk, H = 2, 3, 20, 8
+    layer = GatedAttentionUnit(units=8, key_size=4, self_attention=False, normalization="softmax_plus",
+                               softmax_plus_min_len=1)
+    x, kv = rng.normal(size=(B, Lq, H)).astype("float32"), rng.normal(size=(B, Lk, H)).astype("float32")
+    bias = None if bias_kind == "none" else rng.normal(size=(1, Lq, Lk)).astype("float32")
+    inputs = [x, kv, kv] + ([bias] if bias is not None else [])
+    got = keras.ops.convert_to_numpy(layer(inputs, a_bias=bias is not None))
+    np.testing.assert_allclose(got, _gau_reference(layer, x, kv, bias, None), rtol=1e-5, atol=1e-6)

@@ -90,3 +90,14 @@ def test_a_keras_file_with_int32_inputs_still_loads(config_path):
     expected = now.predict(inputs, verbose=0)
     np.testing.assert_allclose(legacy.predict(inputs, verbose=0), expected, rtol=1e-6, atol=1e-6)
     assert np.all(np.abs(expected - 1 / 3) > 1e-3)  # trained: not a uniform guess
+
+
+def test_bert4keras_bias_attributes_name_the_own_graphs_tensors(config_path):
+    bert = build_transformer_model(config_path, None, model="gau_alpha", application="unilm",
+                                   return_keras_model=False)
+    assert bert.attention_bias is not None and bert.position_bias is not None
+    assert bert.attention_bias is bert.compute_attention_bias(bert.inputs)      # built once for the graph
+    bert.attention_bias = "replaced"                                            # bert4keras assigns it
+    assert bert.compute_attention_bias(bert.inputs) == "replaced"
+    encoder = build_transformer_model(config_path, None, model="gau_alpha", return_keras_model=False)
+    assert encoder.attention_bias is None and encoder.position_bias is not None

@@ -96,6 +96,10 @@ def _warn_queue_arguments(method, given):
                       f"keras.utils.PyDataset, not from the call ({PORTING})", UserWarning, stacklevel=3)
 
 
+class Keras2Only(AttributeError, NotImplementedError):
+    """A Keras 2 attribute that Keras 3 has no form of (``hasattr`` answers False)."""
+
+
 @keras.saving.register_keras_serializable(package="gau_keras")
 class Model(keras.Model):
     """A ``keras.Model`` with Keras 2's calls (module docstring). Built like any
@@ -193,7 +197,7 @@ class Model(keras.Model):
 
     @property
     def total_loss(self):
-        raise NotImplementedError(
+        raise Keras2Only(
             "model.total_loss (a Keras 2 graph tensor) has no Keras 3 form: the loss is computed inside each "
             f"step; write a train_step on a keras.Model subclass ({PORTING}, 'Patching the training function')")
 

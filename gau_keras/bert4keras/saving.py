@@ -73,12 +73,13 @@ def save_weights(model, filepath, overwrite=True, save_format=None, **kwargs):
             lambda target: keras.Model.save_weights(model, target, overwrite=True, **kwargs))
 
 
-def _is_keras2_weights(path):
-    """An HDF5 weights file in Keras 2's layout (its root lists the layer names)."""
+def _is_keras2_file(path):
+    """An HDF5 file in Keras 2's layout: weights (the root lists the layer names) or a whole
+    model (its weights under 'model_weights')."""
     import h5py
 
     with h5py.File(path, "r") as f:
-        return "layer_names" in f.attrs
+        return "layer_names" in f.attrs or "model_weights" in f
 
 
 def load_weights(model, filepath, skip_mismatch=False, by_name=False, **kwargs):
@@ -93,12 +94,13 @@ def load_weights(model, filepath, skip_mismatch=False, by_name=False, **kwargs):
                          f"(load_weights_from_checkpoint; {PORTING})")
     if not os.path.exists(path):
         raise FileNotFoundError(f"load_weights: {path!r} does not exist")
-    if path.endswith((".weights.h5", ".keras", ".h5", ".hdf5")) or not os.path.isfile(path):
+    if path.endswith((".weights.h5", ".keras")) or not os.path.isfile(path):
         return load(path)
+    # any other name ('best_model.weights', 'x.h5'): the format by the content
     if zipfile.is_zipfile(path):
         return _read_as(path, ".keras", load)
     if h5py.is_hdf5(path):
-        return _read_as(path, ".h5" if _is_keras2_weights(path) else ".weights.h5", load)
+        return _read_as(path, ".h5" if _is_keras2_file(path) else ".weights.h5", load)
     return load(path)
 
 

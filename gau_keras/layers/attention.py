@@ -147,10 +147,10 @@ class GatedAttentionUnit(_AttentionBase):
             key_mask = masks[2]
         if sinusoidal is not None:
             q, k = gops.apply_rotary(sinusoidal, q), gops.apply_rotary(sinusoidal, k)
-        if self.normalization == "softmax_plus":
+        if self.normalization == "softmax_plus" and (bias is None or bias.dtype == "bool"):
             # the per-row factor scale·ln(n)/ln(512) multiplies q [B, Lq, s] instead of the
             # logits [B, Lq, Lk]: one pass over a small tensor instead of one over the largest
-            q = q * ops.cast(self._softmax_plus_factor(q, key_mask, bias), q.dtype)
+            q = q * ops.cast(self._softmax_plus_factor(q, k, key_mask, bias), q.dtype)
             a = ops.einsum("bmd,bnd->bmn", q, k)
             attention = self.dropout(gops.attention_normalize(a, key_mask, "softmax", bias), training=training)
             return self.o_dense(u * ops.einsum("bmn,bnd->bmd", attention, v))
@@ -160,15 +160,16 @@ class GatedAttentionUnit(_AttentionBase):
         attention = self._normalize(a, key_mask, bias, training)
         return self.o_dense(u * ops.einsum("bmn,bnd->bmd", attention, v))
 
-    def _softmax_plus_factor(self, q, key_mask, bias):
+    def _softmax_plus_factor(self, q, k, key_mask, bias):
         """float32 [B|1, Lq|1, 1]: softmax_plus's ln(max(n, min_len)) / ln(512) times the
         attention scale, n = the keys each query may attend to: from the key mask alone
-        ([B, 1, 1]) or, under an LM/UniLM visibility mask, counted per query row."""
+        ([B, 1, 1]) or, under a boolean LM/UniLM visibility mask, counted per query row
+        (an additive float bias is scaled with the logits: ``attend`` spells that case out)."""
         allowed = None if key_mask is None else ops.cast(key_mask, "bool")[:, None, :]     # [B, 1, Lk]
         if bias is not None:
             allowed = bias if allowed is None else ops.logical_and(allowed, bias)        # [B|1, Lq, Lk]
         if allowed is None:
-            n = ops.cast(ops.shape(q)[1], "float32")
+            n = ops.cast(ops.shape(k)[1], "float32")
         else:
             n = ops.sum(ops.cast(allowed, "float32"), axis=-1, keepdims=True)
         n = ops.maximum(n, float(self.softmax_plus_min_len))

@@ -271,12 +271,32 @@ class Transformer:
     @property
     def attention_bias(self):
         """The attention bias of the model's own graph (bert4keras's attribute), or None."""
-        return self._attention_biases.get(_key(self.inputs))
+        return self._attention_biases.get(self._own_key(self._bias_source()[0]))
+
+    @attention_bias.setter
+    def attention_bias(self, value):
+        self._attention_biases[self._own_key(self._bias_source()[0])] = value
 
     @property
     def position_bias(self):
         """The position embeddings of the model's own graph (bert4keras's attribute), or None."""
-        return self._position_biases.get(_key(self.inputs))
+        return self._position_biases.get(self._own_key("Input-Token"))
+
+    @position_bias.setter
+    def position_bias(self, value):
+        self._position_biases[self._own_key("Input-Token")] = value
+
+    def _own_key(self, name):
+        """The cache key of the model's own graph: its input ``name`` (None before it has inputs)."""
+        if not self.inputs:
+            return None
+        return id(self.inputs[self._input_index(name)])
+
+    def _bias_source(self):
+        """(input the application's attention bias comes from, its mode, its layer name)."""
+        if self.application == "lm":
+            return "Input-Token", "lm", "Attention-Mask"
+        return "Input-Segment", "unilm", "Attention-UniLM-Mask"
 
     def graph_input(self, x, name):
         """The input ``name`` ('Input-Token', ...) of the graph ``x`` is computed from: the
@@ -310,10 +330,9 @@ class Transformer:
             return None
         if self.application == "unilm" and getattr(self, "segment_vocab_size", 0) <= 0:
             raise ValueError("application='unilm' needs segment ids: segment_vocab_size must be > 0")
-        source_name, mode, layer_name = (("Input-Token", "lm", "Attention-Mask") if self.application == "lm"
-                                         else ("Input-Segment", "unilm", "Attention-UniLM-Mask"))
+        source_name, mode, layer_name = self._bias_source()
         source = self.graph_input(self.inputs if inputs is None else inputs, source_name)
-        key = _key(graph_inputs(source) or [source])
+        key = id(source)
         if key not in self._attention_biases:
             self._attention_biases[key] = self.apply(source, AttentionBias, mode=mode, name=layer_name)
         return self._attention_biases[key]
@@ -322,7 +341,7 @@ class Transformer:
         """Rotary sinusoidal embeddings [1, L, attention_key_size] (or [B, L,
         attention_key_size] from ``Input-Position``) for the graph of ``inputs``
         (hidden states [B, L, ...]), built once per graph."""
-        key = _key(graph_inputs(inputs) or self.inputs)
+        key = id(self.graph_input(inputs, "Input-Token"))
         if key not in self._position_biases:
             if self.custom_position_ids:    # [1 or B, L, d] from the Input-Position ids
                 inputs = [inputs, self.inputs[1 + int(self.segment_vocab_size > 0)]]
@@ -540,10 +559,6 @@ def graph_inputs(tensors):
             stack.extend(node.input_tensors)
     return roots
 
-
-def _key(tensors):
-    """A cache key for a graph: the identities of its input tensors."""
-    return frozenset(id(t) for t in keras.tree.flatten(tensors) if t is not None)
 
 
 def _input_name(tensor):
