@@ -48,7 +48,10 @@ def parse_ints(text):
 
 
 def positive_int(text):
-    return parse_ints(text)[0]
+    values = parse_ints(text)
+    if len(values) != 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one positive integer")
+    return values[0]
 
 
 def arguments(argv=None):
@@ -186,7 +189,7 @@ def compiled_facts(jitted, example):
     converts = sum(1 for a, b in pairs if {a, b} == {"f32", "bf16"})
     return {"temp_bytes": int(getattr(memory, "temp_size_in_bytes", 0) or 0),
             "bytes_accessed": float((cost or {}).get("bytes accessed", float("nan"))),
-            "fusions": len(re.findall(r"^\s*\S+ = \S+ fusion\(", text, flags=re.M)),
+            "fusions": len(re.findall(r" fusion\([^\n]*\bcalls=", text)),
             "f32_bf16_converts": converts}
 
 
@@ -250,6 +253,10 @@ def main(argv=None):
     os.environ.setdefault("KERAS_BACKEND", "jax")
     import jax
     import jax.numpy as jnp
+    import keras
+
+    if keras.backend.backend() != "jax":
+        raise SystemExit(f"gpu_train_step.py runs on the JAX backend; KERAS_BACKEND is {keras.backend.backend()!r}")
 
     platform = jax.devices()[0].platform
     dtype = args.dtype or ("float32" if platform == "cpu" else "bfloat16")

@@ -317,6 +317,10 @@ def main(argv=None):
     args = arguments(argv)
     records = run_official(args) if args.official else []
     import jax
+    import keras
+
+    if keras.backend.backend() != "jax":
+        raise SystemExit(f"srupp_gpu.py runs on the JAX backend; KERAS_BACKEND is {keras.backend.backend()!r}")
 
     device = jax.devices()[0]
     print(f"device: {device.platform} {getattr(device, 'device_kind', '')}; jax {jax.__version__}", flush=True)
@@ -330,8 +334,9 @@ def main(argv=None):
             out.write(line + "\n")
             out.flush()
 
-    for record in list(records):
-        print(json.dumps(record), flush=True)
+    official, records = records, []
+    for record in official:
+        emit(record)
     for B, L, d, p in args.shapes:
         steps, parity = recurrence_steps(B, L, d, args.blocks, args.lookaheads, args.seed)
         emit({"group": "parity", "shape": [B, L, d, p], "max_relative_difference": parity})

@@ -193,9 +193,10 @@ def test_kernel_choice_by_mode_platform_and_dtype(monkeypatch):
 
     monkeypatch.delenv("GAU_KERAS_SRU_KERNEL", raising=False)
     assert kernel_choice("float32") == "scan"  # auto on this CPU
-    assert backend.kernel_choice("float32", platform="gpu") == "pallas"
+    assert backend.kernel_choice("float32", platform="cuda") == "pallas"
+    assert backend.kernel_choice("float32", platform="rocm") == "scan"   # no kernel for ROCm GPUs
     assert backend.kernel_choice("bfloat16", platform="tpu") == "pallas"
-    assert backend.kernel_choice("float64", platform="gpu") == "scan"  # the kernel's state is float32
+    assert backend.kernel_choice("float64", platform="cuda") == "scan"  # the kernel's state is float32
     assert kernel_choice("float32", "pallas") == "pallas"
     assert kernel_choice("float32", "xla") == "scan"  # today's name kept as an alias
     monkeypatch.setenv("GAU_KERAS_SRU_KERNEL", "pallas")
@@ -213,6 +214,20 @@ def test_a_request_the_platform_cannot_honour_is_an_error(implementation, dtype,
     with pytest.raises(ValueError) as error:
         kernel_choice(dtype, implementation)
     assert message in str(error.value)
+
+
+def test_kernel_tuning_is_checked_whatever_the_platform():
+    import jax.numpy as jnp
+
+    from gau_keras.recurrence import jax as backend
+
+    U, x, w = jnp.zeros((1, 2, 6)), jnp.zeros((1, 2, 2)), jnp.zeros(4)
+    with pytest.raises(ValueError, match="block must be a power of 2, got 48"):
+        backend.sru_recurrence(U, x, w, w, implementation="pallas", block=48)
+    with pytest.raises(ValueError, match="lookahead must be a positive integer, got 0"):
+        backend.sru_recurrence(U, x, w, w, lookahead=0)
+    with pytest.raises(ValueError, match="block=64 tunes the Pallas kernel; implementation 'scan' has none"):
+        backend.sru_recurrence(U, x, w, w, implementation="scan", block=64)
 
 
 def test_float64_with_the_kernel_forced_is_refused_by_the_call():

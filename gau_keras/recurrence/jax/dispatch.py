@@ -37,12 +37,24 @@ def _kernel_takes(dtype):
     return jnp.dtype(dtype).name in pallas_kernel.SUPPORTED_DTYPES
 
 
+def _kernel_platform(platform):
+    """Whether ``platform`` (JAX's name: 'cpu', 'gpu', 'cuda', 'rocm', 'tpu') has the kernel:
+    CUDA GPUs (Triton) and TPUs (Mosaic); a ROCm GPU runs the scan."""
+    if platform == "gpu":
+        try:
+            platform = "rocm" if "rocm" in jax.devices("gpu")[0].client.platform_version.lower() else "cuda"
+        except (RuntimeError, AttributeError, IndexError):
+            return False
+    return platform in KERNEL_PLATFORMS
+
+
 def kernel_choice(dtype="float32", implementation=None, platform=None):
-    """Which implementation ``sru_recurrence`` uses for ``dtype`` on ``platform``
-    (default: JAX's default backend): "pallas" or "scan".
+    """Which implementation ``sru_recurrence`` uses for ``dtype`` on ``platform`` (JAX's
+    name: 'cpu', 'cuda', 'rocm', 'tpu', or 'gpu' for this host's GPUs; default: JAX's
+    default backend): "pallas" or "scan".
 
     ``implementation`` (default ``$GAU_KERAS_SRU_KERNEL``, else "auto"): "auto"
-    runs the kernel on GPU and TPU and the scan on CPU (and for float64);
+    runs the kernel on CUDA GPUs and TPUs and the scan elsewhere (and for float64);
     "pallas" always runs the kernel (on a CPU in Pallas's interpreter) and raises
     ValueError for a dtype it does not take; "scan" (alias "xla") the scan pair;
     "native" (TensorFlow's C++ kernel) raises ValueError."""
@@ -54,7 +66,7 @@ def kernel_choice(dtype="float32", implementation=None, platform=None):
     if mode != "auto":
         return mode
     platform = platform or jax.default_backend()
-    return "pallas" if platform in ("gpu", "cuda", "tpu") and _kernel_takes(dtype) else "scan"
+    return "pallas" if _kernel_platform(platform) and _kernel_takes(dtype) else "scan"
 
 
 def _kernel_branch(target, p_args, tuning, interpret=False):
@@ -65,6 +77,19 @@ def _kernel_branch(target, p_args, tuning, interpret=False):
                                **({} if target == "mosaic" else tuning))
         return pallas_kernel.recurrence(p, U, x, weight_c, bias, c0, pad, scale, mask_c)
     return run
+
+
+def _check_tuning(mode, block, lookahead):
+    """``block`` and ``lookahead`` are the GPU kernel's: checked here, whatever platform lowers the call."""
+    for name, value in (("block", block), ("lookahead", lookahead)):
+        if value is None:
+            continue
+        if mode == "scan":
+            raise ValueError(f"sru_recurrence: {name}={value!r} tunes the Pallas kernel; implementation 'scan' "
+                             f"has none")
+        if not isinstance(value, int) or value < 1 or (name == "block" and value & (value - 1)):
+            kind = "a power of 2" if name == "block" else "a positive integer"
+            raise ValueError(f"sru_recurrence: {name} must be {kind}, got {value!r}")
 
 
 def _scan_branch(layout):
@@ -86,6 +111,7 @@ def sru_recurrence(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,
     program (a power of 2) and steps loaded ahead; None for the defaults (TPU
     blocks are Mosaic's 128 columns × 8 steps)."""
     mode = _mode(implementation)
+    _check_tuning(mode, block, lookahead)
     p = prepare(U, x, weight_c, bias, c0, mask_pad, scale_x, dropout_mask, bidirectional, keep_io_dtype=True)
     kernel_choice(p.out_dtype, mode)  # refuses a dtype the kernel does not take when it is forced
     p_args = dict(layout=p.layout, batch=p.U.shape[0], length=p.U.shape[1], x_width=p.x.shape[-1],

@@ -317,12 +317,12 @@ def _backward_kernel(p, *refs):
     def compute(t, carry, inputs):
         dc, dvf, dvr, dbf, dbr, dscale = carry
         u0, u1, u2, source, keep, c_prev, dh = inputs
+        if keep is not None:  # h = 0 on padding; a padded step's inputs reach no sum
+            dh, source = jnp.where(keep > 0.5, dh, 0.0), jnp.where(keep > 0.5, source, 0.0)
         xp = source if p.layout.k == 4 else source * scale
         f = _sigmoid(u1 + b_f + v_f * c_prev)
         rg = _sigmoid(u2 + b_r + v_r * c_prev)
         c = u0 + (c_prev - u0) * f
-        if keep is not None:
-            dh = jnp.where(keep > 0.5, dh, 0.0)  # h = 0 on padding
         A = dh * m * rg
         dxp = dh - A
         dgr = A * (1.0 - rg) * (c - xp)
@@ -333,6 +333,7 @@ def _backward_kernel(p, *refs):
         if keep is not None:  # a padded step passes dc through and contributes nothing
             real = keep > 0.5
             dgf, du0 = jnp.where(real, dgf, 0.0), jnp.where(real, du0, 0.0)
+            dgr, dxp = jnp.where(real, dgr, 0.0), jnp.where(real, dxp, 0.0)
             dc_prev = jnp.where(real, dc_prev, dc)
         for gate, value in enumerate((du0, dgf, dgr, dxp)):
             _put(r.du, t, value, gate)
