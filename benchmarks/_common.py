@@ -135,6 +135,24 @@ def matmul_flops_per_second(n=2048, repeats=5):
     return matmul_flops(n, n, n) / best
 
 
+def interleaved_medians(steps, rounds, n, wait):
+    """{name: median ms per step} of ``steps`` ({name: step()}), timed in turn, the order
+    reversed every other round; ``wait(out)`` blocks until a step's asynchronous result is
+    ready (e.g. ``jax.block_until_ready``). Each step runs once untimed first (compilation)."""
+    times = {name: [] for name in steps}
+    names = list(steps)
+    for name in names:
+        wait(steps[name]())
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            start = time.perf_counter()
+            for _ in range(n):
+                out = steps[name]()
+            wait(out)
+            times[name].append((time.perf_counter() - start) * 1e3 / n)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def median_ratio(numerators, denominators):
     """Median of the per-repeat ratios (repeats were measured side by side)."""
     return statistics.median(a / b for a, b in zip(numerators, denominators))

@@ -31,7 +31,9 @@ import sys
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))  # the repository root
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # _common
 
+import _common  # noqa: E402  (path set above)
 import numpy as np  # noqa: E402
 
 MODELS = ("RoFormerV2", "GAU-α", "keras-hub RoFormerV2")
@@ -211,22 +213,6 @@ def matmul_rate(args, dtype):
     return 2 * n ** 3 / statistics.median(times)
 
 
-def interleaved(steps, rounds, n):
-    """{name: median ms a step}, the models timed in turn, the order reversed every other round."""
-    import jax
-
-    times = {name: [] for name in steps}
-    names = list(steps)
-    for r in range(rounds):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            start = time.perf_counter()
-            for _ in range(n):
-                out = steps[name]()
-            jax.block_until_ready(out)
-            times[name].append((time.perf_counter() - start) * 1e3 / n)
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
 def table(records, peak):
     lines = [f"matrix rate measured: {peak / 1e12:.3g} TFLOP/s", "",
              "| L (batch) | model | ms | MFU | XLA temp MiB | GB accessed | fusions | f32⇄bf16 converts |",
@@ -289,7 +275,7 @@ def main(argv=None):
                     for _ in range(3):
                         jax.block_until_ready(run())
         timed = ({name: float("nan") for name in steps} if args.compile_only
-                 else interleaved(steps, args.rounds, args.steps))
+                 else _common.interleaved_medians(steps, args.rounds, args.steps, jax.block_until_ready))
         for name, ms in timed.items():
             flops = 3 * forward_flops("GAU-α" if name == "GAU-α" else "RoFormerV2", args, batch, length)
             record = {"model": name, "length": length, "batch": batch, "dtype": dtype, "ms": ms,

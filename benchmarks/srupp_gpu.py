@@ -40,7 +40,9 @@ import sys
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))  # the repository root
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # _common
 
+import _common  # noqa: E402  (path set above)
 import numpy as np  # noqa: E402
 
 SHAPES = "8x512x512x128,16x1024x1024x256"
@@ -115,25 +117,6 @@ def arguments(argv=None):
 
 
 # ---------------------------------------------------------------- timing
-
-def interleaved(steps, rounds, n):
-    """{name: median ms per step} of ``steps`` ({name: step()}, each returning something to
-    block on), timed round after round, the order reversed every other round."""
-    import jax
-
-    times = {name: [] for name in steps}
-    names = list(steps)
-    for name in names:  # compiles what is not compiled yet
-        jax.block_until_ready(steps[name]())
-    for r in range(rounds):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            start = time.perf_counter()
-            for _ in range(n):
-                out = steps[name]()
-            jax.block_until_ready(out)
-            times[name].append((time.perf_counter() - start) * 1e3 / n)
-    return {name: statistics.median(t) for name, t in times.items()}
-
 
 # ---------------------------------------------------------------- recurrence
 
@@ -334,19 +317,22 @@ def main(argv=None):
             out.write(line + "\n")
             out.flush()
 
+    def timed(steps):
+        return _common.interleaved_medians(steps, args.rounds, args.steps, jax.block_until_ready)
+
     official, records = records, []
     for record in official:
         emit(record)
     for B, L, d, p in args.shapes:
         steps, parity = recurrence_steps(B, L, d, args.blocks, args.lookaheads, args.seed)
         emit({"group": "parity", "shape": [B, L, d, p], "max_relative_difference": parity})
-        for variant, ms in interleaved(steps, args.rounds, args.steps).items():
+        for variant, ms in timed(steps).items():
             emit({"group": "recurrence", "shape": [B, L, d, p], "dtype": "float32", "variant": variant, "ms": ms})
         if args.no_train:
             continue
         for dtype in args.dtypes:
             steps = train_steps(B, L, d, p, dtype, args.seed)
-            for variant, ms in interleaved(steps, args.rounds, args.steps).items():
+            for variant, ms in timed(steps).items():
                 emit({"group": "train", "shape": [B, L, d, p], "dtype": dtype, "variant": variant, "ms": ms})
     if out:
         out.close()
