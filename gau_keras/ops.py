@@ -93,19 +93,93 @@ def attention_normalize(a, mask=None, method="softmax", bias=None, min_len=16):
     elif bias is not None:
         a = a + ops.cast(bias, a.dtype)
     if method == "softmax":
-        return ops.cast(ops.softmax(_masked(a, allowed), axis=-1), dtype)
+        return masked_softmax(a, allowed, dtype)
     n = _key_count(a, allowed)
     if method == "squared_relu":
         return ops.cast(ops.square(ops.relu(_masked(a, allowed))) / n, dtype)
     n = ops.maximum(n, ops.cast(min_len, n.dtype))
     # scaled before masking: with n = 1 the scale is 0, which would lift masked keys to 0
-    return ops.cast(ops.softmax(_masked(a * ops.log(n) / math.log(512.0), allowed), axis=-1), dtype)
+    return masked_softmax(a * ops.log(n) / math.log(512.0), allowed, dtype)
 
 
-def _masked(a, allowed):
+def masked_softmax(a, allowed=None, dtype="float32"):
+    """Softmax of float32 logits over the last axis, masked entries (``allowed``
+    False, a bool tensor broadcastable to ``a``) set to NEG_INF first; the result
+    in ``dtype``.
+
+    Its gradient is computed from that result alone, ``p (g - Σ g p)`` in float32:
+    the backward pass keeps one [.., Lq, Lk] tensor in ``dtype`` (bfloat16 under
+    mixed precision) and ``allowed`` as given, where autodiff keeps the masked logits
+    and their exponentials in float32 and the mask broadcast to [.., Lq, Lk]. Masked
+    entries get a zero gradient, as through ``where``.
+    """
+    a = ops.cast(a, "float32")
+    if allowed is None:
+        return _softmax_from_output(a, dtype)
+    return _masked_softmax_from_output(a, ops.cast(allowed, "bool"), dtype)
+
+
+def _softmax_from_output(a, dtype):
+    # the tensors a custom gradient uses are its arguments: a closure over a traced value
+    # leaks it under jax.checkpoint (recompute)
+    @ops.custom_gradient
+    def softmax(logits):
+        p = ops.cast(ops.softmax(logits, axis=-1), dtype)
+
+        def grad(*args, upstream=None):
+            upstream = args[0] if upstream is None else upstream
+            p32, g = ops.cast(p, "float32"), ops.cast(upstream, "float32")
+            return p32 * (g - ops.sum(g * p32, axis=-1, keepdims=True))
+
+        return p, grad
+
+    return softmax(a)
+
+
+def _masked_softmax_from_output(a, allowed, dtype):
+    @ops.custom_gradient
+    def softmax(logits, allowed):
+        p = ops.cast(ops.softmax(masked_fill(logits, allowed), axis=-1), dtype)
+
+        def grad(*args, upstream=None):
+            upstream = args[0] if upstream is None else upstream
+            p32, g = ops.cast(p, "float32"), ops.cast(upstream, "float32")
+            # masked entries: 0, also in a row with every key masked (p uniform there)
+            return masked_fill(p32 * (g - ops.sum(g * p32, axis=-1, keepdims=True)), allowed, 0.0), None
+
+        return p, grad
+
+    return softmax(a, allowed)
+
+
+def rms_normalize(x, epsilon):
+    """``x / sqrt(mean(x², -1) + epsilon)`` over the last axis of x [..., d], in x's dtype.
+
+    The statistic is taken in float32 (float16 squares overflow for |x| > 256); the
+    product and the saved input stay in x's dtype, so the backward pass keeps x and
+    the float32 [..., 1] factor r instead of a float32 copy of x. Gradient:
+    ``r (g - y mean(g y))`` with y = x r, in float32.
+    """
+    @ops.custom_gradient
+    def normalize(x):
+        x32 = ops.cast(x, "float32")
+        r = ops.rsqrt(ops.mean(ops.square(x32), axis=-1, keepdims=True) + epsilon)
+        y = x * ops.cast(r, x.dtype)
+
+        def grad(*args, upstream=None):
+            upstream = args[0] if upstream is None else upstream
+            g, y32 = ops.cast(upstream, "float32"), ops.cast(x, "float32") * r
+            return ops.cast(r * (g - y32 * ops.mean(g * y32, axis=-1, keepdims=True)), x.dtype)
+
+        return y, grad
+
+    return normalize(x)
+
+
+def _masked(a, allowed, value=NEG_INF):
     if allowed is None:
         return a
-    return masked_fill(a, allowed)
+    return masked_fill(a, allowed, value)
 
 
 def _key_count(a, allowed):
@@ -156,13 +230,14 @@ def apply_rotary(sinusoidal, x):
         sinusoidal: [1 or B, L, d] interleaved [sin, cos, ...] embeddings.
         x: [B, L, d] or [B, L, H, d].
     Returns:
-        ``x * cos + rotate(x) * sin`` with rotate(x) = interleave(-x[1::2], x[::2]).
+        ``x * cos + rotate(x) * sin`` with rotate(x) = interleave(-x[1::2], x[::2]),
+        computed pair by pair from the [.., d/2] halves of ``sinusoidal``: no
+        [.., d] cos/sin table is expanded for each tensor rotated.
     """
     sinusoidal = ops.cast(sinusoidal, x.dtype)
     if len(x.shape) == 4:
         sinusoidal = ops.expand_dims(sinusoidal, 2)
-    cos = ops.repeat(sinusoidal[..., 1::2], 2, axis=-1)
-    sin = ops.repeat(sinusoidal[..., ::2], 2, axis=-1)
-    rotated = ops.stack([-x[..., 1::2], x[..., ::2]], axis=-1)
-    rotated = ops.reshape(rotated, ops.shape(x))
-    return x * cos + rotated * sin
+    sin, cos = sinusoidal[..., ::2], sinusoidal[..., 1::2]
+    even, odd = x[..., ::2], x[..., 1::2]
+    rotated = ops.stack([even * cos - odd * sin, odd * cos + even * sin], axis=-1)
+    return ops.reshape(rotated, ops.shape(x))

@@ -17,3 +17,18 @@ def assert_keras_round_trip(model, inputs, atol=1e-6):
     for e, g in zip(keras.tree.flatten(expected), keras.tree.flatten(got)):
         np.testing.assert_allclose(g, e, atol=atol)
     return restored
+
+
+def gradients(loss, weights):
+    """d loss(*weights) / d weights (numpy arrays in, backend tensors out) on the backend in use."""
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.grad(loss, argnums=tuple(range(len(weights))))(*weights)
+    import tensorflow as tf
+
+    tensors = [tf.convert_to_tensor(w) for w in weights]
+    with tf.GradientTape() as tape:     # nests: an outer tape records this gradient
+        tape.watch(tensors)
+        value = loss(*tensors)
+    return tape.gradient(value, tensors)

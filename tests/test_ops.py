@@ -5,6 +5,7 @@ from keras import ops
 
 from gau_keras import ops as gops
 from tests import numpy_reference as ref
+from tests.layer_utils import gradients
 
 
 def test_key_mask_keeps_position_zero():
@@ -83,3 +84,67 @@ def test_rotary_is_relative(rng):
     qr = ops.convert_to_numpy(gops.apply_rotary(table, q))[0]
     kr = ops.convert_to_numpy(gops.apply_rotary(table, k))[0]
     np.testing.assert_allclose(qr[5] @ kr[2], qr[9] @ kr[6], rtol=1e-5)
+
+
+# ------------------------------------------------- the hand-written gradients
+def _plain_softmax(a, allowed):
+    return ops.softmax(a if allowed is None else gops.masked_fill(a, allowed), axis=-1)
+
+
+def _plain_rms(x, epsilon):
+    x32 = ops.cast(x, "float32")
+    return x32 / ops.sqrt(ops.mean(ops.square(x32), axis=-1, keepdims=True) + epsilon)
+
+
+@pytest.mark.both_backends
+def test_masked_softmax_gradient_equals_autodiff(rng):
+    """p (g - Σ g p) from the saved output: the gradient of softmax(where(mask, a, NEG_INF)),
+    masked logits 0, a row with every key masked finite."""
+    a = (rng.normal(size=(2, 4, 5)) * 3).astype("float32")
+    allowed = rng.random((2, 4, 5)) > 0.3
+    allowed[0, 1] = False                           # a row with nothing visible
+    weight = rng.normal(size=(2, 4, 5)).astype("float32")
+    ours = gradients(lambda x: ops.sum(gops.masked_softmax(x, allowed) * weight), [a])[0]
+    plain = gradients(lambda x: ops.sum(_plain_softmax(x, allowed) * weight), [a])[0]
+    ours = ops.convert_to_numpy(ours)
+    np.testing.assert_allclose(ours, ops.convert_to_numpy(plain), atol=1e-6)
+    assert np.isfinite(ours).all() and not ours[~allowed].any()
+    value = ops.convert_to_numpy(gops.masked_softmax(a, allowed, "bfloat16"))
+    assert str(value.dtype) == "bfloat16"
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("dtype, scale, atol", [("float32", 3.0, 1e-6), ("float16", 1000.0, 2e-3),
+                                                ("bfloat16", 3.0, 2e-2)])
+def test_rms_normalize_value_and_gradient(rng, dtype, scale, atol):
+    """Against float32 autodiff of x / sqrt(mean(x²) + eps): float16 inputs whose squares
+    overflow float16 (|x| 1000) stay finite; bfloat16 within its own precision."""
+    x = (rng.normal(size=(2, 3, 8)) * scale).astype("float32")
+    weight = rng.normal(size=(2, 3, 8)).astype("float32")
+    expected = ops.convert_to_numpy(_plain_rms(x, 1e-7))
+    got = ops.convert_to_numpy(ops.cast(gops.rms_normalize(ops.cast(x, dtype), 1e-7), "float32"))
+    np.testing.assert_allclose(got, expected, atol=atol * 4)
+    ours = gradients(lambda v: ops.sum(ops.cast(gops.rms_normalize(ops.cast(v, dtype), 1e-7), "float32")
+                                       * weight), [x])[0]
+    plain = gradients(lambda v: ops.sum(_plain_rms(v, 1e-7) * weight), [x])[0]
+    ours, plain = ops.convert_to_numpy(ours), ops.convert_to_numpy(plain)
+    assert np.isfinite(ours).all()
+    np.testing.assert_allclose(ours * scale, plain * scale, atol=atol * 4)
+
+
+@pytest.mark.both_backends
+def test_hand_written_gradients_differentiate_again(rng):
+    """A gradient penalty (bert4keras's adversarial-training idiom) differentiates the
+    gradient: both hand-written backward passes are differentiable, as autodiff's are."""
+    x = rng.normal(size=(2, 3, 6)).astype("float32")
+    weight = rng.normal(size=(2, 3, 6)).astype("float32")
+
+    def penalty(normalize, softmax):
+        def loss(v):
+            inner = gradients(lambda u: ops.sum(softmax(normalize(u)) * weight), [v])[0]
+            return ops.sum(ops.square(inner))
+        return loss
+
+    ours = gradients(penalty(lambda u: gops.rms_normalize(u, 1e-7), lambda u: gops.masked_softmax(u)), [x])[0]
+    plain = gradients(penalty(lambda u: _plain_rms(u, 1e-7), lambda u: _plain_softmax(u, None)), [x])[0]
+    np.testing.assert_allclose(ops.convert_to_numpy(ours), ops.convert_to_numpy(plain), rtol=1e-4, atol=1e-6)

@@ -190,6 +190,16 @@ class GatedAttentionUnit(_AttentionBase):
         return config
 
 
+def _float16_on_jax_cpu(dtype):
+    """JAX's XLA attention asks a CPU for float16 products with float32 results, which
+    XLA's CPU dot does not take ("precision 'F16_F16_F32'"): spelled out there."""
+    if dtype != "float16" or keras.backend.backend() != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() == "cpu"
+
+
 @keras.saving.register_keras_serializable(package="gau_keras")
 class MultiHeadAttention(_AttentionBase):
     """bert4keras's multi-head attention, inputs ``[q, k, v, (bias), (sinusoidal)]``.
@@ -265,7 +275,8 @@ class MultiHeadAttention(_AttentionBase):
         size, no scores to return, and no additive (float) bias."""
         dropout = bool(training) and self.attention_dropout > 0
         return (self.normalization == "softmax" and not dropout and not self.return_attention_scores
-                and self.key_size == self.head_size and (bias is None or bias.dtype == "bool"))
+                and self.key_size == self.head_size and (bias is None or bias.dtype == "bool")
+                and not _float16_on_jax_cpu(self.compute_dtype))
 
     def _fused_attention(self, qw, kw, vw, key_mask, bias):
         """[B, Lq, heads, d] of the fused attention; ``key_mask`` [B, Lk] and the bool ``bias``

@@ -5,6 +5,8 @@ Design notes: docs/models.md (The norm).
 import keras
 from keras import ops
 
+from gau_keras import ops as gops
+
 
 def _is_on(flag):
     """bert4keras's scale/offset flags: True = a learned weight, a number = that
@@ -149,15 +151,19 @@ class LayerNormalization(ScaleOffset):
 
     def call(self, inputs):
         x, cond = self._split(inputs)
+        if not self.zero_mean:
+            return self.affine(self._rms(x) if self.unit_variance else x, cond)
         # float32 statistics under mixed precision, as Keras's own norms: the
         # squares of post-norm residual sums (|x| > 256) overflow float16
         x = ops.cast(x, "float32")
-        if self.zero_mean:
-            x = x - ops.mean(x, axis=-1, keepdims=True)
+        x = x - ops.mean(x, axis=-1, keepdims=True)
         if self.unit_variance:
             variance = ops.mean(ops.square(x), axis=-1, keepdims=True)
             x = x / ops.sqrt(variance + self.epsilon)
         return self.affine(ops.cast(x, self.compute_dtype), cond)
+
+    def _rms(self, x):
+        return gops.rms_normalize(ops.cast(x, self.compute_dtype), self.epsilon)
 
     def get_config(self):
         config = super().get_config()
