@@ -26,8 +26,8 @@ from gau_keras import keras2_backend as K
 from gau_keras import ops as gau_ops
 from gau_keras.bert4keras.keras2 import keras  # the Keras 2 face bert4keras scripts import from here
 from gau_keras.keras2_backend import flatten, reshape, where  # bert4keras's extended versions
-
-PACKAGE = "gau_keras"
+from gau_keras.losses import multilabel_categorical_crossentropy, sparse_multilabel_categorical_crossentropy
+from gau_keras.registration import PACKAGE
 
 #: bert4keras chose between keras and tf.keras with TF_KERAS; Keras 3 is what
 #: tf.keras is on TensorFlow >= 2.16, so code written for tf.keras is the right branch
@@ -329,52 +329,7 @@ def apply_rotary_position_embeddings(sinusoidal, *tensors):
 
 
 # --------------------------------------------------------------------------- losses
-
-
-def _log_one_plus_sum_exp(logits, log_weights):
-    """log(1 + sum_j w_j e^(s_j)) over the last axis; an entry with log w = -inf drops out."""
-    threshold = ops.zeros_like(logits[..., :1])     # the "1 +": a class at logit 0 separating the two sets
-    return ops.logsumexp(ops.concatenate([logits + log_weights, threshold], axis=-1), axis=-1)
-
-
-@keras3.saving.register_keras_serializable(package=PACKAGE)
-def multilabel_categorical_crossentropy(y_true, y_pred):
-    """Multi-label crossentropy on logits (Su's): per row,
-    log(1 + sum_neg e^s) + log(1 + sum_pos e^-s).
-
-    y_true: [..., C] in [0, 1] (how much each class is a target); y_pred:
-    logits [..., C] (no sigmoid/softmax; -inf = a class left out); predict
-    the classes with y_pred > 0. Returns [...].
-    """
-    y_true = ops.cast(y_true, y_pred.dtype)
-    present = ops.not_equal(y_pred, -np.inf)
-    negatives = _log_one_plus_sum_exp(ops.where(present, y_pred, -np.inf), ops.log(1 - y_true))
-    positives = _log_one_plus_sum_exp(ops.where(present, -y_pred, -np.inf), ops.log(y_true))
-    return negatives + positives
-
-
-@keras3.saving.register_keras_serializable(package=PACKAGE)
-def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False):
-    """``multilabel_categorical_crossentropy`` with the targets as class indices.
-
-    y_true: int [..., P], the positive classes of each row (index C = the
-    threshold class at logit 0); y_pred: logits [..., C]. ``mask_zero``: index 0
-    pads ``y_true`` and class 0 is no class at all. The negative term
-    log(sum_all e^s - sum_pos e^s) is computed as
-    lse_all + log(clip(1 - e^(lse_pos - lse_all), epsilon, 1)). Returns [...].
-    """
-    logits = ops.concatenate([y_pred, ops.zeros_like(y_pred[..., :1])], axis=-1)
-    positive = batch_gather(logits, y_true)
-    positive_for_pos, positive_for_neg = positive, positive
-    if mask_zero:
-        padding = ops.equal(y_true, 0)
-        positive_for_pos = ops.where(padding, np.inf, positive)      # e^-s = 0: no positive term
-        positive_for_neg = ops.where(padding, -np.inf, positive)     # e^s = 0: nothing to subtract
-        logits = ops.where(ops.equal(ops.arange(ops.shape(logits)[-1]), 0), -np.inf, logits)
-    pos_loss = _log_one_plus_sum_exp(-positive_for_pos, ops.zeros_like(positive))
-    lse_all = ops.logsumexp(logits, axis=-1)
-    share = ops.exp(ops.logsumexp(positive_for_neg, axis=-1) - lse_all)    # of e^s over all classes, on positives
-    return pos_loss + lse_all + ops.log(ops.clip(1 - share, K.epsilon(), 1))
+# multilabel_categorical_crossentropy and its sparse form: gau_keras.losses (imported above)
 
 
 # --------------------------------------------------------------------------- recompute

@@ -8,8 +8,10 @@ import keras
 import numpy as np
 from keras.src.initializers.random_initializers import compute_fans  # Keras's fan rule; not in its public API
 
+from gau_keras.registration import PACKAGE
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class ScaledTruncatedNormal(keras.initializers.Initializer):
     """Truncated normal (cut at 2 std) with
 
@@ -54,7 +56,7 @@ def _truncated_normal(rng, shape, stddev):
     return values
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class Portable(keras.initializers.Initializer):
     """``initializer``'s distribution, drawn with numpy from ``seed``: the same
     values on TensorFlow and JAX (Keras's initializers draw with the backend's

@@ -2,43 +2,81 @@
 
 * ``sparse_logits_crossentropy``: softmax cross-entropy on integer targets,
   the loss of every head in ``gau_keras.layers.heads`` but GlobalPointer;
-* ``global_pointer_crossentropy``: the multi-label span loss of GlobalPointer;
+* ``multilabel_categorical_crossentropy`` (and its sparse form): Su's multi-label
+  cross-entropy on logits, also bert4keras's ``backend`` functions;
+* ``global_pointer_crossentropy``: the multi-label span loss of GlobalPointer, built on it;
 * ``masked_lm_sums`` / ``masked_positions``: the masked-LM loss of pretraining
   (summed over masked positions) and the static-shape gather of those positions.
 
 Design notes: docs/pretraining.md (The loop).
 """
+import math
+
 import keras
 from keras import ops
 
-from gau_keras.ops import NEG_INF
+from gau_keras.registration import PACKAGE
 
-PACKAGE = "gau_keras"
+
+def _log_one_plus_sum_exp(logits, log_weights):
+    """log(1 + sum_j w_j e^(s_j)) over the last axis; an entry with log w = -inf drops out."""
+    threshold = ops.zeros_like(logits[..., :1])     # the "1 +": a class at logit 0 separating the two sets
+    return ops.logsumexp(ops.concatenate([logits + log_weights, threshold], axis=-1), axis=-1)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+def multilabel_categorical_crossentropy(y_true, y_pred):
+    """Multi-label crossentropy on logits (Su's): per row,
+    log(1 + sum_neg e^s) + log(1 + sum_pos e^-s).
+
+    y_true: [..., C] in [0, 1] (how much each class is a target); y_pred:
+    logits [..., C] (no sigmoid/softmax; -inf = a class left out); predict
+    the classes with y_pred > 0. Returns [...].
+    """
+    y_true = ops.cast(y_true, y_pred.dtype)
+    present = ops.not_equal(y_pred, -math.inf)
+    negatives = _log_one_plus_sum_exp(ops.where(present, y_pred, -math.inf), ops.log(1 - y_true))
+    positives = _log_one_plus_sum_exp(ops.where(present, -y_pred, -math.inf), ops.log(y_true))
+    return negatives + positives
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False):
+    """``multilabel_categorical_crossentropy`` with the targets as class indices.
+
+    y_true: int [..., P], the positive classes of each row (index C = the
+    threshold class at logit 0); y_pred: logits [..., C]. ``mask_zero``: index 0
+    pads ``y_true`` and class 0 is no class at all. The negative term
+    log(sum_all e^s - sum_pos e^s) is computed as
+    lse_all + log(clip(1 - e^(lse_pos - lse_all), epsilon, 1)). Returns [...].
+    """
+    logits = ops.concatenate([y_pred, ops.zeros_like(y_pred[..., :1])], axis=-1)
+    positive = ops.take_along_axis(logits, ops.cast(y_true, "int32"), axis=-1)
+    positive_for_pos, positive_for_neg = positive, positive
+    if mask_zero:
+        padding = ops.equal(y_true, 0)
+        positive_for_pos = ops.where(padding, math.inf, positive)      # e^-s = 0: no positive term
+        positive_for_neg = ops.where(padding, -math.inf, positive)     # e^s = 0: nothing to subtract
+        logits = ops.where(ops.equal(ops.arange(ops.shape(logits)[-1]), 0), -math.inf, logits)
+    pos_loss = _log_one_plus_sum_exp(-positive_for_pos, ops.zeros_like(positive))
+    lse_all = ops.logsumexp(logits, axis=-1)
+    share = ops.exp(ops.logsumexp(positive_for_neg, axis=-1) - lse_all)    # of e^s over all classes, on positives
+    return pos_loss + lse_all + ops.log(ops.clip(1 - share, keras.config.epsilon(), 1))
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 def global_pointer_crossentropy(y_true, y_pred):
     """Multi-label cross-entropy over all spans of one type (Su's GlobalPointer loss).
 
-    y_true: 0/1 [B, T, L, L]; y_pred: span logits [B, T, L, L]. Per (b, t)
-    with positive set P and negative set N:
-    log(1 + sum_{N} exp(s)) + log(1 + sum_{P} exp(-s)); averaged over B*T.
+    y_true: 0/1 [B, T, L, L]; y_pred: span logits [B, T, L, L]. Per (b, t),
+    ``multilabel_categorical_crossentropy`` over its L² spans; averaged over B*T.
     Unlike a sigmoid per span, it does not drown the few positives in the
-    L^2 negatives.
+    L² negatives. Masked spans (s = NEG_INF) drop out of both terms.
     """
     shape = ops.shape(y_pred)
     y_pred = ops.reshape(y_pred, (shape[0] * shape[1], -1))
-    y_true = ops.reshape(ops.cast(y_true, y_pred.dtype), ops.shape(y_pred))
-    big = ops.cast(-NEG_INF, y_pred.dtype)
-    signed = (1.0 - 2.0 * y_true) * y_pred                # s on negatives, -s on positives
-    # pushing the other set down by `big` (not negating it) keeps masked spans
-    # (s = NEG_INF) at -inf in both terms
-    negatives = signed - y_true * big
-    positives = signed - (1.0 - y_true) * big
-    zeros = ops.zeros_like(y_pred[:, :1])
-    loss = (ops.logsumexp(ops.concatenate([negatives, zeros], axis=-1), axis=-1)
-            + ops.logsumexp(ops.concatenate([positives, zeros], axis=-1), axis=-1))
-    return ops.mean(loss)
+    y_true = ops.reshape(y_true, ops.shape(y_pred))
+    return ops.mean(multilabel_categorical_crossentropy(y_true, y_pred))
 
 
 def sparse_logits_crossentropy():

@@ -88,7 +88,17 @@ def strip_accents(text):
 
 
 def lowercase_and_normalize(text):
-    """Lower-case (whole text: a final Σ becomes ς) and strip accents."""
+    """bert4keras's normalisation (also ``gau_keras.snippets.lowercase_and_normalize``):
+    lower case, NFD-decomposed, the combining marks (category Mn) dropped. A Hangul
+    syllable stays decomposed into its conjoining jamo; the Tokenizer uses
+    ``lowercase_and_strip_accents``, which recomposes them."""
+    decomposed = unicodedata.normalize("NFD", text.lower())
+    return "".join(ch for ch in decomposed if unicodedata.category(ch) != "Mn")
+
+
+def lowercase_and_strip_accents(text):
+    """The Tokenizer's normalisation: lower case (whole text: a final Σ becomes ς) and
+    ``strip_accents`` (recomposed: "한" stays one character, "é" becomes "e")."""
     return strip_accents(text.lower())
 
 
@@ -107,16 +117,21 @@ def lowercase_per_character(text):
 
 
 def truncate_sequences(maxlen, indices, *sequences):
-    """Pop from the currently longest sequence (the first on ties) until the
-    total length is <= maxlen. ``indices`` is the position popped in each
-    sequence (one int for all, or one per sequence). Works in place on lists;
-    ``None`` / empty sequences are ignored."""
+    """Shortens the lists ``sequences`` in place until their total length is <= maxlen.
+
+    Each round removes one item, at position ``indices`` (one for all or one per
+    sequence, e.g. -1 for the end, -2 to keep a final [SEP]), from the longest
+    sequence (the first of the longest on a tie). ``None`` and empty sequences are
+    dropped from the result. Returns the list of the (same, shortened) lists.
+    """
     sequences = [s for s in sequences if s]
     if not isinstance(indices, (list, tuple)):
         indices = [indices] * len(sequences)
-    while sum(len(s) for s in sequences) > maxlen:
-        longest = int(np.argmax([len(s) for s in sequences]))
+    lengths = [len(s) for s in sequences]
+    while sum(lengths) > maxlen:
+        longest = int(np.argmax(lengths))
         sequences[longest].pop(indices[longest])
+        lengths[longest] -= 1
     return sequences
 
 
@@ -351,7 +366,7 @@ class Tokenizer:
     def _tokenize(self, text, pre_tokenize=True):
         """Tokens of ``text`` without ``[CLS]``/``[SEP]``."""
         if self._do_lower_case:
-            text = lowercase_and_normalize(text)
+            text = lowercase_and_strip_accents(text)
         if pre_tokenize and self._pre_tokenize is not None:
             tokens = []
             for word in self._pre_tokenize(text):

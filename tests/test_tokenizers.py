@@ -13,6 +13,8 @@ from gau_keras.tokenizers import (
     Tokenizer,
     is_dropped,
     load_vocab,
+    lowercase_and_normalize,
+    lowercase_and_strip_accents,
     lowercase_per_character,
     strip_accents,
     truncate_sequences,
@@ -386,3 +388,20 @@ def test_default_keeps_case_as_bert4keras():
     vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "##b", "A", "##B"])}
     assert Tokenizer(vocab).tokenize("AB") == ["[CLS]", "A", "##B", "[SEP]"]
     assert Tokenizer(vocab, do_lower_case=True).tokenize("AB") == ["[CLS]", "a", "##b", "[SEP]"]
+
+
+def test_bert4keras_normalisation_and_the_tokenizers_differ_in_recomposition_only():
+    """``lowercase_and_normalize`` is bert4keras's (tokenizers and snippets share it): Hangul
+    stays decomposed into jamo. The Tokenizer's ``lowercase_and_strip_accents`` recomposes, so
+    a syllable in the vocab is found as it is; accents go in both."""
+    import unicodedata
+
+    from gau_keras import snippets
+
+    assert snippets.lowercase_and_normalize is lowercase_and_normalize
+    assert snippets.truncate_sequences is truncate_sequences
+    text = "ÉCOLE Über 中文"
+    assert lowercase_and_normalize(text) == lowercase_and_strip_accents(text) == "ecole uber 中文"
+    assert lowercase_and_normalize("한") == unicodedata.normalize("NFD", "한")
+    assert len(lowercase_and_normalize("한")) == 3
+    assert lowercase_and_strip_accents("한") == "한"

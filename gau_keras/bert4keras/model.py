@@ -27,6 +27,7 @@ import numpy as np
 from keras import ops
 
 from gau_keras.bert4keras import PORTING, saving
+from gau_keras.registration import PACKAGE
 from gau_keras.snippets import data_generator
 
 __all__ = ["Model", "as_arrays"]
@@ -100,7 +101,7 @@ class Keras2Only(AttributeError, NotImplementedError):
     """A Keras 2 attribute that Keras 3 has no form of (``hasattr`` answers False)."""
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class Model(keras.Model):
     """A ``keras.Model`` with Keras 2's calls (module docstring). Built like any
     functional model: ``Model(inputs, outputs, name=...)``."""

@@ -11,6 +11,7 @@ from keras import ops
 from gau_keras import ops as gops
 from gau_keras.layers.normalization import ScaleOffset
 from gau_keras.layers.recompute import recompute_call
+from gau_keras.registration import PACKAGE
 
 
 def _as_list(x):
@@ -82,7 +83,7 @@ class _AttentionBase(keras.layers.Layer):
         return config
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class GatedAttentionUnit(_AttentionBase):
     """Gated Attention Unit (Hua et al. 2022) as in bert4keras / GAU-alpha.
 
@@ -200,7 +201,7 @@ def _float16_on_jax_cpu(dtype):
     return jax.default_backend() == "cpu"
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class MultiHeadAttention(_AttentionBase):
     """bert4keras's multi-head attention, inputs ``[q, k, v, (bias), (sinusoidal)]``.
 
@@ -309,7 +310,7 @@ class MultiHeadAttention(_AttentionBase):
         return config
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class AttentionBias(keras.layers.Layer):
     """Builds the attention visibility mask of an application (bool, True =
     may attend), passed to the attention layers as their ``a_bias`` input.

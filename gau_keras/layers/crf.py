@@ -17,6 +17,8 @@ import math
 import keras
 from keras import ops
 
+from gau_keras.registration import PACKAGE
+
 
 def _scaled_glorot(lr_multiplier):
     """Glorot-uniform divided by ``lr_multiplier``: the stored variable is the
@@ -80,7 +82,7 @@ class _TransitionLayer(keras.layers.Layer):
         return config
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class ConditionalRandomField(_TransitionLayer):
     """Linear-chain CRF over N labels; its one weight is ``trans`` [N, N]
     (score of label i followed by label j).
@@ -155,7 +157,7 @@ def _reverse_valid(x, lengths):
     return ops.take_along_axis(x, index, axis=1)
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class MaximumEntropyMarkovModel(_TransitionLayer):
     """Bidirectional MEMM: each token's label distribution is the softmax of
     (its score + the transition score from the previous label) / 2, trained

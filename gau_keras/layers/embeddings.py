@@ -10,9 +10,10 @@ import keras
 from keras import ops
 
 from gau_keras import ops as gops
+from gau_keras.registration import PACKAGE
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class Embedding(keras.layers.Embedding):
     """``keras.layers.Embedding`` with bert4keras's two extras.
 
@@ -44,7 +45,7 @@ class Embedding(keras.layers.Embedding):
         return keras.KerasTensor(tuple(inputs.shape) + (self.output_dim,), dtype=self.compute_dtype)
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class SinusoidalPositionEmbedding(keras.layers.Layer):
     """Fixed sinusoidal position embeddings, interleaved [sin, cos, ...].
 
@@ -126,7 +127,7 @@ def _merged_shape(input_shape, output_dim, merge_mode):
 MERGE_MODES = ("add", "mul", "zero", "concat")
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class PositionEmbedding(keras.layers.Layer):
     """Trainable absolute position embeddings (BERT's), table ``embeddings``
     [input_dim, output_dim].
@@ -205,7 +206,7 @@ def _relative_positions(q, v):
     return v_index - q_index
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class RelativePositionEmbedding(keras.layers.Layer):
     """Shaw et al.'s relative position embeddings (NEZHA's 'typical_relative'
     attention bias): inputs ``[q, v]`` [B, Lq, .], [B, Lv, .] -> the table
@@ -247,7 +248,7 @@ class RelativePositionEmbedding(keras.layers.Layer):
         return config
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class RelativePositionEmbeddingT5(RelativePositionEmbedding):
     """T5's bucketed relative position bias: offsets j - i fall into
     ``input_dim`` buckets (exact for small distances, log-spaced up to

@@ -2,9 +2,10 @@
 import keras
 
 from gau_keras.layers.recompute import recompute_call
+from gau_keras.registration import PACKAGE
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class FeedForward(keras.layers.Layer):
     """``o_dense(act(x W_i0) * x W_i1 * ...)``: x [B, L, H] -> [B, L, H].
 

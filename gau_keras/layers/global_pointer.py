@@ -6,9 +6,10 @@ import keras
 from keras import ops
 
 from gau_keras import ops as gops
+from gau_keras.registration import PACKAGE
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class GlobalPointer(keras.layers.Layer):
     """Span scores for ``heads`` entity types (Su Jianlin's GlobalPointer).
 
@@ -103,7 +104,7 @@ class GlobalPointer(keras.layers.Layer):
         return super().from_config(config)
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class EfficientGlobalPointer(GlobalPointer):
     """GlobalPointer with one q/k projection shared by all types (Su's Efficient
     GlobalPointer): ``p_dense`` [H, 2*head_size] gives interleaved q (even

@@ -22,8 +22,7 @@ from keras import ops
 from gau_keras.initializers import Portable
 from gau_keras.layers.global_pointer import GlobalPointer
 from gau_keras.ops import masked_fill
-
-PACKAGE = "gau_keras"
+from gau_keras.registration import PACKAGE
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)

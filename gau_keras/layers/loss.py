@@ -22,6 +22,8 @@ output by running ``call`` on the symbolic inputs, which is when
 """
 import keras
 
+from gau_keras.registration import PACKAGE
+
 
 class _MetricBook:
     """The layer's ``add_metric`` trackers by name.
@@ -51,7 +53,7 @@ class _MetricBook:
         self.pending = []
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class Loss(keras.layers.Layer):
     """Base class of a loss computed inside the model.
 

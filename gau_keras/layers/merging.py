@@ -2,8 +2,10 @@
 import keras
 from keras import ops
 
+from gau_keras.registration import PACKAGE
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class Add(keras.layers.Add):
     """``keras.layers.Add`` whose output mask is the AND of the inputs' masks,
     ignoring inputs without a mask (Keras 2's rule, which bert4keras models rely
@@ -22,7 +24,7 @@ class Add(keras.layers.Add):
         return output
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class Concatenate1D(keras.layers.Layer):
     """Concatenates sequences along the time axis: [B, L1, d], [B, L2, d], ...
     -> [B, L1 + L2 + ..., d]. If any input has a mask, the output mask is the

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from gau_keras import ops as gops
+from gau_keras.registration import PACKAGE
 
 
 def _is_on(flag):
@@ -14,7 +15,7 @@ def _is_on(flag):
     return flag is not False and flag is not None
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class ScaleOffset(keras.layers.Layer):
     """Elementwise ``x * gamma + beta`` over the last axis (GAU's q/k heads).
 
@@ -129,7 +130,7 @@ class ScaleOffset(keras.layers.Layer):
         return config
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class LayerNormalization(ScaleOffset):
     """bert4keras's configurable (conditional) layer norm over the last axis.
 

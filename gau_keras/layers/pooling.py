@@ -2,8 +2,10 @@
 import keras
 from keras import ops
 
+from gau_keras.registration import PACKAGE
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class GlobalMaxPooling1D(keras.layers.GlobalMaxPooling1D):
     """``keras.layers.GlobalMaxPooling1D`` that skips masked steps: x [B, L, d]
     (channels_last) or [B, d, L] with mask [B, L] -> [B, d]. Keras 3's own

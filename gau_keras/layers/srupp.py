@@ -16,8 +16,8 @@ from keras import ops
 
 from gau_keras import ops as gops
 from gau_keras.recurrence import sru_recurrence
+from gau_keras.registration import PACKAGE
 
-_PACKAGE = "gau_keras"
 _LN_EPSILON = 1e-5  # PyTorch's LayerNorm default; parity with the reference depends on it
 
 
@@ -41,7 +41,7 @@ def _key_padding_mask(mask, memory):
     return mask[:, None, None, :]
 
 
-@keras.saving.register_keras_serializable(package=_PACKAGE)
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class SRUppAttention(keras.layers.Layer):
     """The attention transform: x [B, L, d_in] (+ memory [B, M, d_in]) → U [B, L, out_features].
 
@@ -127,7 +127,7 @@ class SRUppAttention(keras.layers.Layer):
                 "layer_norm": self.layer_norm, "normalize_after": self.normalize_after, "causal": self.causal}
 
 
-@keras.saving.register_keras_serializable(package=_PACKAGE)
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class SRUppProjectedLinear(keras.layers.Layer):
     """The transform of layers without attention: U = dropout(LN(x W1)) W2.
     x [B, L, d_in] → U [B, L, out_features]."""
@@ -165,7 +165,7 @@ class SRUppProjectedLinear(keras.layers.Layer):
                 "dropout": self.dropout, "layer_norm": self.layer_norm}
 
 
-@keras.saving.register_keras_serializable(package=_PACKAGE)
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class SRUppCell(keras.layers.Layer):
     """One SRU++ layer: transform (attention or projected linear) → U, then the
     recurrence.  x [B, L, d_in] → h [B, L, dirs·hidden_size] (and c [B, dirs·hidden_size]).
@@ -289,7 +289,7 @@ def stacked_cell_options(index, num_layers, attention_every_n_layers=1, attentio
     return options
 
 
-@keras.saving.register_keras_serializable(package=_PACKAGE)
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class SRUpp(keras.layers.Layer):
     """A stack of SRU++ layers on batch-major input, equal to the official
     ``sru.SRUpp`` with the same arguments (``input_size`` is taken from the input).

@@ -41,9 +41,10 @@ from keras import ops
 from gau_keras.layers import Embedding, SRUppAttention, SRUppCell
 from gau_keras.layers.srupp import stacked_cell_options
 from gau_keras.models.base import Transformer
+from gau_keras.registration import PACKAGE
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class SegmentMemory(keras.layers.Layer):
     """The next segment's memory: the last ``memory_length`` steps of
     concat(memory [B, M, W], inputs [B, L, W]) → [B, M, W]."""

@@ -4,6 +4,7 @@ import numpy as np
 from keras import ops
 
 from gau_keras.optimizers.base import HookedOptimizer, compile_patterns, variable_path
+from gau_keras.registration import PACKAGE
 
 __all__ = ["AdaFactor", "AdaFactorV1", "AdaFactorV2"]
 
@@ -13,7 +14,7 @@ def _rms(x):
     return ops.sqrt(ops.mean(ops.square(x)))
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class AdaFactor(HookedOptimizer):
     """AdaFactor (https://arxiv.org/abs/1804.04235) as bert4keras 0.11.5 has it.
 

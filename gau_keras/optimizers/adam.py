@@ -3,11 +3,12 @@ import keras
 from keras import ops
 
 from gau_keras.optimizers.base import HookedOptimizer
+from gau_keras.registration import PACKAGE
 
 __all__ = ["Adam"]
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class Adam(HookedOptimizer):
     """Adam as bert4keras 0.11.5 defines it, the base its extensions build on::
 

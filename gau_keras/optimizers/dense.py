@@ -12,6 +12,8 @@ Adam, LAMB, Lion, AdaFactor and the factories) handle IndexedSlices already.
 """
 import keras
 
+from gau_keras.registration import PACKAGE
+
 
 def dense(gradient):
     """``gradient`` as a dense tensor: a tf.IndexedSlices with the rows that repeat summed
@@ -24,7 +26,7 @@ def dense(gradient):
     return gradient
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class DenseAdamW(keras.optimizers.AdamW):
     """``keras.optimizers.AdamW`` with the same arguments, applied to dense gradients."""
 

@@ -14,10 +14,11 @@ import functools
 import keras
 
 from gau_keras.optimizers.base import HookedOptimizer
+from gau_keras.registration import PACKAGE
 
 __all__ = ["extension"]
 
-LOADER_NAME = "gau_keras>ExtendedOptimizer"
+LOADER_NAME = f"{PACKAGE}>ExtendedOptimizer"
 _FACTORIES = {}
 _CLASSES = {}
 
@@ -43,7 +44,7 @@ class _ExtendedOptimizerLoader:
 
 def _register(cls):
     """Saves `cls` under LOADER_NAME (see the module docstring) and finds it by its own name too."""
-    keras.saving.register_keras_serializable("gau_keras", LOADER_NAME.split(">")[1])(cls)
+    keras.saving.register_keras_serializable(PACKAGE, LOADER_NAME.split(">")[1])(cls)
     objects = keras.saving.get_custom_objects()
     objects[LOADER_NAME] = _ExtendedOptimizerLoader  # registering `cls` replaced it
     own_name = f"gau_keras>{cls.__name__}"

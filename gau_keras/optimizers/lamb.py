@@ -3,11 +3,12 @@ import keras
 
 from gau_keras.optimizers.adam import Adam
 from gau_keras.optimizers.extensions import extend_with_layer_adaptation, extend_with_weight_decay
+from gau_keras.registration import PACKAGE
 
 __all__ = ["LAMB"]
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class LAMB(extend_with_layer_adaptation(extend_with_weight_decay(Adam))):
     """LAMB (Layer-wise Adaptive Moments) as used to pretrain GAU-α.
 

@@ -3,11 +3,12 @@ import keras
 from keras import ops
 
 from gau_keras.optimizers.base import HookedOptimizer
+from gau_keras.registration import PACKAGE
 
 __all__ = ["Lion", "LionV2"]
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class Lion(HookedOptimizer):
     """Lion (https://arxiv.org/abs/2302.06675) as bert4keras 0.11.5 has it::
 

@@ -2,6 +2,8 @@
 import keras
 from keras import ops
 
+from gau_keras.registration import PACKAGE
+
 __all__ = ["PiecewiseLinearDecay"]
 
 
@@ -26,7 +28,7 @@ def _parse_schedule(schedule):
     return sorted(knots.items())
 
 
-@keras.saving.register_keras_serializable(package="gau_keras")
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class PiecewiseLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     """lr(t) = base_lr · s(t), s piecewise linear through the knots of `schedule`.
 

@@ -1,11 +1,13 @@
-"""String helpers of bert4keras's snippets: type checks, width and case
-normalisation, keyword matching, sentence splitting, truncation and the two
-longest-common-part searches. Pure Python (numpy only for ``truncate_sequences``).
+"""String helpers of bert4keras's snippets: type checks, width normalisation,
+keyword matching, sentence splitting and the two longest-common-part searches.
+``lowercase_and_normalize`` and ``truncate_sequences`` are the tokenizer's own
+(``gau_keras.tokenizers``), re-exported under bert4keras's snippets names.
 """
 import re
-import unicodedata
 
 import numpy as np
+
+from gau_keras.tokenizers import lowercase_and_normalize, truncate_sequences  # noqa: F401
 
 #: bert4keras's flag for Python 2; always False here
 is_py2 = False
@@ -56,12 +58,6 @@ def convert_to_str(text, encoding="utf-8", errors="ignore"):
     return convert_to_unicode(text, encoding, errors)
 
 
-def lowercase_and_normalize(text):
-    """Lower case, NFD-decomposed, with the combining marks (category Mn) dropped."""
-    decomposed = unicodedata.normalize("NFD", text.lower())
-    return "".join(ch for ch in decomposed if unicodedata.category(ch) != "Mn")
-
-
 def is_one_of(x, ys):
     """``x in ys`` by identity: safe for arrays and tensors, whose ``==`` is element-wise."""
     return any(x is y for y in ys)
@@ -90,25 +86,6 @@ def text_segmentate(text, maxlen, seps="\n", strips=None):
     if current:
         pieces += text_segmentate(current, maxlen, finer, strips)
     return pieces
-
-
-def truncate_sequences(maxlen, indices, *sequences):
-    """Shortens the lists ``sequences`` in place until their total length is <= maxlen.
-
-    Each round removes one item, at position ``indices`` (one for all or one per
-    sequence, e.g. -1 for the end, -2 to keep a final [SEP]), from the longest
-    sequence (the first of the longest on a tie). Empty sequences are dropped
-    from the result. Returns the list of the (same, shortened) lists.
-    """
-    sequences = [s for s in sequences if s]
-    if not isinstance(indices, (list, tuple)):
-        indices = [indices] * len(sequences)
-    lengths = [len(s) for s in sequences]
-    while sum(lengths) > maxlen:
-        longest = int(np.argmax(lengths))
-        sequences[longest].pop(indices[longest])
-        lengths[longest] -= 1
-    return sequences
 
 
 def longest_common_substring(source, target):
