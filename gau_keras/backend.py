@@ -3,7 +3,7 @@
 * ``keras`` is Keras 3 seen through Keras 2's names
   (``gau_keras.bert4keras.keras2``: ``keras.models.Model`` takes ``fit_generator``
   and nested lists, ``keras.losses.kullback_leibler_divergence``, ...; Keras
-  itself is not changed); ``K`` is ``gau_keras.keras2_backend``, Keras 2's
+  itself is not changed); ``K`` is ``gau_keras.bert4keras.keras2_backend``, Keras 2's
   backend functions on ``keras.ops`` (see that module for what Keras 3 changes);
 * the tensor functions bert4keras defined here (``sequence_masking``,
   ``batch_gather``, the multi-label crossentropies, ``piecewise_linear``, RoPE,
@@ -22,10 +22,10 @@ import keras as keras3
 import numpy as np
 from keras import ops
 
-from gau_keras import keras2_backend as K
 from gau_keras import ops as gau_ops
+from gau_keras.bert4keras import keras2_backend as K
 from gau_keras.bert4keras.keras2 import keras  # the Keras 2 face bert4keras scripts import from here
-from gau_keras.keras2_backend import flatten, reshape, where  # bert4keras's extended versions
+from gau_keras.bert4keras.keras2_backend import flatten, reshape, where  # bert4keras's extended versions
 from gau_keras.losses import multilabel_categorical_crossentropy, sparse_multilabel_categorical_crossentropy
 from gau_keras.registration import PACKAGE
 

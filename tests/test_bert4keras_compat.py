@@ -43,9 +43,17 @@ def batch(n=6, seed=0):
 PLAIN_RUN = textwrap.dedent('''
     import json, sys
     import numpy as np
-    if sys.argv[1] == "with":
+    if sys.argv[1] != "without":
         import gau_keras, gau_keras.backend, gau_keras.layers, gau_keras.models  # noqa: F401
     import keras
+    if sys.argv[1] == "with-compat-layers":     # on JAX this wraps keras.Model's training methods
+        from gau_keras.layers import ConditionalRandomField, Loss
+        class Mean(Loss):
+            def compute_loss(self, inputs, mask=None):
+                self.add_metric(keras.ops.mean(inputs), name="mean")
+                return keras.ops.mean(inputs)
+        inp = keras.Input((3,))
+        keras.Model(inp, ConditionalRandomField()(Mean()(keras.layers.Dense(3)(inp))))
     keras.utils.set_random_seed(3)
     x = keras.Input((4,)); model = keras.Model(x, keras.layers.Dense(2, activation="softmax")(x))
     model.compile("adam", "categorical_crossentropy", metrics=["accuracy"])
@@ -55,19 +63,28 @@ PLAIN_RUN = textwrap.dedent('''
     print("RESULT " + json.dumps({"logs": logs, "type": type(model).__name__,
                                   "fit_generator": hasattr(model, "fit_generator"),
                                   "kld": hasattr(keras.losses, "kullback_leibler_divergence"),
-                                  "get_output_at": hasattr(keras.layers.Dense, "get_output_at")}))
+                                  "get_output_at": hasattr(keras.layers.Dense, "get_output_at"),
+                                  "methods": [getattr(keras.Model, name).__module__ for name in
+                                              ("train_step", "test_step", "compute_metrics", "compute_loss")]}))
 ''')
 
 
 def test_a_plain_keras_model_behaves_as_without_gau_keras():
+    """Importing gau_keras changes nothing in Keras; building a Loss or CRF layer on JAX wraps
+    keras.Model's training methods (gau_keras.bert4keras.jax_training), and a model without such
+    layers still trains to the same losses and logs."""
     results = {}
-    for flag in ("with", "without"):
+    for flag in ("with", "without", "with-compat-layers"):
         run = subprocess.run([sys.executable, "-c", PLAIN_RUN, flag], capture_output=True, text=True, timeout=300,
                              cwd=REPO_ROOT)
         assert run.returncode == 0, run.stderr[-3000:]
         results[flag] = json.loads(next(line for line in run.stdout.splitlines()
                                         if line.startswith("RESULT "))[len("RESULT "):])
     assert results["with"] == results["without"]
+    compat = results.pop("with-compat-layers")
+    assert compat["logs"] == results["without"]["logs"], (compat["logs"], results["without"]["logs"])
+    wrapped = "gau_keras.bert4keras.jax_training"
+    assert (compat["methods"] == [wrapped] * 4) == (keras.backend.backend() == "jax"), compat["methods"]
     assert results["with"]["type"] == "Functional" and not results["with"]["fit_generator"]
     assert not results["with"]["kld"] and not results["with"]["get_output_at"]
 

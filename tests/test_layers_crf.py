@@ -68,7 +68,7 @@ def _memm_accuracy(scores, labels, trans):
 @pytest.mark.parametrize("hidden_dim", [None, 2])
 def test_memm_accuracy_in_evaluate_is_computed_from_its_transitions(rng, hidden_dim):
     """On JAX too: Keras computes the metrics where only the metrics' variables were mapped
-    (gau_keras.layers.weight_metrics maps the step's weights there as well)."""
+    (gau_keras.bert4keras.jax_training maps the step's weights there as well)."""
     layer = MaximumEntropyMarkovModel(lr_multiplier=2, hidden_dim=hidden_dim)
     model = _tagger(layer)
     model.compile(optimizer="adam", loss=layer.sparse_loss, metrics=[layer.sparse_accuracy])
@@ -85,7 +85,7 @@ def test_memm_accuracy_in_evaluate_is_computed_from_its_transitions(rng, hidden_
 
 def test_memm_accuracy_in_fit_is_computed_from_the_steps_transitions(rng):
     """fit, one batch: the accuracy of the step's scores with, on JAX, the transitions of its forward
-    pass (mapped by gau_keras.layers.weight_metrics); on TensorFlow the updated ones (Keras 3 computes
+    pass (mapped by gau_keras.bert4keras.jax_training); on TensorFlow the updated ones (Keras 3 computes
     the metrics after applying the gradients there)."""
     layer = MaximumEntropyMarkovModel(lr_multiplier=2)
     model = _tagger(layer)

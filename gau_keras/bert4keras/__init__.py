@@ -9,8 +9,14 @@
 * ``keras2``: the ``keras`` namespace ``gau_keras.backend`` hands out: Keras 3
   with the Keras 2 names added (``keras.models.Model`` is ``model.Model``,
   ``keras.losses.kullback_leibler_divergence``, ...).
+* ``keras2_backend``: that namespace's ``backend`` (``K``), Keras 2's backend
+  functions on ``keras.ops``.
+* ``jax_training``: on JAX, ``Loss.add_metric`` and metrics that read weights
+  (CRF, MEMM), wrapped into keras.Model's training methods when such a layer is
+  built, for the models that contain one.
 
-A plain ``keras.Model`` in the same process behaves as without gau_keras.
+Importing gau_keras changes nothing in Keras; a plain ``keras.Model`` in the same
+process behaves as without gau_keras, also after such a layer was built.
 What Keras 3 cannot do at all (a replaced ``train_function``, ``K.gradients``
 outside a traced function, ``K.set_learning_phase``) raises an error that
 names the README's porting section (``PORTING``).

@@ -9,7 +9,7 @@ Keras 3: every name falls through to Keras itself, except
   (``gau_keras.bert4keras.saving``);
 * ``keras.losses`` and ``keras.metrics``: Keras 2's names added
   (``kullback_leibler_divergence``, ``mse``, ``logcosh``, ``cosine_proximity``, ...);
-* ``keras.backend``: ``gau_keras.keras2_backend`` (Keras 2's backend functions).
+* ``keras.backend``: ``gau_keras.bert4keras.keras2_backend`` (Keras 2's backend functions).
 
 Nothing is added to Keras itself: ``import keras`` elsewhere in the process is
 plain Keras 3. A script that imports from Keras directly (``from keras.models
@@ -22,7 +22,7 @@ import types
 
 import keras as _keras
 
-from gau_keras import keras2_backend
+from gau_keras.bert4keras import keras2_backend
 from gau_keras.bert4keras import model as _model
 from gau_keras.bert4keras import saving as _saving
 

@@ -10,7 +10,6 @@ our GlobalMaxPooling1D (masked) is only ``gau_keras.layers.GlobalMaxPooling1D``.
 import keras as _keras
 
 from gau_keras.bert4keras.nodes import add_node_accessors as _add_node_accessors
-from gau_keras.layers import weight_metrics as _weight_metrics  # noqa: F401 - JAX: metrics that read weights
 from gau_keras.layers.attention import AttentionBias, GatedAttentionUnit, MultiHeadAttention
 from gau_keras.layers.crf import ConditionalRandomField, MaximumEntropyMarkovModel
 from gau_keras.layers.embeddings import (

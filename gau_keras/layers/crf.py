@@ -17,6 +17,7 @@ import math
 import keras
 from keras import ops
 
+from gau_keras.bert4keras import jax_training
 from gau_keras.registration import PACKAGE
 
 
@@ -45,6 +46,8 @@ def _masked_mean(values, mask):
 class _TransitionLayer(keras.layers.Layer):
     """Shared parts: the lr-scaled weights, the ``-inf`` masking call and its config."""
 
+    _gau_keras_metrics_read_weights = True    # jax_training.READS_WEIGHTS_IN_METRICS
+
     def __init__(self, lr_multiplier=1, **kwargs):
         super().__init__(**kwargs)
         if not lr_multiplier > 0:
@@ -53,6 +56,7 @@ class _TransitionLayer(keras.layers.Layer):
         self.supports_masking = True
 
     def _transition_weight(self, name, shape):
+        jax_training.install()      # JAX: the accuracies read this weight inside the metrics' scope
         return self.add_weight(name=name, shape=shape, initializer=_scaled_glorot(self.lr_multiplier))
 
     def _scaled(self, variable):

@@ -13,8 +13,8 @@ belongs inside ``strategy.scope()``, with the rest of the model; a layer first
 called on real tensors makes them on that call and drops that first value.
 
 On JAX the values are noted during the call and added when the model
-computes its loss (see `_compute_loss_with_loss_metrics`): the same logs as on
-TensorFlow.
+computes its loss (``gau_keras.bert4keras.jax_training``, installed when a Loss
+layer is built): the same logs as on TensorFlow.
 
 The layer has no ``compute_output_shape`` on purpose: Keras then infers the
 output by running ``call`` on the symbolic inputs, which is when
@@ -22,6 +22,7 @@ output by running ``call`` on the symbolic inputs, which is when
 """
 import keras
 
+from gau_keras.bert4keras import jax_training
 from gau_keras.registration import PACKAGE
 
 
@@ -64,6 +65,8 @@ class Loss(keras.layers.Layer):
     no input has one, as Keras 2 passed it.
     """
 
+    _gau_keras_defers_metrics = True      # jax_training.DEFERS_METRICS
+
     def __init__(self, output_axis=None, **kwargs):
         super().__init__(**kwargs)
         if not (output_axis is None or isinstance(output_axis, (int, list, tuple))):
@@ -73,6 +76,7 @@ class Loss(keras.layers.Layer):
         self._metric_book = _MetricBook()
 
     def build(self, input_shape):
+        jax_training.install()
         self.built = True
 
     def __call__(self, *args, **kwargs):
@@ -133,30 +137,3 @@ class Loss(keras.layers.Layer):
         config.update(output_axis=self.output_axis)
         return config
 
-
-def _flush_loss_metrics(model):
-    for layer in model._flatten_layers(include_self=False):
-        if isinstance(layer, Loss):
-            layer._metric_book.flush()
-
-
-def _compute_loss_with_loss_metrics(compute_loss):
-    """``Model.compute_loss`` that first applies the Loss layers' deferred ``add_metric`` values.
-
-    On JAX, Keras runs the forward pass in a stateless scope that maps only the
-    model's weights, so a metric updated inside a layer's call has nowhere to go;
-    the loss is computed in one that also maps the metrics' variables and hands
-    their new values back, so that is where the values noted in the call are
-    added (the same values, in the same step, as the TensorFlow backend adds
-    them directly)."""
-
-    def wrapped(self, *args, **kwargs):
-        _flush_loss_metrics(self)
-        return compute_loss(self, *args, **kwargs)
-
-    wrapped._gau_keras_loss_metrics = True
-    return wrapped
-
-
-if keras.backend.backend() == "jax" and not getattr(keras.Model.compute_loss, "_gau_keras_loss_metrics", False):
-    keras.Model.compute_loss = _compute_loss_with_loss_metrics(keras.Model.compute_loss)

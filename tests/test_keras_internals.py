@@ -1,0 +1,63 @@
+"""The private Keras (``keras.src``) names gau_keras relies on, one test each: when a Keras release
+moves one, this fails with the name and the place that uses it instead of a user's script failing
+somewhere deep. The list and the Keras versions it holds for: docs/architecture.md, "Keras internals"."""
+import importlib
+
+import keras
+import pytest
+
+pytestmark = pytest.mark.both_backends
+
+#: (module, attribute, the gau_keras code that uses it)
+INTERNALS = [
+    ("keras.src.backend.common.global_state", "get_global_attribute",
+     "bert4keras/keras2_backend.py: K.learning_phase / in a layer's call"),
+    ("keras.src.backend.common.stateless_scope", "in_stateless_scope", "bert4keras/keras2_backend.py: K.get_value"),
+    ("keras.src.backend.common.stateless_scope", "get_stateless_scope",
+     "bert4keras/jax_training.py: weight-reading metrics on JAX"),
+    ("keras.src.backend.common.symbolic_scope", "in_symbolic_scope", "bert4keras/keras2_backend.py: K.get_value"),
+    ("keras.src.backend", "rnn", "bert4keras/keras2_backend.py: K.rnn"),
+    ("keras.src.activations", "ALL_OBJECTS_DICT", "backend.py: set_gelu"),
+    ("keras.src.trainers.data_adapters.data_adapter", "DataAdapter", "snippets/_keras_stream.py: DataGenerator.forfit"),
+    ("keras.src.trainers.data_adapters.data_adapter_utils", "get_tensor_spec", "snippets/_keras_stream.py"),
+    ("keras.src.trainers.data_adapters.data_adapter_utils", "get_numpy_iterator", "snippets/_keras_stream.py"),
+    ("keras.src.trainers.data_adapters.data_adapter_utils", "get_jax_iterator", "snippets/_keras_stream.py"),
+    ("keras.src.trainers.data_adapters.generator_data_adapter", "GeneratorDataAdapter", "snippets/_keras_stream.py"),
+]
+
+
+@pytest.mark.parametrize("module, name, user", INTERNALS, ids=[f"{m}.{n}" for m, n, _ in INTERNALS])
+def test_the_private_keras_names_we_use_are_there(module, name, user):
+    message = (f"Keras {keras.__version__} has no {module}.{name}, which gau_keras/{user} uses: "
+               f"pin keras to a version that has it (requirements.txt) or port that code")
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as error:
+        pytest.fail(f"{message} ({error})")
+    assert found is not None, message
+
+
+def test_the_stateless_scope_maps_variables_as_jax_training_expects():
+    """jax_training adds values to the metrics' scope through ``state_mapping``, keyed by id(variable)."""
+    from keras.src.backend.common.stateless_scope import get_stateless_scope
+
+    variable = keras.Variable(1.0)
+    with keras.StatelessScope(state_mapping=[(variable, keras.ops.convert_to_tensor(2.0))]):
+        scope = get_stateless_scope()
+        assert isinstance(scope.state_mapping, dict) and id(variable) in scope.state_mapping
+    assert get_stateless_scope() is None
+
+
+def test_activation_names_are_looked_up_in_the_dict_set_gelu_edits():
+    from keras.src import activations
+
+    assert activations.ALL_OBJECTS_DICT["gelu"] is keras.activations.gelu
+
+
+def test_the_generator_adapter_keeps_the_first_batches_and_signature_we_read():
+    """_keras_stream reads the adapter's peeked ``_first_batches`` and sets its ``_output_signature``."""
+    import numpy as np
+    from keras.src.trainers.data_adapters.generator_data_adapter import GeneratorDataAdapter
+
+    adapter = GeneratorDataAdapter(iter([(np.zeros((2, 3)), np.zeros((2,)))]))
+    assert len(adapter._first_batches) == 1 and hasattr(adapter, "_output_signature")
