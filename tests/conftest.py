@@ -10,6 +10,7 @@ marked ``tensorflow_only`` are skipped there, and ``float64`` ones unless
 JAX_ENABLE_X64 is set (JAX computes float64 in float32 otherwise). Test
 files named on the command line run whole on any backend.
 """
+import importlib.util
 import os
 import pathlib
 
@@ -24,8 +25,6 @@ SHARED_DATA = pathlib.Path(os.environ.get("GAU_KERAS_DATA", REPO_ROOT.parent / "
 
 def load_benchmark(name):
     """The module of ``benchmarks/<name>.py`` (benchmarks are scripts, not a package)."""
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -49,6 +48,13 @@ def head_kind_runs(tmp_path_factory):
     model_dir = real_vocab_model_dir(tmp_path_factory, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     root = tmp_path_factory.mktemp("head_kinds")
     return model_dir, root, run_head_kinds(root, model_dir)
+
+
+@pytest.fixture(scope="session")
+def requires_jax():
+    """Skips a test that starts a JAX process where jax is not installed."""
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("jax is not installed (pip install jax): the JAX backend cannot run here")
 
 
 @pytest.fixture

@@ -145,19 +145,15 @@ print(json.dumps({"backend": keras.backend.backend(), "history": history, "evalu
 """
 
 
-def test_add_metric_gives_the_same_logs_on_jax_as_on_tensorflow():
+def test_add_metric_gives_the_same_logs_on_jax_as_on_tensorflow(requires_jax):
     """On JAX the metric values noted in the call are added where Keras maps the
     metrics' variables (compute_loss); the logs equal TensorFlow's."""
-    import importlib.util
+    import contextlib
+    import io
     import json
     import os
     import subprocess
     import sys
-
-    if importlib.util.find_spec("jax") is None:
-        pytest.skip("jax is not installed (pip install jax): the JAX backend cannot run here")
-    import contextlib
-    import io
 
     import keras
 

@@ -13,7 +13,6 @@ its own, runs mixed_bfloat16 and fits a few steps; this process compares:
 * fit with LAMB, no dropout: the same losses on both backends for 3 updates (1e-4
   relative: the backends' float32 round-off, amplified by the updates).
 """
-import importlib.util
 import json
 import os
 import subprocess
@@ -138,10 +137,8 @@ def _run(job, backend):
 
 
 @pytest.fixture(scope="module")
-def outputs(tmp_path_factory):
+def outputs(tmp_path_factory, requires_jax):
     """(TensorFlow's outputs, JAX's outputs, the .keras JAX saved)."""
-    if importlib.util.find_spec("jax") is None:
-        pytest.skip("jax is not installed (pip install jax): the JAX backend cannot run here")
     from tests.model_utils import random_checkpoint
 
     root = tmp_path_factory.mktemp("jax_models")

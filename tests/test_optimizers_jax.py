@@ -8,7 +8,6 @@ which applies them eagerly (``optimizer.apply``) and inside ``jax.jit``
 (``stateless_apply``, the path ``model.fit`` takes on JAX). Bound: 1e-6 of
 the largest weight.
 """
-import importlib.util
 import os
 import subprocess
 import sys
@@ -86,9 +85,7 @@ def results(jit):
 
 
 @pytest.fixture(scope="module")
-def jax_results(tmp_path_factory):
-    if importlib.util.find_spec("jax") is None:
-        pytest.skip("jax is not installed (pip install jax): the JAX backend cannot run here")
+def jax_results(tmp_path_factory, requires_jax):
     out = tmp_path_factory.mktemp("jax") / "weights.npz"
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
     result = subprocess.run([sys.executable, "-c", JAX_RUN, str(out)], cwd=REPO_ROOT, env=env,

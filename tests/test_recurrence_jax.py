@@ -20,7 +20,6 @@ This process runs on TensorFlow; every JAX check runs in ONE subprocess
 
 Skipped where jax is not installed.
 """
-import importlib.util
 import json
 import os
 import subprocess
@@ -228,10 +227,8 @@ def _tf_model(rng):
 
 
 @pytest.fixture(scope="module")
-def jax_run(tmp_path_factory):
+def jax_run(tmp_path_factory, requires_jax):
     """(inputs, TensorFlow's results, the JAX process's arrays, its plain results)."""
-    if importlib.util.find_spec("jax") is None:
-        pytest.skip("jax is not installed (pip install jax): the JAX backend cannot run here")
     import keras
 
     if keras.backend.backend() != "tensorflow":

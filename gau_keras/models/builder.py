@@ -49,12 +49,6 @@ def extend_with_unified_language_model(base):
     return _with_application(base, "unilm")
 
 
-def load_config(config_path):
-    """Reads a bert_config.json (or the PyTorch port's HF config.json) into
-    constructor arguments (see ``gau_keras.models.config.read_config``)."""
-    return read_config(config_path)
-
-
 def _accepted_arguments(cls):
     names = set()
     for klass in cls.__mro__:
