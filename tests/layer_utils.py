@@ -5,6 +5,8 @@ import tempfile
 import keras
 import numpy as np
 
+from gau_keras.layers import Loss
+
 
 def assert_keras_round_trip(model, inputs, atol=1e-6):
     """Saves ``model`` as .keras, reloads it and compares predictions."""
@@ -32,3 +34,11 @@ def gradients(loss, weights):
         tape.watch(tensors)
         value = loss(*tensors)
     return tape.gradient(value, tensors)
+
+
+@keras.saving.register_keras_serializable(package="gau_keras_tests")
+class MeanLoss(Loss):
+    """A concrete ``Loss`` (the registered base class is abstract): the mean of its input."""
+
+    def compute_loss(self, inputs, mask=None):
+        return keras.ops.mean(inputs)
