@@ -16,9 +16,10 @@ from gau_keras.recurrence.tensorflow import xla_loops as xla
 from gau_keras.recurrence.tensorflow.prepare import prepare
 
 
-@pytest.fixture(autouse=True, params=["native", "xla"])
+@pytest.fixture(params=["native", "xla"])
 def implementation(request, monkeypatch):
-    """Runs each test once per implementation (through $GAU_KERAS_SRU_KERNEL)."""
+    """Runs a test that requests it once per implementation (through $GAU_KERAS_SRU_KERNEL);
+    the others run with the default choice ("auto")."""
     if request.param == "native":
         try:
             kernels.load()
@@ -102,7 +103,7 @@ def _grads(fn, args, weights):
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
-def test_forward_matches_numpy_and_gradient_matches_autodiff(rng, case):
+def test_forward_matches_numpy_and_gradient_matches_autodiff(implementation, rng, case):
     args = make_inputs(rng, **case)
     h_ref, c_ref = numpy_sru(**args)
     for fn in (sru_recurrence, sru_recurrence_autodiff):
@@ -118,7 +119,7 @@ def test_forward_matches_numpy_and_gradient_matches_autodiff(rng, case):
 
 
 @pytest.mark.parametrize("case", [CASES[1], CASES[7]], ids=["uni-k3-pad", "bi-k4-pad"])
-def test_gradient_numerical_float64(rng, case):
+def test_gradient_numerical_float64(implementation, rng, case):
     args = make_inputs(rng, B=2, L=4, d=2, **case)
     fixed = {key: v for key, v in args.items() if key not in DIFF_ARGS}
 
@@ -131,7 +132,7 @@ def test_gradient_numerical_float64(rng, case):
         np.testing.assert_allclose(t, n, rtol=1e-6, atol=1e-7, err_msg=name)
 
 
-def test_gradient_only_through_h(rng):
+def test_gradient_only_through_h(implementation, rng):
     """c_last unused: the upstream gradient for it is absent and must count as zero."""
     args = make_inputs(rng, bidirectional=True, pad=True)
     U = tf.constant(args.pop("U"))
@@ -159,7 +160,7 @@ def test_half_precision_computed_in_float32(rng, dtype):
     np.testing.assert_allclose(tf.cast(c, tf.float32).numpy(), c_ref, rtol=tol, atol=tol)
 
 
-def test_inside_tf_function_with_unknown_length(rng):
+def test_inside_tf_function_with_unknown_length(implementation, rng):
     args = make_inputs(rng, k=4, bidirectional=True, pad=True, dtype=np.float32)
     spec = lambda a: tf.TensorSpec([None, None, a.shape[-1]], tf.float32)  # noqa: E731
 
@@ -191,7 +192,7 @@ def test_bad_arguments_are_named(rng, bad, message):
         sru_recurrence(**{**args, **bad})
 
 
-def test_scale_x_may_be_any_one_element_tensor(rng):
+def test_scale_x_may_be_any_one_element_tensor(implementation, rng):
     """The official package keeps scale_x as a buffer of shape (1,)."""
     args = make_inputs(rng, scale=True)
     h_ref, c_ref = numpy_sru(**args)
@@ -216,7 +217,7 @@ def test_the_requested_implementation_runs(implementation, rng):
                                sru_recurrence(**args)[0].numpy(), rtol=1e-12, atol=1e-12)
 
 
-def test_auto_uses_xla_inside_xla_compiled_functions(implementation, monkeypatch, rng):
+def test_auto_uses_xla_inside_xla_compiled_functions(monkeypatch, rng):
     monkeypatch.setenv("GAU_KERAS_SRU_KERNEL", "auto")
     args = make_inputs(rng, pad=True, dtype=np.float32)
     seen = []
@@ -232,7 +233,7 @@ def test_auto_uses_xla_inside_xla_compiled_functions(implementation, monkeypatch
     assert kernel_choice(tf.float16) == "xla"  # the kernel has float32 and float64 only
 
 
-def test_bad_implementation_is_named(implementation, monkeypatch, rng):
+def test_bad_implementation_is_named(monkeypatch, rng):
     with pytest.raises(ValueError, match="implementation='fast'"):
         sru_recurrence(**make_inputs(rng), implementation="fast")
     monkeypatch.setenv("GAU_KERAS_SRU_KERNEL", "gpu")
@@ -240,9 +241,7 @@ def test_bad_implementation_is_named(implementation, monkeypatch, rng):
         kernel_choice()
 
 
-def test_without_a_compiler_auto_falls_back_and_native_says_why(implementation, monkeypatch, tmp_path, rng):
-    if implementation == "xla":
-        pytest.skip("one run is enough")
+def test_without_a_compiler_auto_falls_back_and_native_says_why(monkeypatch, tmp_path, rng):
     monkeypatch.setenv("GAU_KERAS_KERNEL_CACHE", str(tmp_path))
     monkeypatch.setenv("CXX", "no-such-c++-compiler")
     with pytest.raises(kernels.KernelUnavailable, match="no-such-c\\+\\+-compiler"):
@@ -265,10 +264,8 @@ def test_without_a_compiler_auto_falls_back_and_native_says_why(implementation, 
         kernel_choice(tf.float32)
 
 
-def test_on_an_accelerator_auto_takes_the_xla_loops_and_says_so_once(implementation, monkeypatch):
+def test_on_an_accelerator_auto_takes_the_xla_loops_and_says_so_once(monkeypatch):
     """TensorFlow has no GPU/TPU kernel: "auto" takes the XLA loops there and points at the JAX backend's."""
-    if implementation == "xla":
-        pytest.skip("one run is enough")
     real = tf.config.list_logical_devices
     monkeypatch.setattr(tf.config, "list_logical_devices",
                         lambda kind=None: ["/gpu:0"] if kind == "GPU" else real(kind))
@@ -285,11 +282,9 @@ def test_on_an_accelerator_auto_takes_the_xla_loops_and_says_so_once(implementat
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
-def test_xla_in_place_backward_equals_the_plain_graph_one(implementation, rng, case):
+def test_xla_in_place_backward_equals_the_plain_graph_one(rng, case):
     """The XLA backward writes dU in place; without XLA (GAU_KERAS_SRU_XLA=0, or XLA
     failing here) rows go through a TensorArray.  Both on the same saved state."""
-    if implementation == "native":
-        pytest.skip("the XLA loops alone")
     args = make_inputs(rng, **case)
     prepared = prepare(
         args["U"], args["x"], args["weight_c"], args["bias"], args["c0"], args["mask_pad"], args["scale_x"],
