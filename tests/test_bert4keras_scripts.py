@@ -13,11 +13,13 @@ CPU, and what is checked here is the bert4keras API, not the model's quality
 import os
 import pathlib
 import runpy
+import sys
 
 import numpy as np
 import pytest
 
 SCRIPTS = pathlib.Path(__file__).resolve().parent / "bert4keras_scripts"
+sys.path.insert(0, str(SCRIPTS))    # the scripts import their shared prologue (prologue.py) as a sibling
 LAYERS = 1
 
 

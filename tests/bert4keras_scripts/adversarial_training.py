@@ -20,25 +20,22 @@ with epsilon = 0 and with epsilon > 0, and returns the three results.
 ``model_options`` of ``main`` go to ``build_transformer_model`` (the test passes
 ``num_hidden_layers=2``: the first 2 of the bundled model's 6 layers, to keep it short).
 """
-import json
 import os
 import types
 
 import numpy as np
 import tensorflow as tf
 from keras.layers import Dense, Lambda
+from prologue import checkpoint_path, config_path, data_dir, dict_path, json_rows
 
 from gau_keras.backend import K, keras, search_layer
 from gau_keras.models import build_transformer_model
 from gau_keras.optimizers import Adam
-from gau_keras.pretrained import BUNDLED_DIR, model_files
 from gau_keras.snippets import sequence_padding
 from gau_keras.tokenizers import Tokenizer
 
 maxlen = 32
 num_classes = 119
-config_path, checkpoint_path, dict_path = model_files(BUNDLED_DIR)
-data_dir = os.environ.get('GAU_KERAS_DATA', os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared', 'data'))
 required_files = [os.path.join(data_dir, 'clue', 'iflytek', 'train.json')]
 
 tokenizer = Tokenizer(dict_path, do_lower_case=True)
@@ -73,8 +70,7 @@ def adversarial_training(model, embedding_name, epsilon=1):
 
 
 def one_batch(rows):
-    with open(required_files[0], encoding='utf-8') as f:
-        samples = [json.loads(line) for _, line in zip(range(rows), f)]
+    samples = json_rows(required_files[0], rows)
     token_ids = sequence_padding([tokenizer.encode(s['sentence'], maxlen=maxlen)[0] for s in samples])
     return [token_ids, np.zeros_like(token_ids)], np.array([[int(s['label'])] for s in samples])
 

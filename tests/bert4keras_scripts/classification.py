@@ -10,24 +10,21 @@ predicted probabilities, for tests/test_bert4keras_scripts.py.
 ``model_options`` of ``main`` go to ``build_transformer_model`` (the test passes
 ``num_hidden_layers=2``: the first 2 of the bundled model's 6 layers, to keep it short).
 """
-import json
 import os
 
 import numpy as np
 from keras.layers import Dense, Lambda
+from prologue import checkpoint_path, config_path, data_dir, dict_path, json_rows
 
 from gau_keras.backend import keras
 from gau_keras.models import build_transformer_model
 from gau_keras.optimizers import Adam
-from gau_keras.pretrained import BUNDLED_DIR, model_files
-from gau_keras.snippets import DataGenerator, open, sequence_padding
+from gau_keras.snippets import DataGenerator, sequence_padding
 from gau_keras.tokenizers import Tokenizer
 
 maxlen = 48
 batch_size = 8
 classes = ['Negative', 'Positive']
-config_path, checkpoint_path, dict_path = model_files(BUNDLED_DIR)
-data_dir = os.environ.get('GAU_KERAS_DATA', os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared', 'data'))
 required_files = [os.path.join(data_dir, 'clue', 'eprstmt', 'train.json')]
 
 tokenizer = Tokenizer(dict_path, do_lower_case=True)
@@ -35,14 +32,7 @@ tokenizer = Tokenizer(dict_path, do_lower_case=True)
 
 def read_reviews(path, limit):
     """The first ``limit`` rows as (sentence, class index)."""
-    rows = []
-    with open(path, encoding='utf-8') as f:
-        for line in f:
-            row = json.loads(line)
-            rows.append((row['sentence'], classes.index(row['label'])))
-            if len(rows) == limit:
-                break
-    return rows
+    return [(row['sentence'], classes.index(row['label'])) for row in json_rows(path, limit)]
 
 
 class ReviewBatches(DataGenerator):

@@ -11,16 +11,15 @@ matrix, and per dev text the tag path and the recognised entities.
 ``model_options`` of ``main`` go to ``build_transformer_model`` (the test passes
 ``num_hidden_layers=2``: the first 2 of the bundled model's 6 layers, to keep it short).
 """
-import json
 import os
 
 from keras.layers import Dense
+from prologue import checkpoint_path, config_path, data_dir, dict_path, json_rows
 
 from gau_keras.backend import K, keras
 from gau_keras.layers import ConditionalRandomField
 from gau_keras.models import build_transformer_model
 from gau_keras.optimizers import Adam
-from gau_keras.pretrained import BUNDLED_DIR, model_files
 from gau_keras.snippets import DataGenerator, ViterbiDecoder, sequence_padding, to_array
 from gau_keras.tokenizers import Tokenizer
 
@@ -29,8 +28,6 @@ batch_size = 8
 categories = ['address', 'book', 'company', 'game', 'government', 'movie', 'name', 'organization', 'position',
               'scene']
 num_tags = 2 * len(categories) + 1          # O, then B-/I- per category: B = 2c + 1, I = 2c + 2
-config_path, checkpoint_path, dict_path = model_files(BUNDLED_DIR)
-data_dir = os.environ.get('GAU_KERAS_DATA', os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared', 'data'))
 required_files = [os.path.join(data_dir, 'clue', 'cluener', name) for name in ('train.json', 'dev.json')]
 
 tokenizer = Tokenizer(dict_path, do_lower_case=True)
@@ -39,14 +36,10 @@ tokenizer = Tokenizer(dict_path, do_lower_case=True)
 def read_entities(path, limit):
     """(text, [(start, end, category), ...]) with inclusive character offsets."""
     samples = []
-    with open(path, encoding='utf-8') as f:
-        for line in f:
-            row = json.loads(line)
-            spans = [(start, end, category) for category, found in row.get('label', {}).items()
-                     for places in found.values() for start, end in places]
-            samples.append((row['text'], sorted(spans)))
-            if len(samples) == limit:
-                break
+    for row in json_rows(path, limit):
+        spans = [(start, end, category) for category, found in row.get('label', {}).items()
+                 for places in found.values() for start, end in places]
+        samples.append((row['text'], sorted(spans)))
     return samples
 
 

@@ -18,19 +18,17 @@ import os
 
 import numpy as np
 from keras.layers import Dense, Lambda
+from prologue import checkpoint_path, config_path, data_dir, dict_path
 
 from gau_keras.backend import K, keras
 from gau_keras.models import build_transformer_model
 from gau_keras.optimizers import Adam, extend_with_exponential_moving_average
-from gau_keras.pretrained import BUNDLED_DIR, model_files
 from gau_keras.snippets import DataGenerator, sequence_padding
 from gau_keras.tokenizers import Tokenizer
 
 maxlen = 32
 batch_size = 8
 ema_momentum = 0.9
-config_path, checkpoint_path, dict_path = model_files(BUNDLED_DIR)
-data_dir = os.environ.get('GAU_KERAS_DATA', os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared', 'data'))
 required_files = [os.path.join(data_dir, 'clue', 'tnews', 'train.json')]
 news_labels = [str(i) for i in range(100, 117) if i not in (105, 111)]   # tnews has no 105 / 111
 

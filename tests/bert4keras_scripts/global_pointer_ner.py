@@ -11,24 +11,21 @@ of one dev text and the entities found in the dev texts.
 ``model_options`` of ``main`` go to ``build_transformer_model`` (the test passes
 ``num_hidden_layers=2``: the first 2 of the bundled model's 6 layers, to keep it short).
 """
-import json
 import os
 import sys
 
 import numpy as np
+from prologue import checkpoint_path, config_path, data_dir, dict_path, json_rows
 
 from gau_keras.backend import K, keras, multilabel_categorical_crossentropy
 from gau_keras.layers import EfficientGlobalPointer, GlobalPointer
 from gau_keras.models import build_transformer_model
 from gau_keras.optimizers import Adam
-from gau_keras.pretrained import BUNDLED_DIR, model_files
 from gau_keras.snippets import DataGenerator, sequence_padding, to_array
 from gau_keras.tokenizers import Tokenizer
 
 maxlen = 40
 batch_size = 8
-config_path, checkpoint_path, dict_path = model_files(BUNDLED_DIR)
-data_dir = os.environ.get('GAU_KERAS_DATA', os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared', 'data'))
 required_files = [os.path.join(data_dir, 'clue', 'cluener', 'train.json'),
                   os.path.join(data_dir, 'clue', 'cluener', 'dev.json')]
 categories = sorted(['address', 'book', 'company', 'game', 'government', 'movie', 'name', 'organization',
@@ -39,8 +36,7 @@ tokenizer = Tokenizer(dict_path, do_lower_case=True)
 
 def load_cluener(path, limit):
     """[(text, {(start, end, category)}), ...] (inclusive character offsets)."""
-    with open(path, encoding='utf-8') as f:
-        rows = [json.loads(line) for _, line in zip(range(limit), f)]
+    rows = json_rows(path, limit)
     return [(row['text'], {(s, e, kind) for kind, names in row['label'].items() for spans in names.values()
                            for s, e in spans}) for row in rows]
 

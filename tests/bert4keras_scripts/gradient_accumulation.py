@@ -26,18 +26,16 @@ import os
 
 import numpy as np
 from keras.layers import Dense, Lambda
+from prologue import checkpoint_path, config_path, data_dir, dict_path
 
 from gau_keras.backend import K, keras
 from gau_keras.models import build_transformer_model
 from gau_keras.optimizers import Adam, extend_with_gradient_accumulation
-from gau_keras.pretrained import BUNDLED_DIR, model_files
 from gau_keras.snippets import DataGenerator, sequence_padding
 from gau_keras.tokenizers import Tokenizer
 
 maxlen = 32
 grad_accum_steps = 2
-config_path, checkpoint_path, dict_path = model_files(BUNDLED_DIR)
-data_dir = os.environ.get('GAU_KERAS_DATA', os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared', 'data'))
 required_files = [os.path.join(data_dir, 'sentiment', 'train.tsv')]
 
 tokenizer = Tokenizer(dict_path, do_lower_case=True)

@@ -9,24 +9,21 @@ and ``model.save('best_model.model')`` read back by ``keras.models.load_model``.
 ``evaluate`` / ``predict`` on the same batches, for tests/test_bert4keras_scripts.py to compare.
 ``model_options`` go to ``build_transformer_model`` (the test keeps the first layer only).
 """
-import json
 import os
 import tempfile
 
 import numpy as np
+from prologue import checkpoint_path, config_path, data_dir, dict_path, json_rows
 
 from gau_keras.backend import K, keras
 from gau_keras.layers import Dense, Lambda
 from gau_keras.models import build_transformer_model
 from gau_keras.optimizers import Adam
-from gau_keras.pretrained import BUNDLED_DIR, model_files
-from gau_keras.snippets import DataGenerator, open, sequence_padding
+from gau_keras.snippets import DataGenerator, sequence_padding
 from gau_keras.tokenizers import Tokenizer
 
 maxlen = 32
 batch_size = 8
-config_path, checkpoint_path, dict_path = model_files(BUNDLED_DIR)
-data_dir = os.environ.get('GAU_KERAS_DATA', os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared', 'data'))
 required_files = [os.path.join(data_dir, 'clue', 'eprstmt', 'train.json')]
 
 tokenizer = Tokenizer(dict_path, do_lower_case=True)
@@ -34,13 +31,8 @@ tokenizer = Tokenizer(dict_path, do_lower_case=True)
 
 def load_reviews(path, limit):
     """(review, label) of the first ``limit`` rows, labels numbered in order of appearance."""
-    rows, labels = [], {}
-    with open(path, encoding='utf-8') as f:
-        for line in f:
-            row = json.loads(line)
-            rows.append((row['sentence'], labels.setdefault(row['label'], len(labels))))
-            if len(rows) == limit:
-                break
+    labels = {}
+    rows = [(row['sentence'], labels.setdefault(row['label'], len(labels))) for row in json_rows(path, limit)]
     return rows, len(labels)
 
 

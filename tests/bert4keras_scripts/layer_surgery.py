@@ -11,38 +11,28 @@ afterwards (in inference the mixed model takes the successor's side at every swi
 ``num_hidden_layers`` is the successor's depth (the predecessor has twice as many); ``model_options``
 go to both ``build_transformer_model`` calls.
 """
-import json
 import os
 
 import numpy as np
+from prologue import checkpoint_path, config_path, data_dir, dict_path, json_rows
 
 from gau_keras.backend import K, keras
 from gau_keras.layers import Dense, Input, Lambda, Layer
 from gau_keras.models import build_transformer_model
 from gau_keras.optimizers import Adam
-from gau_keras.pretrained import BUNDLED_DIR, model_files
-from gau_keras.snippets import DataGenerator, open, sequence_padding
+from gau_keras.snippets import DataGenerator, sequence_padding
 from gau_keras.tokenizers import Tokenizer
 
 maxlen = 32
 batch_size = 8
 classes = ['Negative', 'Positive']
-config_path, checkpoint_path, dict_path = model_files(BUNDLED_DIR)
-data_dir = os.environ.get('GAU_KERAS_DATA', os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared', 'data'))
 required_files = [os.path.join(data_dir, 'clue', 'eprstmt', 'train.json')]
 
 tokenizer = Tokenizer(dict_path, do_lower_case=True)
 
 
 def read_reviews(path, limit):
-    rows = []
-    with open(path, encoding='utf-8') as f:
-        for line in f:
-            row = json.loads(line)
-            rows.append((row['sentence'], classes.index(row['label'])))
-            if len(rows) == limit:
-                break
-    return rows
+    return [(row['sentence'], classes.index(row['label'])) for row in json_rows(path, limit)]
 
 
 class ReviewBatches(DataGenerator):

@@ -15,6 +15,7 @@ with no loss, and LAMB assembled from bert4keras's optimizer factories
 import os
 
 import numpy as np
+from prologue import checkpoint_path, config_path, data_dir, dict_path
 
 from gau_keras.backend import K, keras
 from gau_keras.layers import Loss
@@ -25,15 +26,12 @@ from gau_keras.optimizers import (
     extend_with_piecewise_linear_lr,
     extend_with_weight_decay,
 )
-from gau_keras.pretrained import BUNDLED_DIR, model_files
 from gau_keras.snippets import DataGenerator, sequence_padding, text_segmentate
 from gau_keras.tokenizers import Tokenizer
 
 maxlen = 48
 batch_size = 8
 mask_rate = 0.15
-config_path, checkpoint_path, dict_path = model_files(BUNDLED_DIR)
-data_dir = os.environ.get('GAU_KERAS_DATA', os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared', 'data'))
 required_files = [os.path.join(data_dir, 'corpus', 'zh_corpus.txt')]
 
 tokenizer = Tokenizer(dict_path, do_lower_case=True)

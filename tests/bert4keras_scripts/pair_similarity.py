@@ -10,22 +10,19 @@ dev pairs and their segment ids, for tests/test_bert4keras_scripts.py.
 ``model_options`` of ``main`` go to ``build_transformer_model`` (the test passes
 ``num_hidden_layers=2``: the first 2 of the bundled model's 6 layers, to keep it short).
 """
-import json
 import os
 
 from keras.layers import Dense, Dropout
+from prologue import checkpoint_path, config_path, data_dir, dict_path, json_rows
 
 from gau_keras.backend import keras
 from gau_keras.models import build_transformer_model
 from gau_keras.optimizers import Adam
-from gau_keras.pretrained import BUNDLED_DIR, model_files
 from gau_keras.snippets import DataGenerator, sequence_padding, to_array
 from gau_keras.tokenizers import Tokenizer
 
 maxlen = 64
 batch_size = 8
-config_path, checkpoint_path, dict_path = model_files(BUNDLED_DIR)
-data_dir = os.environ.get('GAU_KERAS_DATA', os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared', 'data'))
 task_dir = os.path.join(data_dir, 'clue', 'bustm')
 required_files = [os.path.join(task_dir, 'train.json'), os.path.join(task_dir, 'dev.json')]
 
@@ -34,8 +31,7 @@ tokenizer = Tokenizer(dict_path, do_lower_case=True)
 
 def read_pairs(path, limit):
     """(sentence1, sentence2, 0/1) of the first ``limit`` lines."""
-    with open(path, encoding='utf-8') as f:
-        items = [json.loads(line) for _, line in zip(range(limit), f)]
+    items = json_rows(path, limit)
     return [(item['sentence1'], item['sentence2'], int(item['label'])) for item in items]
 
 

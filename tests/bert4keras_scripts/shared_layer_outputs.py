@@ -8,35 +8,26 @@ with ``layer.get_output_at(0)`` / ``get_output_at(1)``, and the encoder's last h
 ``main()`` returns the training history, the shapes ``get_*_shape_at`` report and the probabilities.
 ``model_options`` go to ``build_transformer_model`` (the test keeps the first layer only).
 """
-import json
 import os
+
+from prologue import checkpoint_path, config_path, data_dir, dict_path, json_rows
 
 from gau_keras.backend import K, keras
 from gau_keras.layers import Dense, GlobalMaxPooling1D, Input, Lambda
 from gau_keras.models import build_transformer_model
 from gau_keras.optimizers import Adam
-from gau_keras.pretrained import BUNDLED_DIR, model_files
-from gau_keras.snippets import DataGenerator, open, sequence_padding
+from gau_keras.snippets import DataGenerator, sequence_padding
 from gau_keras.tokenizers import Tokenizer
 
 maxlen = 32
 batch_size = 8
-config_path, checkpoint_path, dict_path = model_files(BUNDLED_DIR)
-data_dir = os.environ.get('GAU_KERAS_DATA', os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared', 'data'))
 required_files = [os.path.join(data_dir, 'clue', 'bustm', 'train.json')]
 
 tokenizer = Tokenizer(dict_path, do_lower_case=True)
 
 
 def load_pairs(path, limit):
-    pairs = []
-    with open(path, encoding='utf-8') as f:
-        for line in f:
-            row = json.loads(line)
-            pairs.append((row['sentence1'], row['sentence2'], int(row['label'])))
-            if len(pairs) == limit:
-                break
-    return pairs
+    return [(row['sentence1'], row['sentence2'], int(row['label'])) for row in json_rows(path, limit)]
 
 
 class PairBatches(DataGenerator):

@@ -20,18 +20,16 @@ import os
 
 import tensorflow as tf
 from keras.layers import Dense, Lambda
+from prologue import checkpoint_path, config_path, data_dir, dict_path
 
 from gau_keras.backend import keras
 from gau_keras.models import build_transformer_model
 from gau_keras.optimizers import Adam
-from gau_keras.pretrained import BUNDLED_DIR, model_files
 from gau_keras.snippets import DataGenerator
 from gau_keras.tokenizers import Tokenizer
 
 maxlen = 40
 batch_size = 8
-config_path, checkpoint_path, dict_path = model_files(BUNDLED_DIR)
-data_dir = os.environ.get('GAU_KERAS_DATA', os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared', 'data'))
 required_files = [os.path.join(data_dir, 'clue', 'tnews', 'train.json')]
 news_labels = [100, 101, 102, 103, 104, 106, 107, 108, 109, 110, 112, 113, 114, 115, 116]
 

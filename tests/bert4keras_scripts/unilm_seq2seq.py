@@ -12,24 +12,21 @@ probabilities for one input and strings decoded by beam search and by sampling.
 ``model_options`` of ``main`` go to ``build_transformer_model`` (the test passes
 ``num_hidden_layers=2``: the first 2 of the bundled model's 6 layers, to keep it short).
 """
-import json
 import os
 
 import numpy as np
+from prologue import checkpoint_path, config_path, data_dir, dict_path, json_rows
 
 from gau_keras.backend import K, keras
 from gau_keras.layers import Loss
 from gau_keras.models import build_transformer_model
 from gau_keras.optimizers import Adam
-from gau_keras.pretrained import BUNDLED_DIR, model_files
 from gau_keras.snippets import AutoRegressiveDecoder, DataGenerator, sequence_padding
 from gau_keras.tokenizers import Tokenizer
 
 maxlen = 64                 # source + target tokens
 target_maxlen = 12          # generated tokens at most
 batch_size = 8
-config_path, checkpoint_path, dict_path = model_files(BUNDLED_DIR)
-data_dir = os.environ.get('GAU_KERAS_DATA', os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared', 'data'))
 required_files = [os.path.join(data_dir, 'clue', 'csl', 'train.json')]
 
 tokenizer = Tokenizer(dict_path, do_lower_case=True)
@@ -37,14 +34,7 @@ tokenizer = Tokenizer(dict_path, do_lower_case=True)
 
 def abstracts_and_keywords(path, limit):
     """(abstract, keywords joined by '，') of the first ``limit`` papers."""
-    pairs = []
-    with open(path, encoding='utf-8') as f:
-        for line in f:
-            paper = json.loads(line)
-            pairs.append((paper['abst'], '，'.join(paper['keyword'])))
-            if len(pairs) >= limit:
-                return pairs
-    return pairs
+    return [(paper['abst'], '，'.join(paper['keyword'])) for paper in json_rows(path, limit)]
 
 
 class Seq2SeqBatches(DataGenerator):

@@ -1,0 +1,27 @@
+"""What every script here starts with, as a bert4keras example's first lines: the model files
+(the bundled GAU-alpha), where the data is (``$GAU_KERAS_DATA`` or ../shared/data) and a reader
+of CLUE's JSON-lines files.
+
+The scripts import it as a sibling module (``from prologue import ...``): run as
+``python3 tests/bert4keras_scripts/NAME.py`` their folder is on ``sys.path``, and
+tests/test_bert4keras_scripts.py puts it there too.
+"""
+import json
+import os
+
+from gau_keras.pretrained import BUNDLED_DIR, model_files
+from gau_keras.snippets import open
+
+config_path, checkpoint_path, dict_path = model_files(BUNDLED_DIR)
+data_dir = os.environ.get('GAU_KERAS_DATA', os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared', 'data'))
+
+
+def json_rows(path, limit=None):
+    """The first ``limit`` rows (all when None) of a JSON-lines file, as dicts."""
+    rows = []
+    with open(path, encoding='utf-8') as f:
+        for line in f:
+            rows.append(json.loads(line))
+            if len(rows) == limit:
+                break
+    return rows
