@@ -116,6 +116,32 @@ def lowercase_per_character(text):
     return pieces
 
 
+def _text_argument(value, name, tokens=True):
+    """A text argument of ``encode`` / ``tokenize``: str (bytes decoded as UTF-8) or, where
+    ``tokens``, a list (or tuple) of tokens."""
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"Tokenizer: {name} is bytes that are not UTF-8 ({e.reason} at byte {e.start}); "
+                             f"decode it first") from None
+    if isinstance(value, str):
+        return value
+    if tokens and isinstance(value, (list, tuple)) and all(isinstance(t, str) for t in value):
+        return value
+    expected = "a str (or a list of token strings)" if tokens else "a str"
+    raise TypeError(f"Tokenizer: {name} must be {expected}, got {type(value).__name__} {value!r:.60}")
+
+
+def _token_boundary(text, start, window=1024):
+    """The first index >= start (within ``window``) before which the tokenizer always ends a
+    token: a space, a CJK character or a punctuation mark; None if there is none."""
+    for i in range(start, min(len(text), start + window)):
+        if is_space(text[i]) or is_cjk_character(text[i]) or is_punctuation(text[i]):
+            return i
+    return None
+
+
 def truncate_sequences(maxlen, indices, *sequences):
     """Shortens the lists ``sequences`` in place until their total length is <= maxlen.
 
@@ -297,7 +323,8 @@ class Tokenizer:
     # -- tokenize / encode -------------------------------------------------
     def tokenize(self, text, maxlen=None):
         """Tokens of ``text`` wrapped in ``[CLS] … [SEP]``; with ``maxlen``,
-        tokens are dropped from the end (before ``[SEP]``) to fit."""
+        tokens are dropped from the end (before ``[SEP]``) to fit. Bytes are read as UTF-8."""
+        text = _text_argument(text, "text", tokens=False)
         tokens = [self._token_translate.get(token) or token for token in self._tokenize(text)]
         if self._token_start is not None:
             tokens.insert(0, self._token_start)
@@ -307,6 +334,26 @@ class Tokenizer:
             self._check_maxlen(maxlen, self._special_count())
             truncate_sequences(maxlen, -(int(self._token_end is not None) + 1), tokens)
         return tokens
+
+    def _tokens_within(self, text, maxlen, truncate_from):
+        """``tokenize(text)``, or for a text far longer than ``maxlen`` under right truncation,
+        the tokens of a prefix cut where a token boundary is certain (before a space, CJK
+        character or punctuation) that already holds more than ``maxlen`` tokens: right
+        truncation keeps the first tokens, so the result is the same, without tokenizing a
+        long document whole. Not with a pre-tokenizer (jieba's words depend on what follows)."""
+        if (not isinstance(maxlen, int) or maxlen < 1 or truncate_from != "right"
+                or self._pre_tokenize is not None):
+            return self.tokenize(text)
+        size = 4 * maxlen + 64
+        while size < len(text):
+            cut = _token_boundary(text, size)
+            if cut is None:
+                break
+            tokens = self.tokenize(text[:cut])
+            if len(tokens) > maxlen + 4:        # + [CLS], [SEP] and encode's own allowances
+                return tokens
+            size *= 4
+        return self.tokenize(text)
 
     def _special_count(self):
         """How many of [CLS] / [SEP] ``tokenize`` adds to a text."""
@@ -332,11 +379,14 @@ class Tokenizer:
         of special tokens (2 for a text, 3 for a pair) is a ValueError:
         bert4keras would pop ``[CLS]`` itself, then fail.
         """
-        first_tokens = self.tokenize(first_text) if isinstance(first_text, str) else list(first_text)
+        first_text = _text_argument(first_text, "first_text")
+        second_text = None if second_text is None else _text_argument(second_text, "second_text")
+        first_tokens = (self._tokens_within(first_text, maxlen, truncate_from) if isinstance(first_text, str)
+                        else list(first_text))
         if second_text is None:
             second_tokens = None
         elif isinstance(second_text, str):
-            second_tokens = self.tokenize(second_text)
+            second_tokens = self._tokens_within(second_text, maxlen, truncate_from)
         else:
             second_tokens = list(second_text)
         if maxlen is not None:

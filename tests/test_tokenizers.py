@@ -405,3 +405,47 @@ def test_bert4keras_normalisation_and_the_tokenizers_differ_in_recomposition_onl
     assert lowercase_and_normalize("한") == unicodedata.normalize("NFD", "한")
     assert len(lowercase_and_normalize("한")) == 3
     assert lowercase_and_strip_accents("한") == "한"
+
+
+# ---------------------------------------------------------------- bad input, long input (issue 36)
+
+def test_bytes_are_read_as_utf8_and_other_types_named(tiny):
+    assert tiny.encode("你好".encode()) == tiny.encode("你好")
+    assert tiny.encode("hello", second_text="世界".encode()) == tiny.encode("hello", second_text="世界")
+    assert tiny.tokenize(b"hello") == tiny.tokenize("hello")
+    with pytest.raises(ValueError, match="first_text is bytes that are not UTF-8"):
+        tiny.encode(b"\xff\xfe")
+    for bad in (None, 123, 4.5, {"a": 1}):
+        with pytest.raises(TypeError, match=r"first_text must be a str \(or a list of token strings\), got"):
+            tiny.encode(bad)
+    with pytest.raises(TypeError, match="second_text must be a str"):
+        tiny.encode("hello", second_text=7)
+    assert tiny.encode(["[CLS]", "hello", "[SEP]"])[0] == [2, 9, 3]       # a token list, as bert4keras takes
+
+
+_PIECES = st.sampled_from(["hello", "world", "unaffable", " ", "  ", "你", "好", "世界", "！", ",", "Café",
+                           "ΣΑΣ", "12", "123", "\t", "é", "x"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(first=st.lists(_PIECES, min_size=0, max_size=120).map("".join),
+       second=st.one_of(st.none(), st.lists(_PIECES, max_size=120).map("".join)),
+       maxlen=st.integers(3, 12))
+def test_long_texts_truncate_as_if_tokenized_whole(tiny, first, second, maxlen):
+    """Under right truncation a long text is tokenized only as far as maxlen needs; the ids are
+    those of tokenizing it whole (a token list is truncated the same way)."""
+    whole = (tiny.tokenize(first), None if second is None else tiny.tokenize(second))
+    assert tiny.encode(first, second, maxlen=maxlen) == tiny.encode(whole[0], whole[1], maxlen=maxlen)
+
+
+def test_a_long_document_is_not_tokenized_whole(tiny, monkeypatch):
+    calls = []
+    original = Tokenizer._tokenize
+
+    def counting(self, text, *args):
+        calls.append(len(text))
+        return original(self, text, *args)
+
+    monkeypatch.setattr(Tokenizer, "_tokenize", counting)
+    ids, _ = tiny.encode("你好世界 " * 250_000, maxlen=16)
+    assert len(ids) == 16 and max(calls) < 10_000, calls
