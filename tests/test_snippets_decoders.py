@@ -7,6 +7,8 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gau_keras import build_transformer_model
 from gau_keras.pretrained import BUNDLED_DIR, model_files
@@ -142,3 +144,84 @@ def test_seq2seq_decoding_with_a_model(name, capsys):
     for step, token in enumerate(sample.tolist()):
         top4 = np.argsort(_next_probas(model, context + sample.tolist()[:step], segments + [1] * step))[-4:]
         assert token in top4
+
+
+# ---------------------------------------------------------------- bad arguments (issue 36)
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"maxlen": 0}, "maxlen must be an integer >= 1, got 0"), ({"maxlen": -3}, "maxlen must be"),
+    ({"maxlen": 2.5}, "maxlen must be"), ({"maxlen": 5, "minlen": -1}, "minlen must be an integer >= 0")])
+def test_decoder_lengths_are_checked_where_given(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        _fixed([0.5, 0.5])(None, 1, **kwargs)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda d: d.random_sample([[1]], 0), "n must be an integer >= 1"),
+    (lambda d: d.random_sample([[1]], 2, topk=0), "topk must be an integer >= 1, got 0"),
+    (lambda d: d.random_sample([[1]], 2, topp=0), r"topp must be in \(0, 1\]"),
+    (lambda d: d.random_sample([[1]], 2, topp=-0.5), r"topp must be in \(0, 1\]"),
+    (lambda d: d.random_sample([[1]], 2, topp=1.5), r"topp must be in \(0, 1\]"),
+    (lambda d: d.random_sample([[1]], 2, temperature=0), "temperature must be a finite number > 0"),
+    (lambda d: d.beam_search([[1]], topk=0), "topk must be an integer >= 1"),
+    (lambda d: d.beam_search([[1]], topk=2, temperature=float("nan")), "temperature must be"),
+    (lambda d: d.beam_search([[1]], topk=2, min_ends=0), "min_ends must be an integer >= 1")])
+def test_decoding_arguments_are_checked(call, message):
+    with pytest.raises(ValueError, match=message):
+        call(_fixed([0.2, 0.3, 0.5])(None, 2, maxlen=4))
+
+
+def test_a_topk_beyond_the_vocabulary_takes_every_id():
+    decoder = _fixed([0.2, 0.3, 0.5], "logits")(None, 2, maxlen=4)
+    np.random.seed(0)
+    assert len(decoder.random_sample([[1]], 3, topk=50)) == 3
+    assert decoder.beam_search([[1]], topk=50).tolist() == [2]
+
+
+def test_nan_scores_stop_decoding_with_an_error():
+    for rtype in ("probas", "logits"):
+        decoder = _fixed([0.2, float("nan"), 0.5], rtype)(None, 2, maxlen=4)
+        with pytest.raises(ValueError, match=r"predict returned NaN scores \(rows \[0\]\) after 0 output ids"):
+            decoder.beam_search([[1]], topk=2)
+        with pytest.raises(ValueError, match="NaN"):
+            decoder.random_sample([[1]], 2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(probas=st.lists(st.floats(0.01, 1.0), min_size=2, max_size=6), n=st.integers(1, 4),
+       topk=st.one_of(st.none(), st.integers(1, 9)), topp=st.one_of(st.none(), st.floats(0.05, 1.0)),
+       temperature=st.floats(0.3, 3.0))
+def test_random_sample_returns_n_sequences_of_vocabulary_ids(probas, n, topk, topp, temperature):
+    probas = np.asarray(probas) / np.sum(probas)
+    decoder = _fixed(probas)(None, len(probas) - 1, maxlen=5)
+    samples = decoder.random_sample([[1]], n, topk=topk, topp=topp, temperature=temperature)
+    assert len(samples) == n
+    assert all(1 <= len(s) <= 5 and all(0 <= i < len(probas) for i in s) for s in samples)
+
+
+def test_viterbi_arguments_are_checked():
+    trans = np.zeros((3, 3))
+    with pytest.raises(ValueError, match=r"trans must be a square \[num_labels, num_labels\] matrix, got shape"):
+        ViterbiDecoder(np.zeros((3, 2)))
+    with pytest.raises(ValueError, match=r"starts names no label of the 3: \[5\]"):
+        ViterbiDecoder(trans, starts=[0, 5])
+    with pytest.raises(ValueError, match=r"ends names no label of the 3: \[-1\]"):
+        ViterbiDecoder(trans, ends=[-1])
+    with pytest.raises(ValueError, match="trans holds NaN"):
+        ViterbiDecoder(np.full((2, 2), np.nan))
+    decoder = ViterbiDecoder(trans)
+    with pytest.raises(ValueError, match=r"nodes must be \[seq_len, 3\] \(the labels of trans\), got shape \(4,"):
+        decoder.decode(np.zeros((4, 2)))
+    with pytest.raises(ValueError, match=r"got shape \(3,\)"):
+        decoder.decode(np.zeros(3))
+    with pytest.raises(ValueError, match=r"nodes hold NaN at steps \[1\]"):
+        decoder.decode(np.array([[0, 1, 2], [0, np.nan, 1.0]]))
+    assert decoder.decode(np.zeros((0, 3))).tolist() == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), length=st.integers(1, 4), labels=st.integers(1, 3))
+def test_viterbi_is_the_brute_force_best_path(seed, length, labels):
+    rng = np.random.default_rng(seed)
+    trans, nodes = rng.normal(size=(labels, labels)), rng.normal(size=(length, labels))
+    assert ViterbiDecoder(trans).decode(nodes).tolist() == _brute_viterbi(nodes, trans, range(labels), range(labels))

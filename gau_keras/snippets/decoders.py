@@ -22,6 +22,16 @@ from gau_keras.snippets.arrays import softmax
 _RTYPES = ("probas", "logits")
 
 
+def _check_int(name, value, least):
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < least:
+        raise ValueError(f"AutoRegressiveDecoder: {name} must be an integer >= {least}, got {value!r}")
+
+
+def _check_temperature(temperature):
+    if not (isinstance(temperature, (int, float, np.floating)) and np.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"AutoRegressiveDecoder: temperature must be a finite number > 0, got {temperature!r}")
+
+
 class ViterbiDecoder:
     """Viterbi decoding over label scores with a transition matrix.
 
@@ -32,8 +42,19 @@ class ViterbiDecoder:
     """
 
     def __init__(self, trans, starts=None, ends=None):
+        shape = np.shape(trans)
+        if len(shape) != 2 or shape[0] != shape[1] or shape[0] == 0:
+            raise ValueError(f"ViterbiDecoder: trans must be a square [num_labels, num_labels] matrix, "
+                             f"got shape {shape}")
+        if np.isnan(np.asarray(trans, dtype=float)).any():
+            raise ValueError("ViterbiDecoder: trans holds NaN")
         self.trans = trans
         self.num_labels = len(trans)
+        for name, labels in (("starts", starts), ("ends", ends)):
+            outside = [] if labels is None else [
+                label for label in labels if not isinstance(label, (int, np.integer)) or not 0 <= label < len(trans)]
+            if outside:
+                raise ValueError(f"ViterbiDecoder: {name} names no label of the {len(trans)}: {outside}")
         every = range(self.num_labels)
         self.non_starts = [] if starts is None else [i for i in every if i not in starts]
         self.non_ends = [] if ends is None else [i for i in every if i not in ends]
@@ -45,6 +66,14 @@ class ViterbiDecoder:
         labels from it in place).
         """
         nodes = np.array(nodes, dtype=np.result_type(np.asarray(nodes).dtype, np.float32))
+        if nodes.ndim != 2 or nodes.shape[1] != self.num_labels:
+            raise ValueError(f"ViterbiDecoder.decode: nodes must be [seq_len, {self.num_labels}] "
+                             f"(the labels of trans), got shape {nodes.shape}")
+        if len(nodes) == 0:
+            return np.zeros(0, dtype=int)
+        if np.isnan(nodes).any():
+            raise ValueError(f"ViterbiDecoder.decode: nodes hold NaN at steps "
+                             f"{np.flatnonzero(np.isnan(nodes).any(axis=1)).tolist()[:8]}")
         nodes[0, self.non_starts] -= np.inf
         nodes[-1, self.non_ends] -= np.inf
         labels = np.arange(self.num_labels)[None]
@@ -70,6 +99,8 @@ class AutoRegressiveDecoder:
     """
 
     def __init__(self, start_id, end_id, maxlen, minlen=1):
+        _check_int("maxlen", maxlen, 1)
+        _check_int("minlen", minlen, 0)
         self.start_id, self.end_id = start_id, end_id
         self.maxlen, self.minlen = maxlen, minlen
         self.models = {}        # last_token's cache: model -> its last-position model
@@ -98,6 +129,11 @@ class AutoRegressiveDecoder:
                     raise ValueError(f"predict: rtype must be 'probas' or 'logits', got {rtype!r}")
                 scores = predict(self, inputs, output_ids, states)
                 scores, states = scores if use_states else (scores, None)
+                scores = np.asarray(scores)
+                if np.isnan(scores).any():
+                    rows = np.flatnonzero(np.isnan(scores).reshape(len(scores), -1).any(axis=1)).tolist()
+                    raise ValueError(f"{type(self).__name__}.predict returned NaN scores (rows {rows[:8]}) "
+                                     f"after {np.shape(output_ids)[1]} output ids; decoding stops here")
                 if default_rtype == "logits":
                     probas = softmax(scores / temperature)
                 elif temperature != 1:
@@ -154,11 +190,15 @@ class AutoRegressiveDecoder:
             ``minlen`` ids, a finished sequence is returned as soon as it scores
             best, else the best after ``maxlen`` steps.
         """
+        _check_int("topk", topk, 1)
+        _check_temperature(temperature)
+        _check_int("min_ends", min_ends, 1)
         inputs = [np.array([i]) for i in inputs]
         output_ids, output_scores = self.first_output_ids, np.zeros(1)
         for step in range(self.maxlen):
             scores, states = self.predict(inputs, output_ids, states, temperature, "logits")
             if step == 0:
+                topk = min(topk, scores.shape[1])        # no more beams than ids
                 inputs = [np.repeat(i, topk, axis=0) for i in inputs]
             scores = output_scores.reshape((-1, 1)) + scores         # [beams, vocab] running totals
             flat = scores.argpartition(-topk, axis=None)[-topk:]
@@ -194,6 +234,13 @@ class AutoRegressiveDecoder:
             a list of ``n`` id arrays (finished ones first, in the order they
             ended; the unfinished after ``maxlen`` steps last).
         """
+        _check_int("n", n, 1)
+        if topk is not None:
+            _check_int("topk", topk, 1)
+        if topp is not None and not (isinstance(topp, (int, float)) and 0 < topp <= 1):
+            raise ValueError(f"random_sample: topp must be in (0, 1] (or None), got {topp!r}")
+        _check_temperature(temperature)
+        _check_int("min_ends", min_ends, 1)
         inputs = [np.array([i]) for i in inputs]
         output_ids = self.first_output_ids
         results = []
@@ -226,6 +273,7 @@ def _sample(probas, topk=None, topp=None):
     """One id per row of ``probas`` [rows, vocab], drawn with np.random.choice: [rows, 1]."""
     candidates = []                          # index maps back to vocabulary ids, innermost last
     if topk is not None:
+        topk = min(topk, probas.shape[1])        # a topk beyond the vocabulary: every id
         top = probas.argpartition(-topk, axis=1)[:, -topk:]
         probas = np.take_along_axis(probas, top, axis=1)
         probas = probas / probas.sum(axis=1, keepdims=True)
