@@ -19,6 +19,7 @@ from gau_keras.optimizers import (
     extend_with_gradient_accumulation,
     extend_with_layer_adaptation,
     extend_with_lazy_optimization,
+    extend_with_lookahead,
     extend_with_piecewise_linear_lr,
     extend_with_weight_decay,
 )
@@ -240,3 +241,34 @@ def test_adafactor_and_lion_chains_round_trip_through_json():
         assert type(restored) is type(opt) and restored.get_config() == opt.get_config()
     assert restored.ema_momentum == 0.9 and restored.steps_per_slow_update == 3
     assert AdaFactor(learning_rate=None).get_config()["learning_rate"] is None
+
+
+# ---------------------------------------------------------------- bad arguments (issue 36)
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda: Adam(float("nan")), ValueError, "Adam: learning_rate must be a finite number >= 0, got nan"),
+    (lambda: Adam(float("inf")), ValueError, "learning_rate must be a finite number >= 0, got inf"),
+    (lambda: Adam(-1e-3), ValueError, "learning_rate must be a finite number >= 0"),
+    (lambda: Adam("1e-3"), TypeError, "Adam: learning_rate must be a number or a schedule, got str"),
+    (lambda: extend_with_weight_decay(Adam)(1e-3, weight_decay_rate=-0.01), ValueError,
+     "weight_decay_rate must be a finite number >= 0, got -0.01"),
+    (lambda: extend_with_weight_decay(Adam)(1e-3, weight_decay_rate="0.01"), TypeError,
+     "weight_decay_rate must be a number, got str"),
+    (lambda: extend_with_exponential_moving_average(Adam)(1e-3, ema_momentum=1.5), ValueError,
+     r"ema_momentum must be a finite number in \[0, 1\], got 1.5"),
+    (lambda: extend_with_lookahead(Adam)(1e-3, steps_per_slow_update=0), ValueError,
+     "steps_per_slow_update must be an integer >= 1, got 0"),
+    (lambda: extend_with_lookahead(Adam)(1e-3, slow_step_size=-0.5), ValueError,
+     r"slow_step_size must be a finite number in \[0, 1\], got -0.5"),
+    (lambda: extend_with_weight_decay(extend_with_weight_decay(Adam)), ValueError,
+     "Adam_weight_decay already applies weight decay"),
+    (lambda: extend_with_weight_decay(LAMB), ValueError, "LAMB already applies weight decay"),
+])
+def test_bad_optimizer_arguments_are_refused_where_given(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
+def test_a_schedule_is_still_a_learning_rate():
+    schedule = keras.optimizers.schedules.ExponentialDecay(1e-3, 10, 0.9)
+    assert np.isclose(float(keras.ops.convert_to_numpy(Adam(schedule).learning_rate)), 1e-3)

@@ -18,12 +18,26 @@ Each step runs through ``_apply_dense(gradient, variable)``; sparse
 (IndexedSlices) gradients are densified first, repeated rows summed.
 """
 import contextlib
+import math
 import re
 
 import keras
+import numpy as np
 from keras import ops
 
 __all__ = ["HookedOptimizer", "compile_patterns", "variable_path"]
+
+
+def checked_number(owner, name, value, low=None, high=None):
+    """``value`` as a float, or a ValueError (TypeError for a non-number) naming ``name`` when it
+    is not a finite number within [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{owner}: {name} must be a number, got {type(value).__name__} {value!r:.40}")
+    value = float(value)
+    if not math.isfinite(value) or (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"in [{low}, {high}]" if high is not None else f">= {low}" if low is not None else ""
+        raise ValueError(f"{owner}: {name} must be a finite number {bounds}, got {value!r}")
+    return value
 
 
 def compile_patterns(patterns, argument):
@@ -77,6 +91,11 @@ class HookedOptimizer(keras.optimizers.Optimizer):
     """
 
     def __init__(self, learning_rate=0.001, name=None, **kwargs):
+        if isinstance(learning_rate, (bool, str, bytes)) or learning_rate is None:
+            raise TypeError(f"{type(self).__name__}: learning_rate must be a number or a schedule, "
+                            f"got {type(learning_rate).__name__} {learning_rate!r:.40}")
+        if isinstance(learning_rate, (int, float, np.integer, np.floating)):
+            checked_number(type(self).__name__, "learning_rate", learning_rate, low=0)
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self._hook_stack = _HookStack()
         self._accumulate_in_update_step = False

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from gau_keras.optimizers.base import compile_patterns
+from gau_keras.optimizers.base import checked_number, compile_patterns
 from gau_keras.optimizers.factory import extension
 from gau_keras.optimizers.schedules import PiecewiseLinearDecay
 
@@ -55,7 +55,7 @@ def extend_with_weight_decay(BaseOptimizer):
                                  f"`weight_decay_rate`, not `weight_decay` (got {kwargs['weight_decay']!r})")
             kwargs.pop("weight_decay", None)
             super().__init__(*args, **kwargs)
-            self.weight_decay_rate = float(weight_decay_rate)
+            self.weight_decay_rate = checked_number(type(self).__name__, "weight_decay_rate", weight_decay_rate, 0)
             self._decay_patterns = compile_patterns(exclude_from_weight_decay, "exclude_from_weight_decay")
             self._decay_excluded_keys = set()
 
@@ -221,8 +221,12 @@ def extend_with_lookahead(BaseOptimizer):
     class Lookahead(BaseOptimizer):
         def __init__(self, *args, steps_per_slow_update=5, slow_step_size=0.5, **kwargs):
             super().__init__(*args, **kwargs)
+            if (isinstance(steps_per_slow_update, bool) or not isinstance(steps_per_slow_update, (int, np.integer))
+                    or steps_per_slow_update < 1):
+                raise ValueError(f"{type(self).__name__}: steps_per_slow_update must be an integer >= 1, "
+                                 f"got {steps_per_slow_update!r}")
             self.steps_per_slow_update = int(steps_per_slow_update)
-            self.slow_step_size = float(slow_step_size)
+            self.slow_step_size = checked_number(type(self).__name__, "slow_step_size", slow_step_size, 0, 1)
 
         def _create_slots(self, var_list):
             super()._create_slots(var_list)
@@ -295,6 +299,7 @@ def extend_with_exponential_moving_average(BaseOptimizer):
 
     class ExponentialMovingAverage(BaseOptimizer):
         def __init__(self, *args, ema_momentum=0.999, **kwargs):
+            checked_number(self.__class__.__name__, "ema_momentum", ema_momentum, 0, 1)
             super().__init__(*args, ema_momentum=ema_momentum, **kwargs)
             self._ema_backup = _Backup()
 

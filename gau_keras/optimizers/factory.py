@@ -72,6 +72,11 @@ def extension(key):
                                 f"(Adam, AdaFactor, Lion, LAMB or an extended one), got {BaseOptimizer!r}")
             if name is not None and not (isinstance(name, str) and name.isidentifier()):
                 raise ValueError(f"extend_with_{key}: `name` must be a class name, got {name!r}")
+            applied = {k for klass in BaseOptimizer.__mro__
+                       for k, _ in (klass.__dict__.get("_extension_spec") or ("", ()))[1]}
+            if key == "weight_decay" and key in applied:
+                raise ValueError(f"extend_with_{key}: {BaseOptimizer.__name__} already applies weight decay; "
+                                 f"a second extension would decay every weight twice per step")
             cache_key = (key, BaseOptimizer, name)
             if cache_key not in _CLASSES:
                 cls = make(BaseOptimizer)
