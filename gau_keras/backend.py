@@ -233,6 +233,7 @@ def sequence_masking(x, mask=None, value=0, axis=None, bias=None, return_mask=Fa
     if mask is not None:
         rank = K.ndim(x)
         axes = axis if isinstance(axis, (list, tuple)) else [1 if axis is None else axis]
+        gau_ops.check_mask(mask, x, [a % rank for a in axes], "sequence_masking")
         per_axis = [gau_ops.align(ops.cast(mask, "bool"), [0, a % rank], rank) for a in axes]
         keep = functools.reduce(ops.logical_and, per_axis + ([] if keep is None else [keep]))
     if bias is not None and not bool_bias:
@@ -245,7 +246,12 @@ def sequence_masking(x, mask=None, value=0, axis=None, bias=None, return_mask=Fa
 def batch_gather(params, indices):
     """``params[b..., indices[b..., j]]``: params [b..., N, ...], indices [b..., M]
     (int; the leading ``ndim(indices) - 1`` axes are batch axes) -> [b..., M, ...]."""
-    indices = ops.cast(indices, "int32") if not K.dtype(indices).startswith("int") else indices
+    if not K.dtype(indices).startswith(("int", "uint")):
+        values = gau_ops.concrete(indices)
+        if values is not None and (values != np.round(values)).any():
+            raise ValueError(f"batch_gather: indices must be whole numbers, got {K.dtype(indices)} values such as "
+                             f"{float(values[values != np.round(values)].flat[0])!r}")
+        indices = ops.cast(indices, "int32")      # whole floats, or traced ones (cast as bert4keras casts)
     batch_axes = K.ndim(indices) - 1
     extra = K.ndim(params) - batch_axes - 1
     if extra < 0:

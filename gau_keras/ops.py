@@ -48,6 +48,29 @@ def align(tensor, axes, ndim):
     return ops.reshape(tensor, target)
 
 
+def concrete(x):
+    """x as a numpy array when it has values (eager), None when it is traced or symbolic."""
+    import numpy as np
+
+    try:
+        return np.asarray(ops.convert_to_numpy(x))
+    except Exception:
+        return None
+
+
+def check_mask(mask, x, axes, owner):
+    """A ValueError naming ``owner`` when the [B, L] ``mask`` cannot mask ``x`` on ``axes``:
+    another rank, batch or length, where the shapes are known."""
+    if len(mask.shape) != 2:
+        raise ValueError(f"{owner}: the mask must be [batch, length], got shape {tuple(mask.shape)}")
+    pairs = [(0, "batch", 0)] + [(1, f"length (axis {a} of x)", a) for a in axes]
+    for mask_axis, what, x_axis in pairs:
+        m, n = mask.shape[mask_axis], x.shape[x_axis]
+        if isinstance(m, int) and isinstance(n, int) and m != n:
+            raise ValueError(f"{owner}: the mask's {what} is {m} where x has {n}; "
+                             f"shapes {tuple(mask.shape)} and {tuple(x.shape)}")
+
+
 def sequence_masking(x, mask=None, value=NEG_INF, axis=1):
     """Replaces the entries of ``x`` at masked positions with ``value``.
 
@@ -59,6 +82,7 @@ def sequence_masking(x, mask=None, value=NEG_INF, axis=1):
     """
     if mask is None:
         return x
+    check_mask(mask, x, [axis % len(x.shape)], "sequence_masking")
     return masked_fill(x, align(ops.cast(mask, "bool"), [0, axis], len(x.shape)), value)
 
 

@@ -473,3 +473,28 @@ def test_module_names():
     assert K.floatx() == "float32" and K.epsilon() == pytest.approx(1e-7) and K.backend() == keras.backend.backend()
     assert K.is_tensor(K.constant(1.0)) and not K.is_tensor(np.ones(2)) and K.is_keras_tensor(keras.Input((2,)))
     assert B.symbolic(len) is len and K.symbolic(len) is len
+
+
+# ---------------------------------------------------------------- bad input (issue 36)
+
+def test_a_mask_of_another_length_or_batch_is_named():
+    x = np.zeros((2, 5, 3), "float32")
+    with pytest.raises(ValueError, match=r"sequence_masking: the mask's length \(axis 1 of x\) is 4 where x has 5"):
+        B.sequence_masking(x, np.ones((2, 4)))
+    with pytest.raises(ValueError, match=r"sequence_masking: the mask's batch is 3 where x has 2"):
+        B.sequence_masking(x, np.ones((3, 5)))
+    with pytest.raises(ValueError, match=r"the mask must be \[batch, length\], got shape \(2, 5, 1\)"):
+        B.sequence_masking(x, np.ones((2, 5, 1)))
+    from gau_keras.layers import GlobalPointer
+
+    layer = GlobalPointer(heads=2, head_size=4)
+    with pytest.raises(ValueError, match=r"GlobalPointer .*: the mask's length \(axis 2 of x\) is 4 where x has 5"):
+        layer(x, mask=np.ones((2, 4), bool))
+
+
+def test_batch_gather_refuses_fractional_indices():
+    params = np.arange(12, dtype="float32").reshape(2, 6)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(B.batch_gather(params, np.array([[1.0], [2.0]]))),
+                                  [[1], [8]])                          # whole floats are indices, as in bert4keras
+    with pytest.raises(ValueError, match="batch_gather: indices must be whole numbers, got float64 values such as 1.5"):
+        B.batch_gather(params, np.array([[1.5], [2.0]]))

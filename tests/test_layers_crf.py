@@ -175,3 +175,33 @@ def test_losses_trace_with_unknown_batch_and_length(rng):
                              input_signature=[tf.TensorSpec([None, None]), tf.TensorSpec([None, None, 3])])
         eager = layer.sparse_loss(labels, scores) + layer.sparse_accuracy(labels, scores)
         np.testing.assert_allclose(_np(traced(labels, scores)), _np(eager), rtol=1e-6)
+
+
+# ---------------------------------------------------------------- bad labels (issue 36)
+
+@pytest.mark.parametrize("layer_class", [ConditionalRandomField, MaximumEntropyMarkovModel])
+def test_labels_outside_the_label_set_are_named_or_give_nan(layer_class):
+    layer = layer_class(name="tagger")
+    scores = np.random.default_rng(0).normal(size=(2, 4, 3)).astype("float32")
+    layer(scores)
+    good = np.array([[0, 1, 2, 1], [2, 2, 0, 1]])
+    assert np.isfinite(keras.ops.convert_to_numpy(layer.sparse_loss(good, scores))).all()
+    for bad, shown in ((3, "3.0"), (-1, "-1.0"), (1.5, "1.5")):
+        labels = good.astype("float32")
+        labels[1, 2] = bad
+        with pytest.raises(ValueError, match=rf"y_true\[1, 2\] = {shown} is not a label \(an integer in \[0, 3\)\)"):
+            layer.sparse_loss(labels, scores)
+        traced = _traced(layer.sparse_loss)(keras.ops.convert_to_tensor(labels), keras.ops.convert_to_tensor(scores))
+        assert np.isnan(keras.ops.convert_to_numpy(traced)).any()        # in a compiled step: NaN, not a loss
+    with pytest.raises(ValueError, match=r"y_true has 5 positions per sample where the scores \(y_pred\) have 4"):
+        layer.sparse_loss(np.zeros((2, 5)), scores)
+
+
+def _traced(fn):
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.jit(fn)
+    import tensorflow as tf
+
+    return tf.function(fn)

@@ -15,8 +15,10 @@ dense labels [B, L, N] one-hot.
 import math
 
 import keras
+import numpy as np
 from keras import ops
 
+from gau_keras import ops as gops
 from gau_keras.bert4keras import jax_training
 from gau_keras.registration import PACKAGE
 
@@ -33,9 +35,25 @@ def _valid_positions(y_pred):
     return ops.all(ops.not_equal(y_pred, -math.inf), axis=2)
 
 
-def _sparse_labels(y_true, y_pred):
-    """Integer labels [B, L] from whatever shape and dtype Keras hands the loss."""
-    return ops.cast(ops.reshape(y_true, ops.shape(y_pred)[:-1]), "int32")
+def _sparse_labels(y_true, y_pred, owner):
+    """(integer labels [B, L], bool [B]: rows holding a label that is not a whole number in
+    [0, N)) from whatever shape and dtype Keras hands the loss. Such a label is a ValueError
+    naming it when the values are at hand (eager); in a traced step the loss of its row is NaN
+    (a one-hot of it would be all zeros and give a finite, wrong loss)."""
+    length, expected = (y_true.shape[1] if len(y_true.shape) > 1 else None), y_pred.shape[1]
+    if isinstance(length, int) and isinstance(expected, int) and length != expected:
+        raise ValueError(f"{owner}: y_true has {length} positions per sample where the scores (y_pred) have "
+                         f"{expected}; shapes {tuple(y_true.shape)} and {tuple(y_pred.shape)}")
+    values = ops.cast(ops.reshape(y_true, ops.shape(y_pred)[:-1]), "float32")
+    num_labels = y_pred.shape[-1]
+    bad = ops.logical_or(ops.not_equal(values, ops.floor(values)),
+                         ops.logical_or(ops.less(values, 0.0), ops.greater_equal(values, float(num_labels))))
+    concrete = gops.concrete(bad)
+    if concrete is not None and concrete.any():
+        b, t = np.argwhere(concrete)[0]
+        raise ValueError(f"{owner}: y_true[{b}, {t}] = {float(gops.concrete(values)[b, t])!r} is not a label "
+                         f"(an integer in [0, {num_labels}))")
+    return ops.cast(values, "int32"), ops.any(bad, axis=1)
 
 
 def _masked_mean(values, mask):
@@ -138,15 +156,17 @@ class ConditionalRandomField(_TransitionLayer):
         return self.log_partition(y_pred, ops.cast(valid, "float32")) - self.target_score(y_true, y_pred)
 
     def sparse_loss(self, y_true, y_pred):
-        """Negative log-likelihood [B] of the integer label path ``y_true``."""
-        labels = _sparse_labels(y_true, y_pred)
-        return self.dense_loss(ops.one_hot(labels, ops.shape(self._trans)[0]), y_pred)
+        """Negative log-likelihood [B] of the integer label path ``y_true`` (NaN for a row with
+        a label outside [0, N) in a traced step; an error when eager)."""
+        labels, bad = _sparse_labels(y_true, y_pred, f"{self.name}.sparse_loss")
+        loss = self.dense_loss(ops.one_hot(labels, ops.shape(self._trans)[0]), y_pred)
+        return ops.where(bad, math.nan, loss)
 
     def sparse_accuracy(self, y_true, y_pred):
         """Per-token accuracy of argmax(y_pred) (transitions ignored) on valid positions."""
         y_pred = ops.cast(y_pred, "float32")
         mask = ops.cast(_valid_positions(y_pred), "float32")
-        labels = _sparse_labels(y_true, y_pred)
+        labels, _ = _sparse_labels(y_true, y_pred, f"{self.name}.sparse_accuracy")
         hits = ops.cast(ops.equal(labels, ops.cast(ops.argmax(y_pred, axis=2), "int32")), "float32")
         return _masked_mean(hits, mask)
 
@@ -211,24 +231,26 @@ class MaximumEntropyMarkovModel(_TransitionLayer):
         return ops.einsum("bnd,kd->bnk", ops.take(left, labels, axis=0), right)
 
     def _scores(self, y_true, y_pred, go_backwards):
-        """(labels [B, L], mixed scores [B, L, N], mask [B, L]) in one direction."""
+        """(labels [B, L], mixed scores [B, L, N], valid and mask [B, L], rows with a bad label [B])
+        in one direction."""
         y_pred = ops.cast(y_pred, "float32")
         valid = _valid_positions(y_pred)
         mask = ops.cast(valid, "float32")
-        labels = _sparse_labels(y_true, y_pred)
+        labels, bad = _sparse_labels(y_true, y_pred, self.name)
+        labels = ops.clip(labels, 0, y_pred.shape[-1] - 1)      # a bad row's loss is NaN (basic_loss)
         if go_backwards:
             lengths = ops.sum(ops.cast(valid, "int32"), axis=1)
             labels, y_pred = _reverse_valid(labels, lengths), _reverse_valid(y_pred, lengths)
         history = self._history(labels, go_backwards)
         # the first token has no predecessor: its own score stands in for the transition
         history = ops.concatenate([y_pred[:, :1], history[:, :-1]], axis=1)
-        return labels, (y_pred + history) / 2.0, valid, mask
+        return labels, (y_pred + history) / 2.0, valid, mask, bad
 
     def basic_loss(self, y_true, y_pred, go_backwards=False):
-        labels, mixed, valid, mask = self._scores(y_true, y_pred, go_backwards)
+        labels, mixed, valid, mask, bad = self._scores(y_true, y_pred, go_backwards)
         mixed = ops.where(ops.expand_dims(valid, 2), mixed, 0.0)
         losses = keras.losses.sparse_categorical_crossentropy(labels, mixed, from_logits=True)
-        return _masked_mean(losses, mask)
+        return ops.where(ops.any(bad), math.nan, _masked_mean(losses, mask))
 
     def sparse_loss(self, y_true, y_pred):
         """Mean of the forward and backward token cross-entropies (a scalar)."""
@@ -238,7 +260,7 @@ class MaximumEntropyMarkovModel(_TransitionLayer):
         return self.sparse_loss(ops.argmax(y_true, axis=2), y_pred)
 
     def basic_accuracy(self, y_true, y_pred, go_backwards=False):
-        labels, mixed, _, mask = self._scores(y_true, y_pred, go_backwards)
+        labels, mixed, _, mask, _ = self._scores(y_true, y_pred, go_backwards)
         hits = ops.cast(ops.equal(labels, ops.cast(ops.argmax(mixed, axis=2), "int32")), "float32")
         return _masked_mean(hits, mask)
 

@@ -73,6 +73,7 @@ class GlobalPointer(keras.layers.Layer):
         length = ops.shape(logits)[2]
         allowed = None
         if mask is not None:
+            gops.check_mask(mask, logits, [2, 3], f"{type(self).__name__} {self.name!r}")
             mask = ops.cast(mask, "bool")
             allowed = ops.logical_and(mask[:, None, :, None], mask[:, None, None, :])
         if self.tril_mask:
