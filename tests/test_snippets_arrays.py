@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gau_keras.snippets import arrays
+from gau_keras.snippets.arrays import sequence_padding
 
 
 def test_to_array_one_or_several():
@@ -60,3 +61,31 @@ def test_orthogonally_resize_keeps_norm_and_blocks():
     assert np.allclose(b[0] / b[0, 0], [1, 2, 1, 2, 3, 4, 3, 4])    # windows of 2 repeated
     with pytest.raises(ValueError, match="new_shape"):
         arrays.orthogonally_resize(a, (2,))
+
+
+# ---------------------------------------------------------------- bad input (issue 36)
+
+@pytest.mark.parametrize("args, message", [
+    (([[[1, 2], [3]], [[4]]],), "sequence 0 is ragged"),
+    (([[1, 2], [3]], -1), r"length must be None, an integer >= 0 or 1 of them, got \[-1\]"),
+    (([[1, 2], [3]], 2.5), "length must be None"),
+    (([[1, 2], [3]], None, 0, 2), r"seq_dims=2 but sequence 0 has only 1 axes \(shape \(2,\)\)"),
+    (([[1, 2], [3]], None, 0, 0), "seq_dims must be a positive integer, got 0"),
+    (([np.zeros((2, 3)), np.zeros((2, 4))],), r"the axes after the first 1 must agree; sequence 1 has shape \(2, 4\)"),
+])
+def test_sequence_padding_names_what_is_wrong(args, message):
+    with pytest.raises(ValueError, match=message):
+        sequence_padding(*args)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.lists(st.integers(-5, 5), max_size=6), min_size=1, max_size=5),
+       length=st.one_of(st.none(), st.integers(0, 8)), mode=st.sampled_from(["post", "pre"]))
+def test_sequence_padding_pads_and_cuts_every_row(rows, length, mode):
+    padded = sequence_padding(rows, length=length, value=9, mode=mode)
+    target = max(len(r) for r in rows) if length is None else length
+    assert padded.shape == (len(rows), target)
+    for row, got in zip(rows, padded.tolist()):
+        kept = row[:target]
+        fill = [9] * (target - len(kept))
+        assert got == (kept + fill if mode == "post" else fill + kept)

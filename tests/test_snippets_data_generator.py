@@ -208,3 +208,30 @@ def test_to_dataset_over_parallel_apply_generator_as_gau_alpha_train_py():
         for row in tokens:
             seen.add(tuple(int(t) - offset for t in row if t))
     assert seen == {tuple(t) for t in TEXTS}
+
+
+# ---------------------------------------------------------------- bad input (issue 36)
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
+    ({"batch_size": None}, "batch_size must be a positive integer, got None"),
+    ({"batch_size": -1}, "batch_size must be a positive integer, got -1"),
+    ({"batch_size": 2.5}, "batch_size must be a positive integer, got 2.5"),
+    ({"batch_size": 2, "buffer_size": 0}, "buffer_size must be a positive integer, got 0")])
+def test_batch_and_buffer_sizes_are_checked_where_given(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        DataGenerator([1, 2, 3], **kwargs)
+
+
+def test_a_one_shot_generator_is_named_on_its_second_pass():
+    class Rows(DataGenerator):
+        def __iter__(self, random=False):
+            for _, row in self.sample(random):
+                yield row
+
+    once = Rows((i for i in range(3)), batch_size=2)
+    assert list(once) == [0, 1, 2]
+    with pytest.raises(ValueError, match=r"its data is a one-shot iterator \(generator\), used up by the first pass"):
+        list(once)
+    again = Rows([0, 1, 2], batch_size=2)
+    assert list(again) == list(again) == [0, 1, 2]

@@ -32,10 +32,24 @@ def sequence_padding(inputs, length=None, value=0, seq_dims=1, mode="post"):
         raise ValueError('"mode" argument must be "post" or "pre".')
     if len(inputs) == 0:
         raise ValueError("sequence_padding: inputs is empty (no sequence to pad)")
+    if isinstance(seq_dims, bool) or not isinstance(seq_dims, (int, np.integer)) or seq_dims < 1:
+        raise ValueError(f"sequence_padding: seq_dims must be a positive integer, got {seq_dims!r}")
+    shapes = [_regular_shape(x, i) for i, x in enumerate(inputs)]
+    for i, shape in enumerate(shapes):
+        if len(shape) < seq_dims:
+            raise ValueError(f"sequence_padding: seq_dims={seq_dims} but sequence {i} has only {len(shape)} "
+                             f"axes (shape {shape})")
+        if shape[seq_dims:] != shapes[0][seq_dims:]:
+            raise ValueError(f"sequence_padding: the axes after the first {seq_dims} must agree; sequence {i} "
+                             f"has shape {shape}, sequence 0 {shapes[0]}")
     if length is None:
-        length = np.max([np.shape(x)[:seq_dims] for x in inputs], axis=0)
+        length = np.max([shape[:seq_dims] for shape in shapes], axis=0)
     elif not hasattr(length, "__getitem__"):
         length = [length]
+    if len(length) < seq_dims or any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0
+                                     for n in length[:seq_dims]):
+        raise ValueError(f"sequence_padding: length must be None, an integer >= 0 or {seq_dims} of them, "
+                         f"got {length!r}")
     cut = tuple(slice(None, length[axis]) for axis in range(seq_dims))
     cut = cut if seq_dims > 1 else cut[0]
 
@@ -50,6 +64,15 @@ def sequence_padding(inputs, length=None, value=0, seq_dims=1, mode="post"):
         return np.pad(x, widths, "constant", constant_values=value)
 
     return np.array([pad(x) for x in inputs])
+
+
+def _regular_shape(x, index):
+    """The shape of sequence ``index``; a ragged one (inner lists of different lengths) is named."""
+    try:
+        return np.shape(np.asarray(x))
+    except ValueError:
+        raise ValueError(f"sequence_padding: sequence {index} is ragged (its inner lists differ in length, so "
+                         f"it is no array); pad its inner lists to one length first") from None
 
 
 def softmax(x, axis=-1):

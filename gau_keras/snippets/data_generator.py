@@ -43,8 +43,16 @@ class DataGenerator:
     """
 
     def __init__(self, data, batch_size=32, buffer_size=None):
+        for name, value in (("batch_size", batch_size), ("buffer_size", buffer_size)):
+            if value is None and name == "buffer_size":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{type(self).__name__}: {name} must be a positive integer, got {value!r}")
         self.data = data
         self.batch_size = batch_size
+        # a one-shot iterator (a generator) is used up by the first pass
+        self._one_shot = iter(data) is data if hasattr(data, "__iter__") else False
+        self._passes = 0
         if hasattr(data, "__len__"):
             self.steps = -(-len(data) // batch_size)
         else:
@@ -63,6 +71,11 @@ class DataGenerator:
         ``random``: a random permutation of a list; for a stream, samples are
         drawn at random from a buffer of ``buffer_size`` (numpy's global RNG).
         """
+        if self._one_shot and self._passes:
+            raise ValueError(f"{type(self).__name__}: its data is a one-shot iterator "
+                             f"({type(self.data).__name__}), used up by the first pass; give a list (or an "
+                             f"iterable that can be read again, e.g. a class with __iter__) to read it again")
+        self._passes += 1
         if not random:
             samples = iter(self.data)
         elif self.steps is None:
