@@ -90,7 +90,7 @@ def synthetic_shards(directory, vocab_size, maxlen, sequences, seed=0):
 def run_config(spec):
     """The config of ``spec['config']`` pointed at synthetic data in a temporary folder, removed when
     the worker exits."""
-    from pretrain import config as config_lib
+    from gau_keras.training.pretrain import config as config_lib
 
     scratch = tempfile.mkdtemp(prefix="pretrain_throughput_")
     atexit.register(shutil.rmtree, scratch, ignore_errors=True)
@@ -112,7 +112,7 @@ def run_config(spec):
 
 # ---------------------------------------------------------------- workers
 def loop_setup(spec):
-    from pretrain.trainer import Trainer
+    from gau_keras.training.pretrain.trainer import Trainer
 
     trainer = Trainer(run_config(spec), xla=spec["xla"])
     trainer._open_logs()
@@ -228,8 +228,8 @@ def jax_bare_setup(spec):
 def finetune_batches(spec, tokenizer, task):
     import numpy as np
 
-    from finetune.batching import PaddedBatches
     from gau_keras.data.clue.examples import TextExample
+    from gau_keras.training.finetune.batching import PaddedBatches
 
     rng = np.random.default_rng(0)
     chars = [t for t in tokenizer.token_dict if len(t) == 1 and "\u4e00" <= t <= "\u9fff"]
@@ -244,11 +244,11 @@ def finetune_batches(spec, tokenizer, task):
 def finetune_model(spec):
     import keras
 
-    from finetune.runner import make_optimizer
-    from finetune.tnews import TnewsTask
     from gau_keras.models.builder import build_transformer_model
     from gau_keras.pretrained import default_model_dir, model_files
     from gau_keras.tokenizers import Tokenizer
+    from gau_keras.training.finetune.runner import make_optimizer
+    from gau_keras.training.finetune.tnews import TnewsTask
 
     keras.utils.set_random_seed(0)
     config, _, vocab = model_files(default_model_dir())

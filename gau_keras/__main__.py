@@ -18,8 +18,8 @@ import sys
 from gau_keras import cli_env, flags
 
 #: subcommands handled by another module's own argument parser
-DELEGATED = {"prepare-corpus": "pretrain.prepare_corpus", "pretrain": "pretrain.pretrain",
-             "compare": "finetune.compare"}
+DELEGATED = {"prepare-corpus": "gau_keras.training.pretrain.prepare_corpus", "pretrain": "gau_keras.training.pretrain.pretrain",
+             "compare": "gau_keras.training.finetune.compare"}
 
 
 def _fill_mask(args):
@@ -75,8 +75,8 @@ def _delegate(argv):
 
     command, rest = argv[0], argv[1:]
     if command == "finetune":
-        from finetune import commands
-        from finetune.runner import run
+        from gau_keras.training.finetune import commands
+        from gau_keras.training.finetune.runner import run
 
         if not rest or rest[0] not in commands.names():
             print(f"usage: gau-keras finetune TASK [options]; TASK is one of {', '.join(commands.names())}",

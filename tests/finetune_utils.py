@@ -6,12 +6,12 @@ import os
 
 import pytest
 
-from finetune import runner
-from finetune.c3 import C3Task
-from finetune.chid import ChidTask
-from finetune.cluener import ClueNerTask
-from finetune.cmrc2018 import Cmrc2018Task
-from finetune.tnews import TnewsTask
+from gau_keras.training.finetune import runner
+from gau_keras.training.finetune.c3 import C3Task
+from gau_keras.training.finetune.chid import ChidTask
+from gau_keras.training.finetune.cluener import ClueNerTask
+from gau_keras.training.finetune.cmrc2018 import Cmrc2018Task
+from gau_keras.training.finetune.tnews import TnewsTask
 from tests.conftest import SHARED_DATA
 from tests.model_utils import random_checkpoint
 

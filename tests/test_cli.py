@@ -49,9 +49,9 @@ def test_console_script_and_packages_outside_the_checkout(tmp_path):
 
 def _parsers():
     """(command, parser) of every gau-keras command that takes numeric flags."""
-    from finetune import commands, compare
-    from finetune.runner import build_parser
-    from pretrain import prepare_corpus, pretrain
+    from gau_keras.training.finetune import commands, compare
+    from gau_keras.training.finetune.runner import build_parser
+    from gau_keras.training.pretrain import prepare_corpus, pretrain
 
     main = cli.build_parser()
     subcommands = next(a for a in main._actions if isinstance(a, argparse._SubParsersAction)).choices

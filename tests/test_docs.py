@@ -149,7 +149,7 @@ def _flag_sources(locations):
 
 
 def _task_names():
-    from finetune import commands
+    from gau_keras.training.finetune import commands
 
     return set(commands.names())
 

@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from finetune import runner
-from finetune.batching import PaddedBatches
+from gau_keras.training.finetune import runner
+from gau_keras.training.finetune.batching import PaddedBatches
 from tests.finetune_utils import HEAD_KIND_TASKS, HEAD_KINDS, head_kind_argv
 
 #: one fresh process reloads every task's .keras: argv[1] is a JSON list of [model, [inputs], output]

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from finetune import compare
+from gau_keras.training.finetune import compare
 from tests.conftest import REPO_ROOT
 from tests.finetune_utils import tiny_model_dir
 from tests.test_finetune_runner import _small_copy
@@ -80,7 +80,7 @@ def test_a_rate_grid_keeps_the_best_rate_per_variant(tmp_path, shared_data, caps
 
 
 def test_unit_score_puts_every_task_on_a_0_1_scale():
-    from finetune.compare import unit_score
+    from gau_keras.training.finetune.compare import unit_score
 
     cmrc = {"task": "cmrc2018", "metric": "f1", "best": {"f1": 11.27, "em": 1.0}}
     cluener = {"task": "cluener", "metric": "f1", "best": {"f1": 0.5176}}

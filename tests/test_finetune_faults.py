@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from finetune import runner
-from finetune.tnews import TnewsTask
-from pretrain.run_dir import RunLock
+from gau_keras.training.finetune import runner
+from gau_keras.training.finetune.tnews import TnewsTask
+from gau_keras.training.run_dir import RunLock
 from tests.finetune_utils import tiny_model_dir
 
 TEXTS = ["今天天气很好", "股市大涨了", "球队赢了比赛", "新手机发布", "电影很好看", "学校开学了"]

@@ -9,11 +9,11 @@ import sys
 import numpy as np
 import pytest
 
-from finetune import runner
-from finetune.batching import PaddedBatches, pad_stack
-from finetune.task import Feature
-from finetune.tnews import TnewsTask
 from gau_keras.data.clue import TASKS
+from gau_keras.training.finetune import runner
+from gau_keras.training.finetune.batching import PaddedBatches, pad_stack
+from gau_keras.training.finetune.task import Feature
+from gau_keras.training.finetune.tnews import TnewsTask
 from tests.conftest import REPO_ROOT
 from tests.finetune_utils import tiny_model_dir
 
@@ -76,10 +76,10 @@ def test_tnews_end_to_end(tmp_path, shared_data, capsys, monkeypatch):
     out_dir = tmp_path / "out"
     argv = ["--data-dir", str(data_dir), "--model-dir", model_dir, "--out-dir", str(out_dir),
             "--epochs", "2", "--batch-size", "8", "--maxlen", "32", "--max-eval-examples", "16", "--seed", "3"]
-    monkeypatch.setattr(sys, "argv", ["finetune.tnews"] + argv)
+    monkeypatch.setattr(sys, "argv", ["gau_keras.training.finetune.tnews"] + argv)
     with pytest.warns(UserWarning, match=r"train\.json:4"), pytest.raises(SystemExit) as done:
         # what `python -m finetune.tnews` runs
-        runpy.run_module("finetune.tnews", run_name="__main__", alter_sys=True)
+        runpy.run_module("gau_keras.training.finetune.tnews", run_name="__main__", alter_sys=True)
     assert done.value.code == 0
     printed = capsys.readouterr().out
     assert "1 malformed skipped" in printed
@@ -91,7 +91,7 @@ def test_tnews_end_to_end(tmp_path, shared_data, capsys, monkeypatch):
     assert all(set(p) == {"id", "label"} and p["label"] in TASKS["tnews"].labels for p in predictions)
 
     record = json.loads((out_dir / "tnews_metrics.json").read_text())
-    assert record["module"] == "finetune.tnews"
+    assert record["module"] == "gau_keras.training.finetune.tnews"
     assert [e["epoch"] for e in record["epochs"]] == [1, 2]
     assert record["train_examples"] == 24 and record["dev_examples"] == 16
     assert record["best"]["accuracy"] == max(e["accuracy"] for e in record["epochs"])
@@ -132,16 +132,16 @@ MODULES = ["tnews", "iflytek", "afqmc", "cmnli", "ocnli", "wsc", "csl", "cmrc201
 @pytest.mark.filterwarnings(RUNPY_REIMPORT)
 @pytest.mark.parametrize("module", MODULES)
 def test_every_task_module_has_the_command_line(module, capsys, monkeypatch):
-    monkeypatch.setattr(sys, "argv", [f"finetune.{module}", "--help"])
+    monkeypatch.setattr(sys, "argv", [f"gau_keras.training.finetune.{module}", "--help"])
     with pytest.raises(SystemExit) as done:
-        runpy.run_module(f"finetune.{module}", run_name="__main__", alter_sys=True)
+        runpy.run_module(f"gau_keras.training.finetune.{module}", run_name="__main__", alter_sys=True)
     assert done.value.code == 0
     usage = capsys.readouterr().out
     for option in ("--data-dir", "--model-dir", "--model", "--epochs", "--batch-size", "--maxlen", "--lr",
                    "--max-train-examples", "--seed", "--overwrite", "--from-scratch", "--task-name"):
         assert option in usage
     assert usage.startswith(f"usage: python -m finetune.{module} ")
-    assert importlib.import_module(f"finetune.{module}").__doc__.split("\n")[0] in usage.replace("\n", " ")
+    assert importlib.import_module(f"gau_keras.training.finetune.{module}").__doc__.split("\n")[0] in usage.replace("\n", " ")
 
 
 def tnews_on_one_and_two_devices(shared_data, tmp_path):
@@ -162,7 +162,7 @@ def tnews_on_one_and_two_devices(shared_data, tmp_path):
         if devices == 1:
             assert runner.run(TnewsTask, argv) == 0
         else:
-            result = subprocess.run([sys.executable, "-m", "finetune.tnews", *argv], cwd=REPO_ROOT,
+            result = subprocess.run([sys.executable, "-m", "gau_keras.training.finetune.tnews", *argv], cwd=REPO_ROOT,
                                     capture_output=True, text=True, timeout=600)
             assert result.returncode == 0, result.stderr[-3000:]
         records[devices] = json.loads((out / "tnews_metrics.json").read_text())

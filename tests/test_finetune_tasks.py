@@ -5,19 +5,19 @@ import json
 import numpy as np
 import pytest
 
-from finetune.afqmc import AfqmcTask
-from finetune.c3 import C3Task
-from finetune.chid import ChidTask, keep_around
-from finetune.cluener import ClueNerTask
-from finetune.cmnli import NliTask
-from finetune.cmrc2018 import Cmrc2018Task, best_span, char_span_to_tokens, windows
-from finetune.csl import KEYWORD_SEPARATOR, CslTask
-from finetune.iflytek import IflytekTask
-from finetune.ocnli import OcnliTask
-from finetune.tnews import TnewsTask
-from finetune.wsc import WscTask, mark_spans
 from gau_keras.data.clue import Answer, Span, SpanQAExample, load_file, load_task, write_predictions
 from gau_keras.tokenizers import Tokenizer
+from gau_keras.training.finetune.afqmc import AfqmcTask
+from gau_keras.training.finetune.c3 import C3Task
+from gau_keras.training.finetune.chid import ChidTask, keep_around
+from gau_keras.training.finetune.cluener import ClueNerTask
+from gau_keras.training.finetune.cmnli import NliTask
+from gau_keras.training.finetune.cmrc2018 import Cmrc2018Task, best_span, char_span_to_tokens, windows
+from gau_keras.training.finetune.csl import KEYWORD_SEPARATOR, CslTask
+from gau_keras.training.finetune.iflytek import IflytekTask
+from gau_keras.training.finetune.ocnli import OcnliTask
+from gau_keras.training.finetune.tnews import TnewsTask
+from gau_keras.training.finetune.wsc import WscTask, mark_spans
 
 CLUE = "clue"
 
@@ -58,7 +58,7 @@ def test_classification_features(shared_data, tokenizer, task_cls, task, maxlen)
 
 
 def test_a_table_row_is_a_task(shared_data, tokenizer):
-    from finetune.commands import task_for
+    from gau_keras.training.finetune.commands import task_for
 
     task = task_for("eprstmt")("eprstmt", tokenizer, 64)
     for example in _examples(shared_data, "eprstmt"):

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from pretrain import pretrain, run_dir
+from gau_keras.training import run_dir
+from gau_keras.training.pretrain import pretrain
 from tests.conftest import REPO_ROOT
 from tests.pretrain_utils import losses, make_shards, write_config
 
@@ -120,7 +121,7 @@ def test_second_trainer_on_the_same_directory_is_refused(tmp_path, shards):
     path = write_config(tmp_path, shards, "run", steps=2)
     lock = run_dir.RunLock(str(tmp_path / "run")).acquire()
     try:
-        code = f"from pretrain import pretrain; pretrain.main(['--config', {path!r}])"
+        code = f"from gau_keras.training.pretrain import pretrain; pretrain.main(['--config', {path!r}])"
         result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
                                 timeout=300)
         assert result.returncode != 0

@@ -14,7 +14,7 @@ is one ``TaskSpec`` in ``gau_keras/data/clue/tasks.py`` and one row here
 from dataclasses import dataclass, field
 from typing import Tuple
 
-from finetune.task import ClassificationTask
+from gau_keras.training.finetune.task import ClassificationTask
 
 #: what joins csl's keywords into the first text
 KEYWORD_SEPARATOR = "；"

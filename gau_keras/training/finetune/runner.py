@@ -39,8 +39,8 @@ import time
 
 import numpy as np
 
-from finetune.batching import PaddedBatches
 from gau_keras import flags
+from gau_keras.training.finetune.batching import PaddedBatches
 
 #: the dev subset of --max-eval-examples does not depend on --seed, so runs compare on the same examples
 DEV_SUBSET_SEED = 0
@@ -57,7 +57,7 @@ def task_class(module_name):
     """The `Task` subclass a task module (e.g. ``finetune.tnews``) defines."""
     import importlib
 
-    from finetune.task import Task
+    from gau_keras.training.finetune.task import Task
 
     module = importlib.import_module(module_name)
     found = [v for v in vars(module).values()
@@ -70,7 +70,7 @@ def task_class(module_name):
 def build_parser(task_cls):
     defaults = task_cls.defaults
     name, module = task_module(task_cls)
-    if name == "finetune.commands":       # a table row without a module of its own
+    if name == "gau_keras.training.finetune.commands":       # a table row without a module of its own
         prog, description = f"gau-keras finetune {task_cls.task_names[0]}", task_cls.__doc__ or ""
     else:
         prog, description = f"python -m {name}", (module.__doc__ or "").split("\n\n")[0]
@@ -177,7 +177,7 @@ def check_out_dir(out_dir):
 
 def lock_out_dir(out_dir):
     """The run lock of ``--out-dir`` (``pretrain.run_dir.RunLock``); a FileExistsError names its holder."""
-    from pretrain.run_dir import RunLock
+    from gau_keras.training.run_dir import RunLock
 
     try:
         return RunLock(str(out_dir), other="give another --out-dir").acquire()

@@ -4,8 +4,8 @@
 """
 import sys
 
-from finetune.classification import classification_task
-from finetune.runner import run
+from gau_keras.training.finetune.classification import classification_task
+from gau_keras.training.finetune.runner import run
 
 TnewsTask = classification_task("tnews", __name__)
 

@@ -12,8 +12,8 @@ import tempfile
 import tensorflow as tf
 
 from gau_keras.distribution import tf_mirrored
-from pretrain import run_dir
-from pretrain.trainer import default_xla, tf_config_workers
+from gau_keras.training import run_dir
+from gau_keras.training.pretrain.trainer import default_xla, tf_config_workers
 
 
 def choose_strategy(tpu=None):

@@ -4,11 +4,11 @@
 """
 import sys
 
-from finetune.classification import (
+from gau_keras.training.finetune.classification import (
     KEYWORD_SEPARATOR,  # noqa: F401  (re-exported)
     classification_task,
 )
-from finetune.runner import run
+from gau_keras.training.finetune.runner import run
 
 CslTask = classification_task("csl", __name__)
 

@@ -18,10 +18,10 @@ import sys
 import keras
 import numpy as np
 
-from finetune.runner import run
-from finetune.task import Feature, Task
 from gau_keras import flags, metrics
 from gau_keras.layers import heads
+from gau_keras.training.finetune.runner import run
+from gau_keras.training.finetune.task import Feature, Task
 
 
 def windows(num_tokens, window, stride):

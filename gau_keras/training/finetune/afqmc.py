@@ -8,8 +8,8 @@ the outputs (``bustm_predict.json`` ...); the model is the same.
 """
 import sys
 
-from finetune.classification import classification_task
-from finetune.runner import run
+from gau_keras.training.finetune.classification import classification_task
+from gau_keras.training.finetune.runner import run
 
 AfqmcTask = classification_task("afqmc", __name__)
 

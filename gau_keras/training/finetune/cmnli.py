@@ -7,8 +7,8 @@ OCNLI has the same format: see `finetune.ocnli`.
 """
 import sys
 
-from finetune.classification import classification_task
-from finetune.runner import run
+from gau_keras.training.finetune.classification import classification_task
+from gau_keras.training.finetune.runner import run
 
 NliTask = classification_task("cmnli", __name__)
 

@@ -16,8 +16,8 @@ mean "小明"?).
 """
 import sys
 
-from finetune.classification import SPAN1_MARKS, SPAN2_MARKS, classification_task, mark_spans  # noqa: F401  (re-exported)
-from finetune.runner import run
+from gau_keras.training.finetune.classification import SPAN1_MARKS, SPAN2_MARKS, classification_task, mark_spans  # noqa: F401  (re-exported)
+from gau_keras.training.finetune.runner import run
 
 WscTask = classification_task("wsc", __name__)
 

@@ -13,10 +13,10 @@ import sys
 
 import numpy as np
 
-from finetune.batching import pad_stack
-from finetune.runner import run
-from finetune.task import Feature, Task
 from gau_keras.layers import heads
+from gau_keras.training.finetune.batching import pad_stack
+from gau_keras.training.finetune.runner import run
+from gau_keras.training.finetune.task import Feature, Task
 
 
 class C3Task(Task):

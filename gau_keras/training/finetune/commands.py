@@ -10,7 +10,7 @@ class from the table); the modules ``finetune/tnews.py`` ... exist for
 import importlib
 import importlib.util
 
-from finetune.classification import CLASSIFICATION, classification_task
+from gau_keras.training.finetune.classification import CLASSIFICATION, classification_task
 
 #: the commands of the other forms: span extraction, multiple choice, idiom cloze, NER
 TASK_MODULES = ("cmrc2018", "c3", "chid", "cluener")
@@ -25,8 +25,8 @@ def task_for(name):
     """The `Task` class of a command: its module's when it has one, else built from its table row."""
     if name not in names():
         raise ValueError(f"unknown fine-tuning task {name!r}; known: {', '.join(names())}")
-    if importlib.util.find_spec(f"finetune.{name}") is not None:
-        from finetune.runner import task_class
+    if importlib.util.find_spec(f"gau_keras.training.finetune.{name}") is not None:
+        from gau_keras.training.finetune.runner import task_class
 
-        return task_class(f"finetune.{name}")
+        return task_class(f"gau_keras.training.finetune.{name}")
     return classification_task(name, __name__)

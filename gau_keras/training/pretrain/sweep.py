@@ -23,7 +23,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from pretrain import config as config_lib  # noqa: E402
+from gau_keras.training.pretrain import config as config_lib  # noqa: E402
 
 #: the schedule as fractions of the run: a linear decay to 0.1x (no warm-up, as GAU-alpha).
 #: GAU-alpha's own shape {0: 1, 1/8: 0.5, 1/2: 0.1, 1: 0.01} of its 1.28 M steps, scaled to a

@@ -5,8 +5,8 @@
 """
 import sys
 
-from finetune.classification import classification_task
-from finetune.runner import run
+from gau_keras.training.finetune.classification import classification_task
+from gau_keras.training.finetune.runner import run
 
 OcnliTask = classification_task("ocnli", __name__)
 

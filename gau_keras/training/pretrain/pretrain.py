@@ -25,7 +25,7 @@ if not __package__:   # run as a script (python3 pretrain/pretrain.py): this fol
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gau_keras import flags  # noqa: E402
-from pretrain import config as config_lib  # noqa: E402
+from gau_keras.training.pretrain import config as config_lib  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -60,7 +60,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     config = config_lib.load(args.config, args)
-    from pretrain import trainer  # imports TensorFlow
+    from gau_keras.training.pretrain import trainer  # imports TensorFlow
 
     if args.evaluate_only and not config["data"]["eval"]:
         raise SystemExit("error: --evaluate-only needs data.eval (or --eval-data)")
@@ -68,7 +68,7 @@ def main(argv=None):
     if not (args.evaluate_only or args.export_only):
         train_stages(trainer, stages, args)
         return 0
-    from pretrain import run_dir
+    from gau_keras.training import run_dir
     output_dir = config["train"]["output_dir"]
     if not any(run_dir.checkpoint_updates(os.path.join(output_dir, "checkpoints")).values()):
         flag = "--evaluate-only" if args.evaluate_only else "--export-only"
@@ -100,7 +100,7 @@ def train_stages(trainer, stages, args):
     Trainer per stage resumes the previous stage's last checkpoint, as a run
     stopped and started again with the config edited would. One set of devices and
     one hold of the run directory's lock serve all stages."""
-    from pretrain import run_dir
+    from gau_keras.training import run_dir
     start = time.time()
     devices = trainer.choose_devices(args.tpu, args.devices)   # first: MultiWorkerMirroredStrategy precedes any TF op
     for _, stage in stages:     # a stage's data error now, not hours into the run

@@ -35,8 +35,8 @@ from gau_keras.models.builder import build_transformer_model
 from gau_keras.models.config import ConfigError, read_config
 from gau_keras.optimizers import LAMB, PiecewiseLinearDecay
 from gau_keras.tokenizers import Tokenizer, load_vocab
-from pretrain import config as config_lib
-from pretrain import run_dir
+from gau_keras.training import run_dir
+from gau_keras.training.pretrain import config as config_lib
 
 logger = logging.getLogger("pretrain")
 
@@ -44,7 +44,7 @@ PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 
 
 #: the module of each Keras backend that pretraining runs on
-BACKENDS = {"tensorflow": "pretrain.tf_backend", "jax": "pretrain.jax_backend"}
+BACKENDS = {"tensorflow": "gau_keras.training.pretrain.tf_backend", "jax": "gau_keras.training.pretrain.jax_backend"}
 
 
 def backend():

@@ -39,7 +39,7 @@ COMPARED = {"tnews": "tnews", "iflytek": "iflytek", "ocnli_full": "ocnli", "bust
 
 def budget_arguments(command):
     """The command-line options of a command's compare budget (its defaults, then its budget)."""
-    from finetune.commands import task_for
+    from gau_keras.training.finetune.commands import task_for
 
     task = task_for(command)
     budget = {key: task.defaults[key] for key in ("epochs", "maxlen", "batch_size")}
@@ -102,8 +102,8 @@ def finished_record(path):
 
 def given_options(command, options):
     """The options a run's argv sets explicitly, as {dest: parsed value} (its defaults left out)."""
-    from finetune.commands import task_for
-    from finetune.runner import build_parser
+    from gau_keras.training.finetune.commands import task_for
+    from gau_keras.training.finetune.runner import build_parser
 
     parser = build_parser(task_for(command))
     for action in parser._actions:

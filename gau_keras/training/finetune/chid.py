@@ -25,11 +25,11 @@ import sys
 
 import numpy as np
 
-from finetune.batching import pad_stack
-from finetune.runner import run
-from finetune.task import Feature, Task
 from gau_keras.data.clue import BLANK
 from gau_keras.layers import heads
+from gau_keras.training.finetune.batching import pad_stack
+from gau_keras.training.finetune.runner import run
+from gau_keras.training.finetune.task import Feature, Task
 
 
 def keep_around(left, right, budget):
