@@ -1,4 +1,4 @@
-"""finetune.compare: two variants of a tiny tnews run, the summary table, resuming, failures."""
+"""gau_keras.training.finetune.compare: two variants of a tiny tnews run, the summary table, resuming, failures."""
 import contextlib
 import json
 
@@ -13,7 +13,7 @@ TINY = "--epochs 1 --batch-size 8 --maxlen 32 --max-train-examples 8 --max-eval-
 
 
 def test_two_variants_are_tabulated_and_a_rerun_resumes(tmp_path, shared_data, capsys, monkeypatch):
-    monkeypatch.chdir(REPO_ROOT)  # the task scripts run as `python -m finetune.<task>`
+    monkeypatch.chdir(REPO_ROOT)  # the runs are `python -m gau_keras finetune <task>`
     data_dir, texts = _small_copy(shared_data, tmp_path / "data")
     model_dir = tiny_model_dir(str(tmp_path / "model"), texts)
     out = tmp_path / "out"

@@ -43,7 +43,7 @@ def _free_ports(n):
 
 
 def _pretrain(config, *extra, workers=1, log_dir=None):
-    """Runs ``python -m pretrain.pretrain`` in ``workers`` processes; returns their exit codes."""
+    """Runs ``python -m gau_keras.training.pretrain.pretrain`` in ``workers`` processes; returns their exit codes."""
     command = [sys.executable, "-m", "gau_keras.training.pretrain.pretrain", "--config", config, *extra]
     if workers == 1:
         env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}

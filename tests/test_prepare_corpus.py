@@ -83,7 +83,7 @@ def test_summary_counts_log_and_determinism(tmp_path, capsys):
         assert summary["shard_bytes"][name] == os.path.getsize(tmp_path / "a" / name)
     assert summary["vocab_size"] == len(_vocab(tmp_path / "vocab.txt").read_text().split())
     assert summary["vocab_checksum"].startswith("sha256:") and summary["status"] == "done"
-    assert not list((tmp_path / "a").glob("*.tmp"))
+    assert not list((tmp_path / "a").glob("*.tmp")) and not list((tmp_path / "a").glob("*.partial*"))
 
     # same seed, other worker count: identical shards; another seed: different masks
     _run(tmp_path, "b", "--workers", "1", "--seed", "1")

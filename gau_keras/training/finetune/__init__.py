@@ -1,7 +1,10 @@
-"""CLUE fine-tuning: one runner (`finetune.runner`) and one module per task.
+"""CLUE fine-tuning: one runner (`runner`), one `Task` class per head kind, and
+the tasks of `gau_keras.data.clue.TASKS` that have a head (`tasks`).
 
-    python -m finetune.tnews --data-dir ../shared/data/clue --out-dir runs
+    gau-keras finetune tnews --data-dir ../shared/data/clue --out-dir runs
+    python -m finetune tnews --data-dir ../shared/data/clue --out-dir runs    # from a checkout
 
-Modules: tnews, iflytek, afqmc (also bustm), cmnli, ocnli (also ocnli_full),
-wsc (also cluewsc), csl, cmrc2018, c3, chid, cluener. See finetune/README.md.
+Head kinds: classification (tnews, iflytek, eprstmt, afqmc, bustm, cmnli, ocnli,
+ocnli_full, csl, wsc, cluewsc), span (cmrc2018), multiple_choice (c3),
+candidates (chid), global_pointer (cluener). See finetune/README.md.
 """

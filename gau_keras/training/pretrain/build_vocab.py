@@ -14,15 +14,10 @@ import collections
 import os
 import sys
 
-try:
-    import gau_keras  # noqa: F401
-except ImportError:  # run from a checkout that is not pip-installed
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tqdm import tqdm
 
-from tqdm import tqdm  # noqa: E402
-
-from gau_keras import flags  # noqa: E402
-from gau_keras.tokenizers import Tokenizer, load_vocab  # noqa: E402
+from gau_keras import flags
+from gau_keras.tokenizers import Tokenizer, load_vocab
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 

@@ -30,15 +30,10 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-try:
-    import gau_keras  # noqa: F401
-except ImportError:  # run as a script from a checkout that is not pip-installed
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from gau_keras import flags, tf_free_children  # noqa: E402
-from gau_keras.data.mlm import MaskStats, SequencePacker, WholeWordMLM  # noqa: E402
-from gau_keras.segmenters import SEGMENTERS, get_segmenter, lac_model_dir, restore_default_sigterm  # noqa: E402
-from gau_keras.tokenizers import Tokenizer, load_vocab  # noqa: E402
+from gau_keras import flags, tf_free_children
+from gau_keras.data.mlm import MaskStats, SequencePacker, WholeWordMLM
+from gau_keras.segmenters import SEGMENTERS, get_segmenter, lac_model_dir, restore_default_sigterm
+from gau_keras.tokenizers import Tokenizer, load_vocab
 
 SHARD_GLOB = "shard-*-of-*.tfrecord"  # = tfrecord.SHARD_PATTERN (not imported here: TensorFlow)
 SKIP_REASONS = ("binary", "undecodable", "invalid_json", "no_text_key", "empty", "no_tokens")
@@ -238,17 +233,6 @@ def check_output_dir(gfile, output_dir, overwrite):
         gfile.remove(path)
 
 
-def _write_text(gfile, path, text):
-    """Writes ``path`` through a temporary name and a rename: never half a file under its name."""
-    with gfile.GFile(path + ".tmp", "w") as f:
-        f.write(text)
-    gfile.rename(path + ".tmp", path, overwrite=True)
-
-
-def _write_json(gfile, path, value):
-    _write_text(gfile, path, json.dumps(value, ensure_ascii=False, indent=2))
-
-
 def batches_of_documents(args, skipped):
     """``(batch, n_bytes)`` of usable documents; skipped lines go to ``skipped``."""
     def is_json(path):
@@ -320,6 +304,7 @@ def run(args):
     import tensorflow as tf  # after argument checks; the workers never import it
 
     from gau_keras.data.tfrecord import ShardedWriter
+    from gau_keras.training.run_dir import write_json, write_text
 
     start = time.time()
     gfile = tf.io.gfile
@@ -330,8 +315,8 @@ def run(args):
     try:
         with ShardedWriter(args.output_dir, args.shards) as writer:
             # written first, so that an interrupted run's files are known as ours (--overwrite replaces them)
-            _write_json(gfile, summary_path,
-                        {"status": "running", "shards": [os.path.basename(p) for p in writer.paths]})
+            write_json(summary_path, {"status": "running", "shards": [os.path.basename(p) for p in writer.paths]},
+                       indent=2)
             with tqdm(total=total_bytes, unit="B", unit_scale=True, desc="prepare_corpus",
                       file=sys.stderr) as progress:
                 process_corpus(args, writer, stats, skipped, progress)
@@ -345,10 +330,10 @@ def run(args):
     problem = usable_input_problem(summary)
     if problem:
         summary.update(status="failed", error=problem)
-    _write_text(gfile, gfile.join(args.output_dir, SKIPPED_LOG),
-                "".join(f"{location}: {reason}: {detail}\n"
-                        for location, reason, detail in sorted(skipped, key=_loc_key)))
-    _write_json(gfile, summary_path, summary)
+    write_text(gfile.join(args.output_dir, SKIPPED_LOG),
+               "".join(f"{location}: {reason}: {detail}\n"
+                       for location, reason, detail in sorted(skipped, key=_loc_key)))
+    write_json(summary_path, summary, indent=2)
     return summary
 
 

@@ -21,11 +21,9 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-if not __package__:   # run as a script (python3 pretrain/pretrain.py): this folder would shadow the package
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gau_keras import flags  # noqa: E402
-from gau_keras.training.pretrain import config as config_lib  # noqa: E402
+from gau_keras import flags
+from gau_keras.training.pretrain import config as config_lib
 
 
 def parse_args(argv=None):

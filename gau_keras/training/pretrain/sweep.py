@@ -20,10 +20,7 @@ import os
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-
-from gau_keras.training.pretrain import config as config_lib  # noqa: E402
+from gau_keras.training.pretrain import config as config_lib
 
 #: the schedule as fractions of the run: a linear decay to 0.1x (no warm-up, as GAU-alpha).
 #: GAU-alpha's own shape {0: 1, 1/8: 0.5, 1/2: 0.1, 1: 0.01} of its 1.28 M steps, scaled to a
@@ -94,7 +91,7 @@ def final_evaluation(run_dir, updates):
 
 def run_point(config_path, run_dir, updates):
     if final_evaluation(run_dir, updates) is None:
-        command = [sys.executable, os.path.join(HERE, "pretrain.py"), "--config", config_path]
+        command = [sys.executable, "-m", "gau_keras.training.pretrain.pretrain", "--config", config_path]
         print("running: " + " ".join(command), flush=True)
         with open(os.path.join(os.path.dirname(config_path), "train.log"), "a", encoding="utf-8") as log:
             status = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)

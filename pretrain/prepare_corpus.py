@@ -1,0 +1,17 @@
+"""Corpus -> whole-word-MLM TFRecord shards: ``gau_keras.training.pretrain.prepare_corpus`` as a script
+(that module's docstring and ``--help`` say more).
+
+    python3 pretrain/prepare_corpus.py corpus.txt --vocab vocab.txt --output-dir data/mlm
+"""
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, CHECKOUT)   # this checkout's gau_keras, installed or not
+
+from gau_keras import flags  # noqa: E402
+from gau_keras.training.pretrain.prepare_corpus import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(flags.command_status(main))
