@@ -2,7 +2,7 @@
 micro-step run by it (XLA on request, falling back without), tf.train
 checkpoints of model, optimizer, data iterator, micro-step and dropout RNG.
 
-The backend-neutral loop is ``pretrain.trainer``; design notes in
+The backend-neutral loop is ``gau_keras.training.pretrain.trainer``; design notes in
 docs/pretraining.md.
 """
 import errno
