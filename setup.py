@@ -20,10 +20,10 @@ setup(
     description="GAU-alpha, RoFormerV2 and SRU++ for Keras 3 / TensorFlow 2, bert4keras-compatible.",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    # pretrain/ and finetune/ are packages too, so `from pretrain import trainer` and
-    # `python -m finetune.tnews` work from anywhere once installed
-    packages=find_packages(include=["gau_keras", "gau_keras.*", "pretrain", "finetune"]),
-    package_data={"gau_keras": ["pretrained/*/*", "recurrence/tensorflow/native/*.cc"], "pretrain": ["configs/*.json"]},
+    # only gau_keras: the apps are gau_keras.training.*; the checkout's pretrain/ and finetune/
+    # folders hold their script entry points and configs, not installed (no top-level name clash)
+    packages=find_packages(include=["gau_keras", "gau_keras.*"]),
+    package_data={"gau_keras": ["pretrained/*/*", "recurrence/tensorflow/native/*.cc"]},
     include_package_data=True,
     python_requires=">=3.9",
     install_requires=runtime_requirements(),

@@ -2,7 +2,7 @@
 fine-tuning runner's ``model.fit`` vs a bare step, XLA on and off.
 
 Pretraining, for each config (default: the tiny GAU-alpha and RoFormerV2):
-  * loop: ``pretrain.trainer.Trainer`` on TFRecord shards, timed through
+  * loop: ``gau_keras.training.pretrain.trainer.Trainer`` on TFRecord shards, timed through
     ``Trainer.advance`` (the loop's own update: data pipeline with its
     dynamic masking, distribution strategy, micro-steps, logging every
     ``log_every`` updates; checkpoints and evaluation off);
@@ -11,7 +11,7 @@ Pretraining, for each config (default: the tiny GAU-alpha and RoFormerV2):
     ``LAMB``, as one ``tf.function`` on a batch already in memory: no data
     pipeline, no strategy, no logging.
 Both with ``jit_compile`` on and off. On JAX (``--backends``, default
-tensorflow and jax): the same loop (``pretrain.jax_backend``: a ``jax.jit``
+tensorflow and jax): the same loop (``gau_keras.training.pretrain.jax_backend``: a ``jax.jit``
 step over ``keras.distribution``'s devices) and a bare ``jax.jit`` step
 (``stateless_call`` of the same model and head, ``jax.value_and_grad``,
 ``LAMB.stateless_apply``, state donated); every JAX step is compiled, so JAX
@@ -22,7 +22,7 @@ epoch), written to a temporary folder with the config's vocab size: speed
 does not depend on the text.
 
 Fine-tuning (``--finetune``, default on): the runner's tnews head on the
-config's GAU-alpha (``finetune.tnews``, the runner's AdamW schedule and loss),
+config's GAU-alpha (``gau-keras finetune tnews``, the runner's AdamW schedule and loss),
 batches from the runner's ``PaddedBatches`` over synthetic titles of 8-62
 characters (each batch padded to its longest, as the runner does):
   * fit: ``model.fit`` on the runner's ``tf_dataset``, ``jit_compile`` on/off;
@@ -90,7 +90,7 @@ def synthetic_shards(directory, vocab_size, maxlen, sequences, seed=0):
 def run_config(spec):
     """The config of ``spec['config']`` pointed at synthetic data in a temporary folder, removed when
     the worker exits."""
-    from pretrain import config as config_lib
+    from gau_keras.training.pretrain import config as config_lib
 
     scratch = tempfile.mkdtemp(prefix="pretrain_throughput_")
     atexit.register(shutil.rmtree, scratch, ignore_errors=True)
@@ -112,7 +112,7 @@ def run_config(spec):
 
 # ---------------------------------------------------------------- workers
 def loop_setup(spec):
-    from pretrain.trainer import Trainer
+    from gau_keras.training.pretrain.trainer import Trainer
 
     trainer = Trainer(run_config(spec), xla=spec["xla"])
     trainer._open_logs()
@@ -228,8 +228,8 @@ def jax_bare_setup(spec):
 def finetune_batches(spec, tokenizer, task):
     import numpy as np
 
-    from finetune.batching import PaddedBatches
     from gau_keras.data.clue.examples import TextExample
+    from gau_keras.training.finetune.batching import PaddedBatches
 
     rng = np.random.default_rng(0)
     chars = [t for t in tokenizer.token_dict if len(t) == 1 and "\u4e00" <= t <= "\u9fff"]
@@ -244,18 +244,18 @@ def finetune_batches(spec, tokenizer, task):
 def finetune_model(spec):
     import keras
 
-    from finetune.runner import make_optimizer
-    from finetune.tnews import TnewsTask
     from gau_keras.models.builder import build_transformer_model
     from gau_keras.pretrained import default_model_dir, model_files
     from gau_keras.tokenizers import Tokenizer
+    from gau_keras.training.finetune.runner import make_optimizer
+    from gau_keras.training.finetune.tasks import task_class
 
     keras.utils.set_random_seed(0)
     config, _, vocab = model_files(default_model_dir())
     overrides = QUICK_MODEL if spec["quick"] else {}
     transformer = build_transformer_model(config, model="gau_alpha", return_keras_model=False, **overrides)
     tokenizer = Tokenizer(vocab, do_lower_case=True)
-    task = TnewsTask("tnews", tokenizer, 64)
+    task = task_class("tnews")("tnews", tokenizer, 64)
     model = task.build_model(transformer)
     batches = finetune_batches(spec, tokenizer, task)
     optimizer = make_optimizer(1e-3, 0.01, 10 ** 6)
@@ -414,7 +414,7 @@ def main(argv=None):
     rows, _ = table_rows(results, args.updates, pairs)
     for row, (fit, _) in zip(rows, pairs):    # the first pass: every batch length compiled once
         row.append(_common.format_number(results[fit]["warmup_seconds"]))
-    print(f"\nfine-tuning (finetune.tnews head, batch 32, titles of 8-62 characters): "
+    print(f"\nfine-tuning (tnews head, batch 32, titles of 8-62 characters): "
           f"{results[pairs[0][0]]['params']:,} parameters, {args.updates} steps per round (one pass over the "
           f"same batches), {args.repeats} rounds after 1 warm-up round")
     print(_common.markdown_table(["variant", "s/step", "bare s/step", "fit / bare (same XLA)",

@@ -7,9 +7,11 @@
     gau-keras finetune TASK --data-dir ../shared/data/clue ...
     gau-keras compare --data-dir ../shared/data/clue --out-dir runs/compare --variant bundled= ...
 
-``prepare-corpus``, ``pretrain``, ``finetune TASK`` and ``compare`` take the
-options of ``python -m pretrain.prepare_corpus``, ``python -m pretrain.pretrain``,
-``python -m finetune.TASK`` and ``python -m finetune.compare`` (``--help`` lists them).
+``prepare-corpus``, ``pretrain``, ``finetune TASK`` and ``compare`` run
+``gau_keras.training.pretrain.prepare_corpus``, ``gau_keras.training.pretrain.pretrain``,
+``gau_keras.training.finetune.runner`` and ``gau_keras.training.finetune.compare``
+(``--help`` lists their options); TASK is a task of ``gau_keras.data.clue.TASKS``
+that has a head.
 """
 import argparse
 import os
@@ -18,8 +20,8 @@ import sys
 from gau_keras import cli_env, flags
 
 #: subcommands handled by another module's own argument parser
-DELEGATED = {"prepare-corpus": "pretrain.prepare_corpus", "pretrain": "pretrain.pretrain",
-             "compare": "finetune.compare"}
+DELEGATED = {"prepare-corpus": "gau_keras.training.pretrain.prepare_corpus",
+             "pretrain": "gau_keras.training.pretrain.pretrain", "compare": "gau_keras.training.finetune.compare"}
 
 
 def _fill_mask(args):
@@ -53,7 +55,7 @@ def build_parser():
     fill.add_argument("--model-dir", default=None,
                       help="directory with bert_config.json, bert_model.ckpt.* and vocab.txt "
                            "(default: the bundled small GAU-alpha)")
-    fill.add_argument("--model", default="gau_alpha", help="gau_alpha (default) or roformer_v2")
+    flags.add_model_option(fill, help="the encoder of --model-dir")
     fill.add_argument("--top-k", type=flags.positive_int, default=5, help="predictions per [MASK] (default 5)")
     fill.add_argument("--softmax-plus-min-len", type=flags.positive_int, default=None,
                       help="floor of softmax_plus's n (16 default; 1 = the released model's training code)")
@@ -62,7 +64,7 @@ def build_parser():
     source = export.add_mutually_exclusive_group(required=True)
     source.add_argument("--model-dir", help="a model directory in the released layout (exports its MLM head)")
     source.add_argument("--keras", help="a .keras file, e.g. a fine-tuning run's <task>_best.keras")
-    export.add_argument("--model", default="gau_alpha", help="with --model-dir: gau_alpha, roformer_v2 or srupp")
+    flags.add_model_option(export, help="with --model-dir: its encoder")
     export.add_argument("--output", required=True, help="folder of the SavedModel (for TF Serving: .../NAME/1)")
     export.add_argument("--overwrite", action="store_true", help="replace a non-empty --output")
     export.set_defaults(run=_export)
@@ -75,14 +77,9 @@ def _delegate(argv):
 
     command, rest = argv[0], argv[1:]
     if command == "finetune":
-        from finetune import commands
-        from finetune.runner import run
+        from gau_keras.training.finetune import runner
 
-        if not rest or rest[0] not in commands.names():
-            print(f"usage: gau-keras finetune TASK [options]; TASK is one of {', '.join(commands.names())}",
-                  file=sys.stderr)
-            return 2
-        return run(commands.task_for(rest[0]), rest[1:])
+        return runner.main(rest, prog="gau-keras finetune")
     module = importlib.import_module(DELEGATED[command])
     return flags.command_status(module.main, rest)
 

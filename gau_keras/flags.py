@@ -84,6 +84,17 @@ rate_below_one.bad = ("x", "nan", "-0.1", "1")
 positive_floats.bad = ("x", "1e-3,0", "1e-3,-1", ",")
 
 
+def check_value(name, value, kind):
+    """The library's side of a flag type: ``value`` (a number, not text) checked by the
+    same rule as the flag; a ValueError names the argument ``name``, not a flag."""
+    try:
+        kind(str(value))
+    except argparse.ArgumentTypeError as error:
+        message = str(error)
+        raise ValueError(f"{name} {message}" if message.startswith("must") else f"{name}: {message}") from None
+    return value
+
+
 def command_status(main, argv=None):
     """Runs a command's ``main(argv)``; returns its exit status. A
     ``SystemExit`` with a message (how the commands stop on a bad path, config
@@ -96,3 +107,14 @@ def command_status(main, argv=None):
             return 2
         raise
     return result if isinstance(result, int) else 0
+
+
+def add_model_option(parser, help="the encoder", default="gau_alpha"):
+    """``--model``: a name of the builder's registry (`gau_keras.models.builder.MODELS`, its
+    aliases too); the help lists one name per model."""
+    from gau_keras.models.builder import MODELS, model_names
+
+    names = model_names()
+    parser.add_argument("--model", type=str.lower, choices=sorted(MODELS), default=default,
+                        metavar="{" + ",".join(names) + "}",
+                        help=f"{help}: {', '.join(names)} (default: %(default)s)")

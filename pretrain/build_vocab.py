@@ -1,76 +1,16 @@
-"""Derives a smaller vocab from a corpus: the tokens of a base vocab that the
-corpus uses at least ``--min-count`` times, special tokens first.
+"""A smaller vocab derived from a corpus: ``gau_keras.training.pretrain.build_vocab`` as a script
+(that module's docstring and ``--help`` say more).
 
-    python3 pretrain/build_vocab.py ../shared/data/corpus/zh_corpus.txt \
-        --base-vocab ../shared/data/vocab/gau_alpha_vocab.txt --min-count 5 --output vocab.txt
-
-The corpus is tokenized with the base vocab's own tokenizer, so every token
-of the new vocab tokenizes the same way; rarer tokens become [UNK]. Token
-order follows the base vocab (ids change; write the result next to the model
-that is trained with it).
+    python3 pretrain/build_vocab.py corpus.txt --base-vocab vocab.txt --output small_vocab.txt
 """
-import argparse
-import collections
 import os
 import sys
 
-try:
-    import gau_keras  # noqa: F401
-except ImportError:  # run from a checkout that is not pip-installed
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, CHECKOUT)   # this checkout's gau_keras, installed or not
 
-from tqdm import tqdm  # noqa: E402
-
-from gau_keras import flags  # noqa: E402
-from gau_keras.tokenizers import Tokenizer, load_vocab  # noqa: E402
-
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-
-
-def count_tokens(paths, tokenizer):
-    """Token frequencies over text files (one document per line)."""
-    counts = collections.Counter()
-    for path in paths:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in tqdm(f, desc=os.path.basename(path), unit=" docs", mininterval=2.0):
-                counts.update(tokenizer.tokenize(line.strip())[1:-1])
-    return counts
-
-
-def derive_vocab(base_vocab, counts, min_count):
-    """Special tokens, then base-vocab tokens used >= min_count times, in base order."""
-    missing = [t for t in SPECIAL_TOKENS if t not in base_vocab]
-    if missing:
-        raise ValueError(f"the base vocab lacks the special token(s) {missing}")
-    kept = list(SPECIAL_TOKENS)
-    kept += [t for t, _ in sorted(base_vocab.items(), key=lambda kv: kv[1])
-             if t not in SPECIAL_TOKENS and counts.get(t, 0) >= min_count]
-    return kept
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("corpus", nargs="+", help="text files, one document per line")
-    parser.add_argument("--base-vocab", required=True)
-    parser.add_argument("--min-count", type=flags.positive_int, default=5)
-    parser.add_argument("--output", required=True)
-    parser.add_argument("--overwrite", action="store_true")
-    args = parser.parse_args(argv)
-    if os.path.exists(args.output) and not args.overwrite:
-        parser.error(f"{args.output} exists; pass --overwrite to replace it")
-    try:
-        base = load_vocab(args.base_vocab)
-    except (OSError, ValueError) as e:     # a missing file, a duplicate token (its line), not UTF-8
-        parser.error(f"--base-vocab: {e}")
-    counts = count_tokens(args.corpus, Tokenizer(base, do_lower_case=True))
-    tokens = derive_vocab(base, counts, args.min_count)
-    with open(args.output, "w", encoding="utf-8") as f:
-        f.write("\n".join(tokens) + "\n")
-    covered = sum(counts[t] for t in tokens) / max(1, sum(counts.values()))
-    print(f"{len(tokens)} tokens (of {len(base)}) cover {covered:.2%} of {sum(counts.values())} corpus tokens "
-          f"-> {args.output}")
-    return 0
-
+from gau_keras.training.pretrain.build_vocab import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

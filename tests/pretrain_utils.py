@@ -1,7 +1,7 @@
 """Tiny pretraining runs for the tests: a corpus, its shards and run configs."""
 import json
 
-from pretrain import prepare_corpus
+from gau_keras.training.pretrain import prepare_corpus
 
 TEXTS = ["今天天气很好，我们去公园散步吧！", "机器学习是人工智能的一个分支。", "他说：这本书真好看。",
          "我爱北京天安门，天安门上太阳升。", "小明和小红一起去学校上课。", "这家餐厅的菜很好吃，服务也不错。"]

@@ -1,7 +1,7 @@
 """pretrain/build_vocab.py: a vocab derived from a corpus; a bad base vocab is a one-line usage error."""
 import pytest
 
-from pretrain import build_vocab
+from gau_keras.training.pretrain import build_vocab
 
 BASE = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "我", "爱", "北", "京", "天"]
 

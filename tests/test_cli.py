@@ -1,7 +1,8 @@
-"""The ``gau-keras`` command line and the installed packages: every subcommand
-answers, and pretrain/finetune import without sys.path edits."""
+"""The ``gau-keras`` command line and the installed package: every subcommand
+answers, and the apps (gau_keras.training) import without sys.path edits."""
 import argparse
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import sys
 import pytest
 
 from gau_keras import __main__ as cli
+from tests.conftest import REPO_ROOT
 
 
 def _run(argv, cwd):
@@ -20,7 +22,7 @@ def _run(argv, cwd):
     (["pretrain", "--help"], "--config"),
     (["prepare-corpus", "--help"], "--output-dir"),
     (["finetune", "tnews", "--help"], "--data-dir"),
-    (["finetune", "eprstmt", "--help"], "--data-dir"),      # a table row without a module
+    (["finetune", "eprstmt", "--help"], "--data-dir"),
     (["compare", "--help"], "--variant"),
     (["export", "--help"], "--keras"),
     (["fill-mask", "--help"], "--top-k"),
@@ -34,31 +36,37 @@ def test_every_subcommand_answers(capsys, argv, expected):
 def test_finetune_needs_a_known_task(capsys):
     assert cli.main(["finetune", "nosuchtask"]) == 2
     assert "tnews" in capsys.readouterr().err
+    assert cli.main(["finetune", "--help"]) == 0      # the tasks of gau_keras.data.clue.TASKS with a head
+    assert "cluener" in capsys.readouterr().out
 
 
 def test_console_script_and_packages_outside_the_checkout(tmp_path):
     script = shutil.which("gau-keras")
     if script is None:
         pytest.skip("the gau-keras console script is not on PATH (pip install -e . installs it)")
+    where = _run([sys.executable, "-c", "import importlib.util as u; print(u.find_spec('gau_keras').origin)"], tmp_path)
+    if pathlib.Path(where.stdout.strip()).resolve().parents[1] != REPO_ROOT.resolve():
+        pytest.skip(f"the installed gau_keras is another checkout's ({where.stdout.strip()})")
     result = _run([script, "finetune", "chid", "--help"], tmp_path)
     assert result.returncode == 0 and "--data-dir" in result.stdout
-    code = "import pretrain.trainer, pretrain.run_dir, finetune.runner, finetune.cluener; print('ok')"
+    code = ("import gau_keras.training.pretrain.trainer, gau_keras.training.run_dir, "
+            "gau_keras.training.finetune.runner, gau_keras.training.finetune.cluener; print('ok')")
     result = _run([sys.executable, "-c", code], tmp_path)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-2000:]
 
 
 def _parsers():
     """(command, parser) of every gau-keras command that takes numeric flags."""
-    from finetune import commands, compare
-    from finetune.runner import build_parser
-    from pretrain import prepare_corpus, pretrain
+    from gau_keras.training.finetune import compare, tasks
+    from gau_keras.training.finetune.runner import build_parser
+    from gau_keras.training.pretrain import prepare_corpus, pretrain
 
     main = cli.build_parser()
     subcommands = next(a for a in main._actions if isinstance(a, argparse._SubParsersAction)).choices
     found = [(f"gau-keras {name}", parser) for name, parser in subcommands.items()]
     found += [("prepare-corpus", _parser_of(prepare_corpus.parse_args)), ("pretrain", _parser_of(pretrain.parse_args)),
               ("compare", compare.build_parser())]
-    found += [(f"finetune {name}", build_parser(commands.task_for(name))) for name in commands.names()]
+    found += [(f"finetune {name}", build_parser(name)) for name in tasks.names()]
     return found
 
 

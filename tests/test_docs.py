@@ -23,9 +23,10 @@ README = REPO_ROOT / "README.md"
 #: the folders of this repository that a command's path argument may name
 REPO_FOLDERS = ("pretrain", "benchmarks", "finetune", "gau_keras", "examples", "tests", "docs", "notebooks")
 #: `gau-keras` subcommands: the modules whose source defines their flags
-SUBCOMMANDS = {"fill-mask": ("gau_keras/__main__.py",), "export": ("gau_keras/__main__.py", "gau_keras/export.py"),
-               "prepare-corpus": ("pretrain",), "pretrain": ("pretrain",), "compare": ("finetune",),
-               "finetune": ("finetune",)}
+SUBCOMMANDS = {"fill-mask": ("gau_keras/__main__.py", "gau_keras/flags.py"),
+               "export": ("gau_keras/__main__.py", "gau_keras/export.py", "gau_keras/flags.py"),
+               "prepare-corpus": ("gau_keras/training/pretrain",), "pretrain": ("gau_keras/training/pretrain",),
+               "compare": ("gau_keras/training/finetune",), "finetune": ("gau_keras/training/finetune",)}
 #: modules run with `python -m` that are not part of this repository
 EXTERNAL_MODULES = {"pytest", "pip"}
 BERT4KERAS_MODULES = ("backend", "layers", "models", "optimizers", "snippets", "tokenizers")
@@ -115,7 +116,7 @@ def test_markdown_links_and_anchors_resolve():
 #: a command: at the start of a shell line or span, or after `&&`, `;`, `|`, `(` or `do`
 COMMAND = re.compile(r"(?:^\s*|(?:&&|;|\||\(|\bdo)\s*)((?:python3?|gau-keras)(?=\s|$)[^;&|<>#\n]*)")
 #: commands that are meant not to run, with the reason
-NOT_COMMANDS = {"python -m finetune.eprstmt": "finetune/README.md: the module one would add for this form"}
+NOT_COMMANDS = {}
 
 
 def _command_texts(text):
@@ -145,13 +146,35 @@ def _flag_sources(locations):
         path = REPO_ROOT / location
         for file in sorted(path.glob("*.py")) if path.is_dir() else [path]:
             texts.append(file.read_text(encoding="utf-8"))
+        if location == "gau_keras/training/finetune":
+            texts.append(_finetune_flags())
     return "\n".join(texts)
 
 
-def _task_names():
-    from finetune import commands
+def _finetune_flags():
+    """Every fine-tuning task's flags, quoted as a source would: the runner makes most of them
+    from the fields of its `Options` dataclass."""
+    from gau_keras.training.finetune import runner, tasks
 
-    return set(commands.names())
+    return " ".join(f'"{flag}"' for task in tasks.names()
+                    for flag in runner.build_parser(task)._option_string_actions)
+
+
+def _task_names():
+    from gau_keras.training.finetune import tasks
+
+    return set(tasks.names())
+
+
+def _entry_sources(path):
+    """A script entry point's flag sources: itself, and the gau_keras.training modules (with their
+    folders) it runs: the thin scripts of pretrain/ and finetune/ define no flag of their own."""
+    sources = [_rel(path)]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gau_keras.training"):
+            module = REPO_ROOT / (node.module.replace(".", "/") + ".py")
+            sources += [_rel(module), _rel(module.parent)] if module.is_file() else []
+    return tuple(sources)
 
 
 def _resolve(words):
@@ -162,7 +185,7 @@ def _resolve(words):
             return None, None, []
         if rest[0] not in SUBCOMMANDS:
             return f"no subcommand {rest[0]!r}", None, []
-        if rest[0] == "finetune" and len(rest) > 1 and rest[1].islower() and rest[1] not in _task_names():
+        if rest[0] == "finetune" and len(rest) > 1 and rest[1][:1].islower() and rest[1] not in _task_names():
             return f"no fine-tuning task {rest[1]!r}", None, []
         return None, SUBCOMMANDS[rest[0]], rest[1:]
     if len(words) < 2:
@@ -172,6 +195,12 @@ def _resolve(words):
         if module.split(".")[0] in EXTERNAL_MODULES or not re.fullmatch(r"\w+(\.\w+)*", module):
             return None, None, []
         path = REPO_ROOT / (module.replace(".", "/") + ".py")
+        package_main = REPO_ROOT / module.replace(".", "/") / "__main__.py"
+        if package_main.is_file() and module.split(".")[0] != "gau_keras":     # python -m finetune TASK
+            rest = words[3:]
+            if rest and rest[0][:1].isalpha() and rest[0].islower() and rest[0] not in _task_names():
+                return f"no fine-tuning task {rest[0]!r}", None, []
+            return None, _entry_sources(package_main), rest[1:] if rest and rest[0][:1].isalpha() else rest
         if not path.is_file():
             return f"no module {module!r} in the repository", None, []
         return None, (_rel(path.parent),), words[3:]
@@ -179,7 +208,9 @@ def _resolve(words):
         path = REPO_ROOT / words[1]
         if not path.is_file():
             return f"no script {words[1]!r}", None, []
-        return None, (_rel(path),) if path.parent == REPO_ROOT else (_rel(path), _rel(path.parent)), words[2:]
+        if path.parent == REPO_ROOT:
+            return None, (_rel(path),), words[2:]
+        return None, _entry_sources(path) + (_rel(path.parent),), words[2:]
     return None, None, []
 
 

@@ -11,9 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from finetune import runner
-from finetune.batching import PaddedBatches
-from tests.finetune_utils import HEAD_KIND_TASKS, HEAD_KINDS, head_kind_argv
+from gau_keras.training.finetune import runner, tasks
+from gau_keras.training.finetune.batching import PaddedBatches
+from tests.finetune_utils import HEAD_KIND_TASKS, head_kind_argv
 
 #: one fresh process reloads every task's .keras: argv[1] is a JSON list of [model, [inputs], output]
 PREDICT = """
@@ -27,10 +27,11 @@ for model_path, input_paths, output in json.loads(sys.argv[1]):
 """
 
 
-def trained_model_and_inputs(task_cls, args, out_dir):
+def trained_model_and_inputs(args, out_dir):
     """The run's model rebuilt from its best weights, and one batch of dev inputs."""
+    task_cls = tasks.task_class(args.task_name)
     transformer, tokenizer = runner.build_transformer(args, task_cls)
-    task = task_cls(args.task_name, tokenizer, args.maxlen, **task_cls.options(args))
+    task = task_cls(args.task_name, tokenizer, args.maxlen, **args.head_options)
     model = task.build_model(transformer)
     model.load_weights(str(out_dir / f"{args.task_name}_best.weights.h5"))
     dev = runner.load_split(args.task_name, "dev", args.data_dir, args.max_eval_examples,
@@ -46,10 +47,10 @@ def reloaded(tmp_path_factory, head_kind_runs):
     model_dir, root, records = head_kind_runs
     inputs_root = tmp_path_factory.mktemp("artefacts")
     runs, jobs = {}, []
-    for task_cls, task in HEAD_KINDS:
+    for task in HEAD_KIND_TASKS:
         out_dir, record = root / task, records[task]
-        args = runner.build_parser(task_cls).parse_args(head_kind_argv(task, model_dir, out_dir))
-        model, inputs = trained_model_and_inputs(task_cls, args, out_dir)
+        args = runner.parse_options(task, head_kind_argv(task, model_dir, out_dir))
+        model, inputs = trained_model_and_inputs(args, out_dir)
         paths = [str(inputs_root / f"{task}_input{i}.npy") for i in range(len(inputs))]
         for path, array in zip(paths, inputs):
             np.save(path, array)

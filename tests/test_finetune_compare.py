@@ -1,10 +1,10 @@
-"""finetune.compare: two variants of a tiny tnews run, the summary table, resuming, failures."""
+"""gau_keras.training.finetune.compare: two variants of a tiny tnews run, the summary table, resuming, failures."""
 import contextlib
 import json
 
 import pytest
 
-from finetune import compare
+from gau_keras.training.finetune import compare
 from tests.conftest import REPO_ROOT
 from tests.finetune_utils import tiny_model_dir
 from tests.test_finetune_runner import _small_copy
@@ -13,7 +13,7 @@ TINY = "--epochs 1 --batch-size 8 --maxlen 32 --max-train-examples 8 --max-eval-
 
 
 def test_two_variants_are_tabulated_and_a_rerun_resumes(tmp_path, shared_data, capsys, monkeypatch):
-    monkeypatch.chdir(REPO_ROOT)  # the task scripts run as `python -m finetune.<task>`
+    monkeypatch.chdir(REPO_ROOT)  # the runs are `python -m gau_keras finetune <task>`
     data_dir, texts = _small_copy(shared_data, tmp_path / "data")
     model_dir = tiny_model_dir(str(tmp_path / "model"), texts)
     out = tmp_path / "out"
@@ -80,7 +80,7 @@ def test_a_rate_grid_keeps_the_best_rate_per_variant(tmp_path, shared_data, caps
 
 
 def test_unit_score_puts_every_task_on_a_0_1_scale():
-    from finetune.compare import unit_score
+    from gau_keras.training.finetune.compare import unit_score
 
     cmrc = {"task": "cmrc2018", "metric": "f1", "best": {"f1": 11.27, "em": 1.0}}
     cluener = {"task": "cluener", "metric": "f1", "best": {"f1": 0.5176}}

@@ -6,9 +6,8 @@ import os
 
 import pytest
 
-from finetune import runner
-from finetune.tnews import TnewsTask
-from pretrain.run_dir import RunLock
+from gau_keras.training.finetune import runner
+from gau_keras.training.run_dir import RunLock
 from tests.finetune_utils import tiny_model_dir
 
 TEXTS = ["今天天气很好", "股市大涨了", "球队赢了比赛", "新手机发布", "电影很好看", "学校开学了"]
@@ -54,20 +53,20 @@ def test_a_write_cut_short_leaves_no_file_under_the_final_name_and_the_rerun_rep
 
     monkeypatch.setattr(keras.Model, "save_weights", killed_while_writing)
     with pytest.raises(KeyboardInterrupt):
-        runner.run(TnewsTask, _argv(setup, out))
+        runner.run("tnews", _argv(setup, out))
     monkeypatch.setattr(keras.Model, "save_weights", save_weights)
     assert not paths["weights"].exists() and sorted(p.name for p in out.iterdir()) == [".lock"]
     # an interrupted run's outputs (metrics without "finished") are replaced, saying so
     paths["weights"].write_bytes(b"\x89HDF\r\n" + bytes(90))
     paths["metrics"].write_text(json.dumps({"task": "tnews", "epochs": []}))
-    assert runner.run(TnewsTask, _argv(setup, out, "--epochs", "0")) == 0
+    assert runner.run("tnews", _argv(setup, out, "--epochs", "0")) == 0
     assert "replacing the outputs of an interrupted run" in capsys.readouterr().out
     record = _strict_json(paths["metrics"])           # --epochs 0 wrote NaN here
     assert record["finished"] and record["epochs"][0]["train_loss"] is None
     assert paths["weights"].stat().st_size > 1000 and paths["model"].is_file() and paths["predictions"].is_file()
     assert not [p for p in out.iterdir() if ".partial" in p.name or p.name.endswith(".tmp")]
-    assert runner.run(TnewsTask, _argv(setup, out)) == 2      # a finished run is kept without --overwrite
-    assert "--overwrite" in capsys.readouterr().err
+    assert runner.run("tnews", _argv(setup, out)) == 2      # a finished run is kept without --overwrite
+    assert "set overwrite to replace them" in capsys.readouterr().err
 
 
 def test_an_out_dir_in_use_or_not_writable_is_refused_before_any_work(setup, tmp_path, capsys, monkeypatch):
@@ -78,15 +77,15 @@ def test_an_out_dir_in_use_or_not_writable_is_refused_before_any_work(setup, tmp
     out = tmp_path / "busy"
     lock = RunLock(str(out)).acquire()
     try:
-        assert runner.run(TnewsTask, _argv(setup, out)) == 2
+        assert runner.run("tnews", _argv(setup, out)) == 2
     finally:
         lock.release()
     err = capsys.readouterr().err
-    assert f"run directory {out} is in use by pid {os.getpid()}" in err and "give another --out-dir" in err
+    assert f"run directory {out} is in use by pid {os.getpid()}" in err and "give another out_dir" in err
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
     for out_dir, cause in ((a_file / "sub", "is not writable (Not a directory)"), (a_file, "is a file, not a folder")):
-        assert runner.run(TnewsTask, _argv(setup, out_dir)) == 2
-        assert f"--out-dir {out_dir} {cause}" in capsys.readouterr().err
-    assert runner.run(TnewsTask, _argv(setup, tmp_path / "out", "--predict-split", "tset")) == 2
-    assert "--predict-split tset: tnews: no tset.json in" in capsys.readouterr().err
+        assert runner.run("tnews", _argv(setup, out_dir)) == 2
+        assert f"out_dir {out_dir} {cause}" in capsys.readouterr().err
+    assert runner.run("tnews", _argv(setup, tmp_path / "out", "--predict-split", "tset")) == 2
+    assert "predict_split tset: tnews: no tset.json in" in capsys.readouterr().err

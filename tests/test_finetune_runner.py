@@ -1,5 +1,4 @@
-"""The shared runner end to end (tnews, a tiny random GAU-alpha, a few steps), and its batching."""
-import importlib
+"""The shared runner end to end (tnews, a tiny random GAU-alpha, a few steps), its options and its batching."""
 import itertools
 import json
 import runpy
@@ -9,11 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from finetune import runner
-from finetune.batching import PaddedBatches, pad_stack
-from finetune.task import Feature
-from finetune.tnews import TnewsTask
 from gau_keras.data.clue import TASKS
+from gau_keras.training.finetune import runner, tasks
+from gau_keras.training.finetune.batching import PaddedBatches, pad_stack
+from gau_keras.training.finetune.task import Feature
 from tests.conftest import REPO_ROOT
 from tests.finetune_utils import tiny_model_dir
 
@@ -65,10 +63,6 @@ def _small_copy(shared_data, target, rows=24):
     return target, texts
 
 
-RUNPY_REIMPORT = "ignore:'finetune.*found in sys.modules:RuntimeWarning"   # runpy re-runs imported modules
-
-
-@pytest.mark.filterwarnings(RUNPY_REIMPORT)
 @pytest.mark.both_backends     # the fine-tuning run of the JAX pass (tests/conftest.py)
 def test_tnews_end_to_end(tmp_path, shared_data, capsys, monkeypatch):
     data_dir, texts = _small_copy(shared_data, tmp_path / "data")
@@ -76,10 +70,10 @@ def test_tnews_end_to_end(tmp_path, shared_data, capsys, monkeypatch):
     out_dir = tmp_path / "out"
     argv = ["--data-dir", str(data_dir), "--model-dir", model_dir, "--out-dir", str(out_dir),
             "--epochs", "2", "--batch-size", "8", "--maxlen", "32", "--max-eval-examples", "16", "--seed", "3"]
-    monkeypatch.setattr(sys, "argv", ["finetune.tnews"] + argv)
+    monkeypatch.setattr(sys, "argv", ["finetune", "tnews"] + argv)
     with pytest.warns(UserWarning, match=r"train\.json:4"), pytest.raises(SystemExit) as done:
-        # what `python -m finetune.tnews` runs
-        runpy.run_module("finetune.tnews", run_name="__main__", alter_sys=True)
+        # what `python -m finetune tnews` runs
+        runpy.run_path(str(REPO_ROOT / "finetune" / "__main__.py"), run_name="__main__")
     assert done.value.code == 0
     printed = capsys.readouterr().out
     assert "1 malformed skipped" in printed
@@ -91,18 +85,18 @@ def test_tnews_end_to_end(tmp_path, shared_data, capsys, monkeypatch):
     assert all(set(p) == {"id", "label"} and p["label"] in TASKS["tnews"].labels for p in predictions)
 
     record = json.loads((out_dir / "tnews_metrics.json").read_text())
-    assert record["module"] == "finetune.tnews"
+    assert record["module"] == "gau_keras.training.finetune.classification"
     assert [e["epoch"] for e in record["epochs"]] == [1, 2]
     assert record["train_examples"] == 24 and record["dev_examples"] == 16
     assert record["best"]["accuracy"] == max(e["accuracy"] for e in record["epochs"])
     assert (out_dir / "tnews_best.weights.h5").is_file()
 
     before = (out_dir / "tnews_predict.json").read_bytes()
-    assert runner.run(TnewsTask, argv + ["--epochs", "1"]) == 2
-    assert "--overwrite" in capsys.readouterr().err
+    assert runner.run("tnews", argv + ["--epochs", "1"]) == 2
+    assert "set overwrite to replace them" in capsys.readouterr().err
     assert (out_dir / "tnews_predict.json").read_bytes() == before
     with pytest.warns(UserWarning, match=r"train\.json:4"):
-        assert runner.run(TnewsTask, argv + ["--epochs", "0", "--overwrite", "--max-test-examples", "5",
+        assert runner.run("tnews", argv + ["--epochs", "0", "--overwrite", "--max-test-examples", "5",
                                              "--from-scratch"]) == 0
     assert len((out_dir / "tnews_predict.json").read_text().splitlines()) == 5
     record = json.loads((out_dir / "tnews_metrics.json").read_text())
@@ -113,35 +107,66 @@ def test_missing_model_dir_and_bad_arguments_are_errors(tmp_path, capsys):
     argv = ["--data-dir", str(tmp_path), "--out-dir", str(tmp_path / "out")]
     (tmp_path / "train.json").write_text('{"sentence": "x", "label": "100"}\n')
     (tmp_path / "dev.json").write_text('{"sentence": "x", "label": "100"}\n')
-    assert runner.run(TnewsTask, argv + ["--model-dir", str(tmp_path / "nowhere")]) == 2
+    assert runner.run("tnews", argv + ["--model-dir", str(tmp_path / "nowhere")]) == 2
     assert "nowhere" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        runner.run(TnewsTask, argv + ["--model", "bert"])
+        runner.run("tnews", argv + ["--model", "bert"])
 
 
 def test_labels_outside_the_label_set_stop_the_run_naming_the_line(tmp_path, capsys):
     (tmp_path / "train.json").write_text('{"sentence": "x", "label": "100"}\n{"sentence": "y", "label": "105"}\n')
     argv = ["--data-dir", str(tmp_path), "--out-dir", str(tmp_path / "out"), "--model-dir", str(tmp_path)]
-    assert runner.run(TnewsTask, argv) == 2
+    assert runner.run("tnews", argv) == 2
     assert "train.json:2" in capsys.readouterr().err
 
 
-MODULES = ["tnews", "iflytek", "afqmc", "cmnli", "ocnli", "wsc", "csl", "cmrc2018", "c3", "chid", "cluener"]
-
-
-@pytest.mark.filterwarnings(RUNPY_REIMPORT)
-@pytest.mark.parametrize("module", MODULES)
-def test_every_task_module_has_the_command_line(module, capsys, monkeypatch):
-    monkeypatch.setattr(sys, "argv", [f"finetune.{module}", "--help"])
+@pytest.mark.parametrize("task", tasks.names())
+def test_every_task_has_the_command_line(task, capsys):
     with pytest.raises(SystemExit) as done:
-        runpy.run_module(f"finetune.{module}", run_name="__main__", alter_sys=True)
+        runner.main([task, "--help"], prog="python -m finetune")
     assert done.value.code == 0
     usage = capsys.readouterr().out
     for option in ("--data-dir", "--model-dir", "--model", "--epochs", "--batch-size", "--maxlen", "--lr",
                    "--max-train-examples", "--seed", "--overwrite", "--from-scratch", "--task-name"):
         assert option in usage
-    assert usage.startswith(f"usage: python -m finetune.{module} ")
-    assert importlib.import_module(f"finetune.{module}").__doc__.split("\n")[0] in usage.replace("\n", " ")
+    assert usage.startswith(f"usage: python -m finetune {task} ")
+    assert TASKS[task].about.split(" ")[0] in usage
+    args = runner.build_parser(task).parse_args(["--data-dir", "x"])
+    assert {key: getattr(args, key) for key in runner.TASK_DEFAULTS} == dict(TASKS[task].defaults)
+    assert args.task_name == task and task in tasks.names()
+
+
+def test_the_task_choices_and_the_model_names_come_from_the_registries(capsys):
+    from gau_keras.models.builder import MODELS, model_names
+
+    assert tasks.names() == sorted(name for name, spec in TASKS.items() if spec.head)
+    assert runner.main(["nosuchtask"]) == 2 and "cluewsc" in capsys.readouterr().err
+    assert model_names() == ("gau_alpha", "roformer_v2", "srupp") and set(model_names()) <= set(MODELS)
+    parser = runner.build_parser("tnews")
+    model = next(a for a in parser._actions if a.dest == "model")
+    assert set(model.choices) == set(MODELS) and parser.parse_args(["--data-dir", "x", "--model", "RoFormer-V2"]).model
+    assert tasks.same_model("bustm") == ("bustm", "afqmc", "cmnli", "ocnli", "ocnli_full")
+    with pytest.raises(SystemExit):
+        runner.parse_options("afqmc", ["--data-dir", "x", "--task-name", "tnews"])     # another input form
+
+
+def test_options_check_each_value_once_and_name_the_argument():
+    options = runner.Options.for_task("cmrc2018", data_dir="x")
+    assert (options.maxlen, options.epochs, options.dropout) == (256, 2, 0.1)
+    for name, value, message in (("maxlen", 0, "maxlen must be an integer >= 8, got 0"),
+                                 ("lr", 0.0, "lr must be > 0, got 0"),
+                                 ("dropout", 1.0, "dropout must be in [0, 1), got 1"),
+                                 ("epochs", 1.5, "epochs: expected an integer, got '1.5'"),
+                                 ("model", "bert", "model must be one of gau_alpha, roformer_v2, srupp"),
+                                 ("xla", "maybe", "xla must be one of auto, on, off")):
+        with pytest.raises(ValueError) as refused:
+            runner.Options.for_task("tnews", data_dir="x", **{name: value})
+        assert str(refused.value).startswith(message), str(refused.value)
+    with pytest.raises(ValueError, match="unknown fine-tuning task 'nosuch'"):
+        runner.Options("nosuch", "x")
+    parsed = runner.parse_options("cmrc2018", ["--data-dir", "x", "--doc-stride", "64"])
+    assert parsed.head_options == {"doc_stride": 64, "max_question_len": 64, "max_answer_len": 32}
+    assert parsed.record()["doc_stride"] == 64 and "head_options" not in parsed.record()
 
 
 def tnews_on_one_and_two_devices(shared_data, tmp_path):
@@ -160,9 +185,9 @@ def tnews_on_one_and_two_devices(shared_data, tmp_path):
                 "--batch-size", "8", "--maxlen", "32", "--seed", "3", "--lr", "1e-3", "--dropout", "0",
                 "--devices", str(devices)]
         if devices == 1:
-            assert runner.run(TnewsTask, argv) == 0
+            assert runner.run("tnews", argv) == 0
         else:
-            result = subprocess.run([sys.executable, "-m", "finetune.tnews", *argv], cwd=REPO_ROOT,
+            result = subprocess.run([sys.executable, "-m", "finetune", "tnews", *argv], cwd=REPO_ROOT,
                                     capture_output=True, text=True, timeout=600)
             assert result.returncode == 0, result.stderr[-3000:]
         records[devices] = json.loads((out / "tnews_metrics.json").read_text())

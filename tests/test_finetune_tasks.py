@@ -1,23 +1,24 @@
-"""Each task module's example -> features conversion on real CLUE lines, and the
+"""Each head kind's example -> features conversion on real CLUE lines, and the
 cmrc2018 sliding windows mapped back to character spans."""
 import json
 
 import numpy as np
 import pytest
 
-from finetune.afqmc import AfqmcTask
-from finetune.c3 import C3Task
-from finetune.chid import ChidTask, keep_around
-from finetune.cluener import ClueNerTask
-from finetune.cmnli import NliTask
-from finetune.cmrc2018 import Cmrc2018Task, best_span, char_span_to_tokens, windows
-from finetune.csl import KEYWORD_SEPARATOR, CslTask
-from finetune.iflytek import IflytekTask
-from finetune.ocnli import OcnliTask
-from finetune.tnews import TnewsTask
-from finetune.wsc import WscTask, mark_spans
-from gau_keras.data.clue import Answer, Span, SpanQAExample, load_file, load_task, write_predictions
+from gau_keras.data.clue import TASKS, Answer, Span, SpanQAExample, load_file, load_task, write_predictions
 from gau_keras.tokenizers import Tokenizer
+from gau_keras.training.finetune.c3 import C3Task
+from gau_keras.training.finetune.chid import ChidTask, keep_around
+from gau_keras.training.finetune.classification import (
+    FORMS,
+    KEYWORD_SEPARATOR,
+    KeywordsClassificationTask,
+    PairClassificationTask,
+    mark_spans,
+)
+from gau_keras.training.finetune.cluener import ClueNerTask
+from gau_keras.training.finetune.cmrc2018 import Cmrc2018Task, best_span, char_span_to_tokens, windows
+from gau_keras.training.finetune.tasks import names, same_model, task_class
 
 CLUE = "clue"
 
@@ -40,12 +41,11 @@ def _check_sequence(tokenizer, token_ids, segment_ids, maxlen):
     assert len(token_ids) == len(segment_ids) <= maxlen
 
 
-@pytest.mark.parametrize("task_cls,task,maxlen", [
-    (TnewsTask, "tnews", 32), (IflytekTask, "iflytek", 64), (AfqmcTask, "bustm", 32),
-    (OcnliTask, "ocnli", 32), (OcnliTask, "ocnli_full", 32), (CslTask, "csl", 96), (WscTask, "cluewsc", 64),
+@pytest.mark.parametrize("task,maxlen", [
+    ("tnews", 32), ("iflytek", 64), ("bustm", 32), ("ocnli", 32), ("ocnli_full", 32), ("csl", 96), ("cluewsc", 64),
 ])
-def test_classification_features(shared_data, tokenizer, task_cls, task, maxlen):
-    task_obj = task_cls(task, tokenizer, maxlen)
+def test_classification_features(shared_data, tokenizer, task, maxlen):
+    task_obj = task_class(task)(task, tokenizer, maxlen)
     for example in _examples(shared_data, task):
         (feature,) = task_obj.features(example, training=True)
         token_ids, segment_ids = feature.inputs
@@ -57,25 +57,36 @@ def test_classification_features(shared_data, tokenizer, task_cls, task, maxlen)
         assert (segment_ids.max() == 1) == (second is not None)
 
 
-def test_a_table_row_is_a_task(shared_data, tokenizer):
-    from finetune.commands import task_for
-
-    task = task_for("eprstmt")("eprstmt", tokenizer, 64)
+def test_a_registry_row_is_a_task(shared_data, tokenizer):
+    task = task_class("eprstmt")("eprstmt", tokenizer, 64)
     for example in _examples(shared_data, "eprstmt"):
         (feature,) = task.features(example, training=True)
         assert feature.inputs[0].tolist() == tokenizer.encode(example.text, maxlen=64)[0]
         assert feature.label == example.label
 
 
-def test_cmnli_accepts_only_its_task_names(tokenizer):
-    with pytest.raises(ValueError, match="--task-name"):
-        NliTask("ocnli", tokenizer, 32)
+def test_a_task_class_accepts_only_the_tasks_of_its_head_and_form(tokenizer):
+    assert PairClassificationTask("ocnli", tokenizer, 32).spec.labels == TASKS["ocnli"].labels
+    with pytest.raises(ValueError, match="task_name 'tnews' is not one of"):
+        PairClassificationTask("tnews", tokenizer, 32)
+    with pytest.raises(ValueError, match="task_name 'tnews'"):
+        Cmrc2018Task("tnews", tokenizer, 32)
+
+
+def test_every_task_with_a_head_has_its_class_and_defaults():
+    """One registry: each row with a head names a class that runs it, and the CLI's defaults."""
+    assert set(names()) == {name for name, spec in TASKS.items() if spec.head}
+    for name in names():
+        spec = TASKS[name]
+        assert task_class(name).runs(spec) and same_model(name)[0] == name
+        assert set(spec.defaults) == {"epochs", "batch_size", "maxlen", "lr"}
+    assert set(FORMS) == {spec.form for spec in TASKS.values() if spec.head == "classification"}
 
 
 def test_csl_puts_the_keywords_first(shared_data, tokenizer):
     example = _examples(shared_data, "csl", n=1)[0]
-    assert CslTask("csl", tokenizer, 256).texts(example) == (KEYWORD_SEPARATOR.join(example.keywords),
-                                                              example.abstract)
+    task = KeywordsClassificationTask("csl", tokenizer, 256)
+    assert task.texts(example) == (KEYWORD_SEPARATOR.join(example.keywords), example.abstract)
 
 
 def test_wsc_marks_both_spans(shared_data, tokenizer):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gau_keras.pretrained import load_pretrained
-from pretrain import pretrain
+from gau_keras.training.pretrain import pretrain
 from tests.pretrain_utils import TEXTS, losses, make_shards, write_config
 
 #: everyday sentences of several lengths (padded batch: masking is exercised too)

@@ -43,8 +43,8 @@ def _free_ports(n):
 
 
 def _pretrain(config, *extra, workers=1, log_dir=None):
-    """Runs ``python -m pretrain.pretrain`` in ``workers`` processes; returns their exit codes."""
-    command = [sys.executable, "-m", "pretrain.pretrain", "--config", config, *extra]
+    """Runs ``python -m gau_keras.training.pretrain.pretrain`` in ``workers`` processes; returns their exit codes."""
+    command = [sys.executable, "-m", "gau_keras.training.pretrain.pretrain", "--config", config, *extra]
     if workers == 1:
         env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
         return [subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, timeout=600).returncode]

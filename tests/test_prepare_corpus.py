@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from gau_keras.data.tfrecord import load_dataset
-from pretrain import prepare_corpus
+from gau_keras.training.pretrain import prepare_corpus
 from tests.conftest import REPO_ROOT
 
 SENTENCES = ["我爱北京天安门", "今天天气很好，我们去公园散步吧！", "hello world 2023年",
@@ -83,7 +83,7 @@ def test_summary_counts_log_and_determinism(tmp_path, capsys):
         assert summary["shard_bytes"][name] == os.path.getsize(tmp_path / "a" / name)
     assert summary["vocab_size"] == len(_vocab(tmp_path / "vocab.txt").read_text().split())
     assert summary["vocab_checksum"].startswith("sha256:") and summary["status"] == "done"
-    assert not list((tmp_path / "a").glob("*.tmp"))
+    assert not list((tmp_path / "a").glob("*.tmp")) and not list((tmp_path / "a").glob("*.partial*"))
 
     # same seed, other worker count: identical shards; another seed: different masks
     _run(tmp_path, "b", "--workers", "1", "--seed", "1")
@@ -107,7 +107,7 @@ def test_summary_counts_log_and_determinism(tmp_path, capsys):
 
 def test_worker_side_never_imports_tensorflow(tmp_path):
     vocab = _vocab(tmp_path / "vocab.txt")
-    code = ("import sys; from pretrain import prepare_corpus as pc;"
+    code = ("import sys; from gau_keras.training.pretrain import prepare_corpus as pc;"
             f"pc._init_worker({str(vocab)!r}, True, 'jieba', 32, 0.15, False, 0);"
             "pc.process_batch([(0, 'x:1', '我爱北京天安门')]);"
             "assert 'tensorflow' not in sys.modules, 'worker imported tensorflow'")
@@ -150,7 +150,7 @@ def test_empty_or_binary_input_fails_after_the_summary(tmp_path, capsys):
 def test_a_worker_that_cannot_start_stops_the_run(tmp_path):
     # the vocab turns bad after the argument checks: every worker fails at start-up
     argv = _argv(tmp_path, _corpus(tmp_path), "out", "--workers", "2")
-    code = ("import sys; from pretrain import prepare_corpus as pc;"
+    code = ("import sys; from gau_keras.training.pretrain import prepare_corpus as pc;"
             f"args = pc.parse_args({argv!r});"
             f"open({argv[argv.index('--vocab') + 1]!r}, 'a', encoding='utf-8').write('我\\n');"
             "pc.run(args)")

@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from pretrain import bundle_model, pretrain
-from pretrain import config as config_lib
+from gau_keras.training.pretrain import bundle_model, pretrain
+from gau_keras.training.pretrain import config as config_lib
 from tests.pretrain_utils import TEXTS, losses, make_shards, write_config
 
 
@@ -92,7 +92,7 @@ def _sigterm_at(monkeypatch, at):
     """Makes the trainer receive SIGTERM as it logs update ``at``."""
     import signal
 
-    from pretrain.trainer import Trainer
+    from gau_keras.training.pretrain.trainer import Trainer
     log = Trainer._log
 
     def log_then_terminate(self, update, *args):
@@ -135,7 +135,7 @@ def test_stage_errors_name_the_stage(tmp_path, shards, stages, message):
 
 
 def test_evaluate_reports_majority_baseline(tmp_path, shards):
-    from pretrain.trainer import Trainer
+    from gau_keras.training.pretrain.trainer import Trainer
     trainer = Trainer(config_lib.load(write_config(tmp_path, shards)), xla=False)
     result = trainer.evaluate(batches=3)
     assert 0 < result["majority_baseline_accuracy"] < 1
@@ -160,7 +160,7 @@ def test_config_errors_name_the_key(tmp_path, shards):
 def test_sigterm_saves_the_current_update(tmp_path, shards, monkeypatch):
     import signal
 
-    from pretrain.trainer import Trainer
+    from gau_keras.training.pretrain.trainer import Trainer
     trainer = Trainer(config_lib.load(write_config(tmp_path, shards, "term", steps=50, save_every=100)), xla=False)
     _sigterm_at(monkeypatch, 3)
     trainer.train()
@@ -291,7 +291,7 @@ def test_an_init_checkpoint_of_another_size_is_a_one_line_error(tmp_path, shards
 def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path, shards):
     import tensorflow as tf
 
-    from pretrain.trainer import Trainer
+    from gau_keras.training.pretrain.trainer import Trainer
 
     trainer = Trainer(config_lib.load(write_config(tmp_path, shards, "full", steps=3, save_every=1)), xla=False)
     save = trainer.state.manager.save

@@ -35,7 +35,7 @@ WORK = "import json, sys\nfrom tests import test_pretrain_jax as T\nT.jax_side(j
 
 def _main(argv):
     """pretrain.main's exit status, or its SystemExit message."""
-    from pretrain import pretrain
+    from gau_keras.training.pretrain import pretrain
 
     try:
         return pretrain.main(argv)
@@ -61,8 +61,8 @@ def _full_disk_run(root, shards):
     """Update 2's checkpoint meets a full disk: the error and what is left."""
     import errno
 
-    from pretrain import config as config_lib
-    from pretrain.trainer import Trainer
+    from gau_keras.training.pretrain import config as config_lib
+    from gau_keras.training.pretrain.trainer import Trainer
 
     trainer = Trainer(config_lib.load(_config(root, shards, "full", steps=3)), devices=1)
     manager = trainer.state.manager

@@ -1,4 +1,4 @@
-"""pretrain.run_dir through pretrain.py: resume never silently starts over,
+"""gau_keras.training.run_dir through pretrain.py, and its atomic writes: resume never silently starts over,
 damaged checkpoints fall back with a warning, one trainer per directory,
 log.jsonl without repeated updates."""
 import json
@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from pretrain import pretrain, run_dir
+from gau_keras.training import run_dir
+from gau_keras.training.pretrain import pretrain
 from tests.conftest import REPO_ROOT
 from tests.pretrain_utils import losses, make_shards, write_config
 
@@ -120,7 +121,7 @@ def test_second_trainer_on_the_same_directory_is_refused(tmp_path, shards):
     path = write_config(tmp_path, shards, "run", steps=2)
     lock = run_dir.RunLock(str(tmp_path / "run")).acquire()
     try:
-        code = f"from pretrain import pretrain; pretrain.main(['--config', {path!r}])"
+        code = f"from gau_keras.training.pretrain import pretrain; pretrain.main(['--config', {path!r}])"
         result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
                                 timeout=300)
         assert result.returncode != 0
@@ -137,3 +138,23 @@ def test_continue_log_drops_later_and_torn_records(tmp_path):
     assert run_dir.continue_log(str(log), 2) == 2
     assert [json.loads(line)["update"] for line in log.read_text().splitlines()] == [1, 2]
     assert run_dir.continue_log(str(log), 2) == 0
+
+
+def test_atomic_writes_keep_the_suffix_and_write_strict_json(tmp_path):
+    """The one module of atomic writes (pretraining and fine-tuning): a temporary name that keeps
+    the suffix Keras checks, nothing left behind, NaN written as null."""
+    assert run_dir.temporary_path("a/tnews_best.weights.h5") == "a/tnews_best.partial.weights.h5"
+    assert run_dir.temporary_path(tmp_path / "m.keras") == str(tmp_path / "m.partial.keras")
+    path = tmp_path / "metrics.json"
+    run_dir.write_json(path, {"loss": float("nan"), "epochs": [1.0, float("inf")]})
+    assert json.loads(path.read_text()) == {"loss": None, "epochs": [1.0, None]}
+
+    def killed_while_writing(temporary):
+        with open(temporary, "w") as f:
+            f.write("half")
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        run_dir.save_atomically(killed_while_writing, path)
+    assert json.loads(path.read_text())["loss"] is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]

@@ -21,6 +21,17 @@ MODELS = {
     "srupp": SRUppModel,
 }
 
+
+
+def model_names():
+    """One name per registered model class (the first registered), in registry order:
+    what a command line lists (every key of `MODELS` is accepted)."""
+    names = {}
+    for name, cls in MODELS.items():
+        names.setdefault(cls, name)
+    return tuple(names.values())
+
+
 #: bert4keras's other model names: not implemented here (said so, not "unknown")
 BERT4KERAS_ONLY_MODELS = ("bert", "albert", "albert_unshared", "roberta", "nezha", "roformer", "electra",
                           "gpt", "gpt2", "gpt2_ml", "t5", "t5_encoder", "t5_decoder", "t5.1.0", "t5.1.1",

@@ -30,11 +30,11 @@ from gau_keras.data.clue.readers import (
     load_task,
 )
 from gau_keras.data.clue.submission import write_predictions
-from gau_keras.data.clue.tasks import CLUENER_TYPES, TASKS, TaskSpec, get_task
+from gau_keras.data.clue.tasks import CLUENER_TYPES, HEADS, TASKS, TaskSpec, get_task
 
 __all__ = [
     "BLANK", "OTHER_BLANK", "Answer", "ChoiceExample", "ClozeExample", "Entity", "KeywordsExample",
     "NERExample", "PairExample", "Span", "SpanQAExample", "TextExample", "WSCExample",
     "LoadStats", "MalformedRecordWarning", "find_split_files", "load_file", "load_task",
-    "write_predictions", "CLUENER_TYPES", "TASKS", "TaskSpec", "get_task",
+    "write_predictions", "CLUENER_TYPES", "HEADS", "TASKS", "TaskSpec", "get_task",
 ]

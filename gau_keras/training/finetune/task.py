@@ -1,4 +1,4 @@
-"""What a task module defines for the shared runner (`finetune.runner`).
+"""What a head kind defines for the shared runner (`gau_keras.training.finetune.runner`).
 
 A task turns typed CLUE examples (`gau_keras.data.clue`) into model inputs,
 builds its head on the pretrained encoder, turns model outputs back into one
@@ -12,7 +12,7 @@ import keras
 import numpy as np
 
 from gau_keras import losses, metrics
-from gau_keras.data.clue import get_task
+from gau_keras.data.clue import TASKS, get_task
 from gau_keras.layers import heads
 
 
@@ -31,44 +31,47 @@ class Feature(NamedTuple):
 
 
 class Task(abc.ABC):
-    """Base class of a task module; subclasses fill in the methods below.
+    """Base class of a head kind's task; subclasses fill in the methods below.
+
+    Which tasks a class runs, and their command-line defaults, are the rows of
+    `gau_keras.data.clue.TASKS` with its ``head`` (and ``form``, when set).
 
     Class attributes:
-        task_names: the `gau_keras.data.clue` task names this module can run;
-            the first is the default of ``--task-name``.
+        head: the head kind (`gau_keras.data.clue.HEADS`).
+        form: the input form it reads, None for any form of its head.
         metric: the key of `score`'s dict that selects the best epoch.
-        defaults: default ``epochs, batch_size, maxlen, lr`` of the command line.
-        budget: the small CPU protocol of ``finetune.compare``: overrides of
-            ``defaults`` and other options (``max_train_examples``, ...).
         with_mlm: build the encoder with its MLM head (``with_mlm='linear'``).
+        dropout_rate: the head's dropout (the default of the runner's ``dropout``).
     """
-    task_names: Tuple[str, ...] = ()
+    head = None
+    form = None
     metric = "accuracy"
-    defaults = dict(epochs=3, batch_size=16, maxlen=128, lr=5e-5)
-    budget = {}
     with_mlm = False
     dropout_rate = 0.1
 
     def __init__(self, task_name, tokenizer, maxlen):
-        if task_name not in self.task_names:
-            raise ValueError(f"--task-name {task_name!r} is not one of {list(self.task_names)}")
-        if maxlen < 8:
-            raise ValueError(f"--maxlen must be at least 8, got {maxlen}")
-        self.task_name = task_name
+        self.spec = get_task(task_name)
+        if not self.runs(self.spec):
+            raise ValueError(f"task_name {task_name!r} is not one of {list(self.task_names())}")
+        self.task_name = self.spec.name
         #: {reason: count} of training examples that gave no feature (counted by `features`)
         self.left_out = collections.Counter()
-        self.spec = get_task(task_name)
         self.tokenizer = tokenizer
         self.maxlen = maxlen
 
     @classmethod
-    def add_arguments(cls, parser):
-        """Task-specific command-line options (none by default)."""
+    def runs(cls, spec):
+        """Whether this class runs the task of `spec` (a `TaskSpec`)."""
+        return spec.head == cls.head and cls.form in (None, spec.form)
 
     @classmethod
-    def options(cls, args):
-        """Constructor keywords taken from the parsed task-specific options."""
-        return {}
+    def task_names(cls):
+        """The names of the tasks this class runs, in `TASKS` order."""
+        return tuple(name for name, spec in TASKS.items() if cls.runs(spec))
+
+    @classmethod
+    def add_arguments(cls, parser):
+        """Options of the head's own (none by default): each flag's dest is a keyword of ``__init__``."""
 
     @abc.abstractmethod
     def features(self, example, training):
@@ -98,7 +101,9 @@ class Task(abc.ABC):
 
 
 class ClassificationTask(Task):
-    """[CLS] classification of one text or a text pair into the task's labels."""
+    """[CLS] classification of one text or a text pair into the task's labels
+    (`gau_keras.training.finetune.classification` has one subclass per input form)."""
+    head = "classification"
 
     @abc.abstractmethod
     def texts(self, example):

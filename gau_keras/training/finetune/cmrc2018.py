@@ -1,6 +1,6 @@
 """CMRC2018: extract the answer span of a question from a passage.
 
-    python -m finetune.cmrc2018 --data-dir ../shared/data/clue --out-dir runs \
+    python -m finetune cmrc2018 --data-dir ../shared/data/clue --out-dir runs \
         --predict-split dev        # ../shared/data has no cmrc2018 test file
 
 Each input is ``[CLS] question [SEP] window of the passage [SEP]``. Passages
@@ -13,15 +13,12 @@ part) over all windows of a question wins by start + end logit, and is mapped
 back to the passage characters through `Tokenizer.rematch`. Dev scores are the
 official CMRC2018 EM and F1 (`gau_keras.metrics.cmrc2018_scores`).
 """
-import sys
-
 import keras
 import numpy as np
 
-from finetune.runner import run
-from finetune.task import Feature, Task
 from gau_keras import flags, metrics
 from gau_keras.layers import heads
+from gau_keras.training.finetune.task import Feature, Task
 
 
 def windows(num_tokens, window, stride):
@@ -56,10 +53,8 @@ def best_span(start_logits, end_logits, first, last, max_answer_len):
 
 
 class Cmrc2018Task(Task):
-    task_names = ("cmrc2018",)
+    head = "span"
     metric = "f1"
-    defaults = dict(epochs=2, batch_size=16, maxlen=256, lr=5e-5)
-    budget = dict(epochs=3, maxlen=192, max_eval_examples=400)
 
     def __init__(self, task_name, tokenizer, maxlen, doc_stride=128, max_question_len=64, max_answer_len=32):
         super().__init__(task_name, tokenizer, maxlen)
@@ -74,11 +69,6 @@ class Cmrc2018Task(Task):
         parser.add_argument("--max-question-len", type=flags.positive_int, default=64)
         parser.add_argument("--max-answer-len", type=flags.positive_int, default=32, help="in tokens")
 
-    @classmethod
-    def options(cls, args):
-        return {"doc_stride": args.doc_stride, "max_question_len": args.max_question_len,
-                "max_answer_len": args.max_answer_len}
-
     def features(self, example, training):
         """One feature per window; meta = (passage token offset in the window's input,
         first passage token of the window, char mapping of the window's passage tokens)."""
@@ -88,7 +78,7 @@ class Cmrc2018Task(Task):
         mapping = tokenizer.rematch(example.context, passage)
         window = self.maxlen - len(question) - 3
         if window < 1:
-            raise ValueError(f"cmrc2018: --maxlen {self.maxlen} leaves no room for the passage "
+            raise ValueError(f"cmrc2018: maxlen {self.maxlen} leaves no room for the passage "
                              f"after a {len(question)}-token question")
         answer = None
         if training:
@@ -138,6 +128,3 @@ class Cmrc2018Task(Task):
         scores = metrics.cmrc2018_scores(references, {e.id: p for e, p in zip(examples, predictions)})
         return {"em": scores["em"], "f1": scores["f1"], "average": scores["average"]}
 
-
-if __name__ == "__main__":
-    sys.exit(run(Cmrc2018Task))

@@ -1,14 +1,15 @@
 """Run the same CLUE fine-tuning protocol for several starting points and tabulate dev metrics.
 
-    python -m finetune.compare --data-dir ../shared/data/clue --out-dir runs/clue_compare \\
+    gau-keras compare --data-dir ../shared/data/clue --out-dir runs/clue_compare \\
         --variant bundled= \\
         --variant scratch=--from-scratch \\
         --variant roformer_v2="--model roformer_v2 --model-dir runs/roformer_v2_tiny/export"
 
 A variant is ``LABEL=ARGS``: ARGS are extra command-line arguments given to every
 task script of that variant (empty: the bundled GAU-alpha). Each (variant, task)
-runs ``gau-keras finetune <command>`` in its own process with the command's
-defaults overridden by its ``budget`` (sized for a 2-core CPU; see ``COMPARED``)
+runs ``gau-keras finetune <task>`` in its own process with the task's
+defaults overridden by its ``budget`` (both in `gau_keras.data.clue.TASKS`, the
+budget sized for a 2-core CPU; see ``COMPARED``)
 and the shared ``--seed``, once per rate of ``--lrs`` (or the one ``--lr``):
 the best rate on dev is kept per variant and task, so every starting point gets
 the same grid. Outputs and logs go to ``OUT_DIR/<label>/`` (``.../lr<rate>/``
@@ -29,27 +30,26 @@ import time
 
 from gau_keras import flags
 
-#: task name -> the command (``python -m finetune.<command>``) that runs it. Each run takes the
-#: command's defaults overridden by its ``budget`` (sized for a 2-core CPU: few-shot tasks get
-#: more epochs, large ones a training subset; more epochs where every start's best dev epoch was
-#: the last). Only the first 100 test rows are predicted: the table is about dev.
-COMPARED = {"tnews": "tnews", "iflytek": "iflytek", "ocnli_full": "ocnli", "bustm": "afqmc", "csl": "csl",
-            "cluewsc": "wsc", "chid": "chid", "c3": "c3", "cmrc2018": "cmrc2018", "cluener": "cluener"}
+#: the tasks compared, each run as ``gau-keras finetune <task>`` with its registry defaults
+#: overridden by its ``budget`` (`gau_keras.data.clue.TASKS`; sized for a 2-core CPU: few-shot
+#: tasks get more epochs, large ones a training subset; more epochs where every start's best dev
+#: epoch was the last). Only the first 100 test rows are predicted: the table is about dev.
+COMPARED = ("tnews", "iflytek", "ocnli_full", "bustm", "csl", "cluewsc", "chid", "c3", "cmrc2018", "cluener")
 
 
-def budget_arguments(command):
-    """The command-line options of a command's compare budget (its defaults, then its budget)."""
-    from finetune.commands import task_for
+def budget_arguments(task):
+    """The command-line options of a task's compare budget (its defaults, then its budget)."""
+    from gau_keras.training.finetune.tasks import spec_of
 
-    task = task_for(command)
-    budget = {key: task.defaults[key] for key in ("epochs", "maxlen", "batch_size")}
-    budget.update(task.budget)
+    spec = spec_of(task)
+    budget = {key: spec.defaults[key] for key in ("epochs", "maxlen", "batch_size")}
+    budget.update(spec.budget)
     return " ".join(f"--{key.replace('_', '-')} {value}" for key, value in budget.items())
 
 
 def protocol(tasks):
-    """task -> (command, budget arguments) for ``tasks``."""
-    return {task: (COMPARED[task], budget_arguments(COMPARED[task])) for task in tasks}
+    """task -> budget arguments for ``tasks``."""
+    return {task: budget_arguments(task) for task in tasks}
 
 
 def parse_variant(text):
@@ -61,7 +61,7 @@ def parse_variant(text):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="python -m finetune.compare", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="gau-keras compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", required=True, help="the CLUE data folder (e.g. ../shared/data/clue)")
     parser.add_argument("--out-dir", required=True, help="one sub-folder per variant, plus summary.{md,json}")
     parser.add_argument("--variant", action="append", type=parse_variant, required=True,
@@ -77,16 +77,9 @@ def build_parser():
     return parser
 
 
-def _write_text(path, text):
-    """Writes ``path`` through a temporary name and a rename (never half a file under its name)."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
-
-
 def run_options(task, budget, variant_args, args, lr):
     """The task command's options for one run (budget first, so variant and --extra arguments win)."""
-    return (["--data-dir", args.data_dir, "--task-name", task, "--lr", repr(lr), "--seed", str(args.seed),
+    return (["--data-dir", args.data_dir, "--lr", repr(lr), "--seed", str(args.seed),
              "--max-test-examples", "100"]
             + shlex.split(budget) + list(variant_args) + shlex.split(args.extra))
 
@@ -100,23 +93,22 @@ def finished_record(path):
     return record if record.get("finished") else None
 
 
-def given_options(command, options):
+def given_options(task, options):
     """The options a run's argv sets explicitly, as {dest: parsed value} (its defaults left out)."""
-    from finetune.commands import task_for
-    from finetune.runner import build_parser
+    from gau_keras.training.finetune.runner import build_parser
 
-    parser = build_parser(task_for(command))
+    parser = build_parser(task)
     for action in parser._actions:
         action.default = argparse.SUPPRESS
         action.required = False
     return vars(parser.parse_args(options))
 
 
-def changed_options(record, command, options):
+def changed_options(record, task, options):
     """'name: earlier -> now' for every option of ``options`` a finished run's record ran with otherwise."""
     recorded = record.get("args", {})
     return [f"--{key.replace('_', '-')}: {recorded.get(key)!r} -> {value!r}"
-            for key, value in given_options(command, options).items()
+            for key, value in given_options(task, options).items()
             if key not in ("out_dir", "overwrite") and recorded.get(key) != value]
 
 
@@ -132,14 +124,14 @@ def run_one(task, label, variant_args, args, lr, budget):
     options = run_options(task, budget, variant_args, args, lr)
     record = finished_record(metrics_path)
     if record is not None:
-        changed = changed_options(record, COMPARED[task], options)
+        changed = changed_options(record, task, options)
         if not changed:
             print(f"[{label}] {task} lr {lr:g}: finished earlier ({metrics_path})")
             return record
         print(f"[{label}] {task} lr {lr:g}: the run in {metrics_path} used other options "
               f"({'; '.join(changed)}): running again", flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "gau_keras", "finetune", COMPARED[task], *options,
+    command = [sys.executable, "-m", "gau_keras", "finetune", task, *options,
                "--out-dir", str(out), "--overwrite"]
     log = out / f"{task}.log"
     print(f"[{label}] {task} lr {lr:g}: {shlex.join(command)}  (log: {log})", flush=True)
@@ -213,18 +205,19 @@ def main(argv=None):
         return 2
     args.lrs = args.lrs or [args.lr]
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from gau_keras.training.run_dir import write_text
     budgets = protocol(tasks)
     results, rates, grid = {}, {}, {}
     for task in tasks:
         for label, variant_args in args.variant:
-            runs = [(lr, run_one(task, label, variant_args, args, lr, budgets[task][1])) for lr in args.lrs]
+            runs = [(lr, run_one(task, label, variant_args, args, lr, budgets[task])) for lr in args.lrs]
             grid[(label, task)] = runs
             results[(label, task)], rates[(label, task)] = best_over_rates(runs)
     table = summary_table(results, labels, tasks, rates)
     print(table)
     out = pathlib.Path(args.out_dir)
-    _write_text(out / "summary.md", table + "\n")
-    summary = {"lrs": args.lrs, "seed": args.seed, "protocol": {t: budgets[t][1] for t in tasks},
+    write_text(out / "summary.md", table + "\n")
+    summary = {"lrs": args.lrs, "seed": args.seed, "protocol": {t: budgets[t] for t in tasks},
                "variants": {label: shlex.join(a) for label, a in args.variant},
                "results": {f"{label}/{task}": (None if r is None else {"metric": r["metric"], "best": r["best"],
                                                                         "lr": rates[(label, task)],
@@ -233,7 +226,7 @@ def main(argv=None):
                "grid": {f"{label}/{task}": {f"{lr:g}": None if r is None else r["best"][r["metric"]]
                                             for lr, r in runs}
                         for (label, task), runs in grid.items()}}
-    _write_text(out / "summary.json", json.dumps(summary, indent=1, ensure_ascii=False) + "\n")
+    write_text(out / "summary.json", json.dumps(summary, indent=1, ensure_ascii=False) + "\n")
     return 0 if all(r is not None for runs in grid.values() for _, r in runs) else 1
 
 

@@ -24,8 +24,8 @@ import tensorflow as tf
 from keras import ops
 
 from gau_keras.distribution import JaxDataParallel
-from pretrain import run_dir
-from pretrain.trainer import tf_config_workers
+from gau_keras.training import run_dir
+from gau_keras.training.pretrain.trainer import tf_config_workers
 
 
 def orbax():

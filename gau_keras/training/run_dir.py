@@ -1,8 +1,10 @@
-"""A pretraining run directory: one trainer at a time, resume from the newest
-checkpoint that restores, a log that continues without repeats.
+"""Run directories of pretraining and fine-tuning: one run at a time
+(`RunLock`), outputs written whole or not at all (`save_atomically`,
+`write_text`, `write_json`), and for pretraining, resume from the newest
+checkpoint that restores and a log that continues without repeats.
 
     output_dir/
-      .lock                 held (flock) by the trainer using the directory
+      .lock                 held (flock) by the run using the directory
       checkpoints/          TensorFlow: ckpt-N.{index,data-*} + the 'checkpoint' state file;
                             JAX: N/ (orbax checkpoint steps)
       checkpoints/unrestorable/   checkpoints that failed to restore, moved aside
@@ -17,6 +19,7 @@ and falls back to older ones with a warning naming the file.
 Design notes: docs/pretraining.md (The run directory).
 """
 import json
+import math
 import os
 import re
 import socket
@@ -84,6 +87,51 @@ class RunLock:
         if self._fd is not None:
             os.close(self._fd)     # closing drops the flock
             self._fd = None
+
+
+def temporary_path(path):
+    """Where ``path`` is written before it is renamed into place: ``name.partial.ext``
+    (the suffix is kept, ``.weights.h5`` whole: Keras checks it)."""
+    path = str(path)
+    suffix = ".weights.h5" if path.endswith(".weights.h5") else os.path.splitext(path)[1]
+    return f"{path[: len(path) - len(suffix)]}.partial{suffix}"
+
+
+def save_atomically(save, path):
+    """``save(temporary path)``, then the temporary file renamed to ``path``: a killed
+    run never leaves a truncated file under its final name (local or ``gs://`` paths)."""
+    temporary = temporary_path(path)
+    try:
+        save(temporary)
+        tf.io.gfile.rename(temporary, str(path), overwrite=True)
+    finally:
+        if tf.io.gfile.exists(temporary):
+            tf.io.gfile.remove(temporary)
+
+
+def write_text(path, text):
+    """Writes ``text`` to ``path`` atomically (`save_atomically`)."""
+    def save(temporary):
+        with tf.io.gfile.GFile(temporary, "w") as f:
+            f.write(text)
+
+    save_atomically(save, path)
+
+
+def _finite(value):
+    """``value`` with every NaN / infinity replaced by None (strict JSON has neither)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def write_json(path, value, indent=1):
+    """Writes ``value`` as strict JSON (NaN and infinities as null) to ``path`` atomically."""
+    write_text(path, json.dumps(_finite(value), ensure_ascii=False, indent=indent, allow_nan=False) + "\n")
 
 
 def checkpoint_number(prefix):
@@ -266,8 +314,5 @@ def continue_log(path, update):
         else:
             dropped += 1
     if dropped:
-        tmp = path + ".tmp"
-        with tf.io.gfile.GFile(tmp, "w") as f:
-            f.write("".join(line + "\n" for line in kept))
-        tf.io.gfile.rename(tmp, path, overwrite=True)
+        write_text(path, "".join(line + "\n" for line in kept))
     return dropped

@@ -4,10 +4,10 @@ logging, evaluation, export.
 A plain custom loop rather than ``model.fit``, because resuming must restore
 the data iterator exactly, and the MLM loss/accuracy only count masked
 positions. What depends on the backend (devices, the compiled step, the
-checkpoints) lives in ``pretrain.tf_backend`` (tf.distribute, tf.function,
-tf.train checkpoints) and ``pretrain.jax_backend`` (keras.distribution,
+checkpoints) lives in ``tf_backend`` (tf.distribute, tf.function,
+tf.train checkpoints) and ``jax_backend`` (keras.distribution,
 jax.jit, orbax checkpoints); the run directory's lock, checkpoint discovery
-and log continuity in ``pretrain.run_dir``.
+and log continuity in ``gau_keras.training.run_dir``.
 
 Design notes: docs/pretraining.md.
 """
@@ -35,8 +35,8 @@ from gau_keras.models.builder import build_transformer_model
 from gau_keras.models.config import ConfigError, read_config
 from gau_keras.optimizers import LAMB, PiecewiseLinearDecay
 from gau_keras.tokenizers import Tokenizer, load_vocab
-from pretrain import config as config_lib
-from pretrain import run_dir
+from gau_keras.training import run_dir
+from gau_keras.training.pretrain import config as config_lib
 
 logger = logging.getLogger("pretrain")
 
@@ -44,7 +44,7 @@ PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 
 
 #: the module of each Keras backend that pretraining runs on
-BACKENDS = {"tensorflow": "pretrain.tf_backend", "jax": "pretrain.jax_backend"}
+BACKENDS = {"tensorflow": "gau_keras.training.pretrain.tf_backend", "jax": "gau_keras.training.pretrain.jax_backend"}
 
 
 def backend():
@@ -122,7 +122,7 @@ def _global_policy(name):
 
 
 class Trainer:
-    """One pretraining run of ``config`` (see ``pretrain.config``).
+    """One pretraining run of ``config`` (see ``gau_keras.training.pretrain.config``).
 
     Args:
         tpu: TPU name/address (TensorFlow's TPUStrategy).

@@ -1,6 +1,6 @@
 """C3: multiple-choice reading comprehension over dialogues and passages.
 
-    python -m finetune.c3 --data-dir ../shared/data/clue --out-dir runs
+    python -m finetune c3 --data-dir ../shared/data/clue --out-dir runs
 
 Every choice is its own sequence ``[CLS] context [SEP] question choice [SEP]``
 (the context is cut first when too long). The encoder runs on all choices of
@@ -9,20 +9,15 @@ a softmax over the choices is trained with cross-entropy. Questions with
 fewer choices than the batch's widest (C3 has 2 to 4) get all-padding rows
 that are masked out (`gau_keras.layers.heads.ChoiceLogits`).
 """
-import sys
-
 import numpy as np
 
-from finetune.batching import pad_stack
-from finetune.runner import run
-from finetune.task import Feature, Task
 from gau_keras.layers import heads
+from gau_keras.training.finetune.batching import pad_stack
+from gau_keras.training.finetune.task import Feature, Task
 
 
 class C3Task(Task):
-    task_names = ("c3",)
-    defaults = dict(epochs=3, batch_size=8, maxlen=256, lr=5e-5)
-    budget = dict(epochs=6, maxlen=128, max_train_examples=800, max_eval_examples=400)
+    head = "multiple_choice"
 
     def features(self, example, training):
         context = "".join(example.context)
@@ -39,6 +34,3 @@ class C3Task(Task):
     def predict(self, example, features, outputs):
         return int(np.argmax(outputs[0][:len(example.choices)]))
 
-
-if __name__ == "__main__":
-    sys.exit(run(C3Task))

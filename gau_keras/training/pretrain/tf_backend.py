@@ -2,7 +2,7 @@
 micro-step run by it (XLA on request, falling back without), tf.train
 checkpoints of model, optimizer, data iterator, micro-step and dropout RNG.
 
-The backend-neutral loop is ``pretrain.trainer``; design notes in
+The backend-neutral loop is ``gau_keras.training.pretrain.trainer``; design notes in
 docs/pretraining.md.
 """
 import errno
@@ -12,8 +12,8 @@ import tempfile
 import tensorflow as tf
 
 from gau_keras.distribution import tf_mirrored
-from pretrain import run_dir
-from pretrain.trainer import default_xla, tf_config_workers
+from gau_keras.training import run_dir
+from gau_keras.training.pretrain.trainer import default_xla, tf_config_workers
 
 
 def choose_strategy(tpu=None):

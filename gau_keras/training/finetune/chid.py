@@ -1,8 +1,8 @@
 """CHID: pick the idiom that fills the blank, among the candidates.
 
-    python -m finetune.chid --data-dir ../shared/data/clue --out-dir runs            # FewCLUE form
-    python -m finetune.chid --data-dir CLUE_DATA                                     # original CLUE form
-    python -m finetune.chid --data-dir ../shared/data/clue --epochs 0                # zero-shot
+    python -m finetune chid --data-dir ../shared/data/clue --out-dir runs            # FewCLUE form
+    python -m finetune chid --data-dir CLUE_DATA                                     # original CLUE form
+    python -m finetune chid --data-dir ../shared/data/clue --epochs 0                # zero-shot
 
 Both input forms are read by `gau_keras.data.clue`: FewCLUE records with one
 ``#idiom#`` and an "answer" index, and the original CLUE records whose
@@ -21,15 +21,12 @@ per blank instead of one per candidate (7 to 10 times less compute, which
 matters on a CPU), starts from the head pretraining trained for exactly this
 (so ``--epochs 0`` is a zero-shot baseline), and adds no new weights.
 """
-import sys
-
 import numpy as np
 
-from finetune.batching import pad_stack
-from finetune.runner import run
-from finetune.task import Feature, Task
 from gau_keras.data.clue import BLANK
 from gau_keras.layers import heads
+from gau_keras.training.finetune.batching import pad_stack
+from gau_keras.training.finetune.task import Feature, Task
 
 
 def keep_around(left, right, budget):
@@ -40,9 +37,7 @@ def keep_around(left, right, budget):
 
 
 class ChidTask(Task):
-    task_names = ("chid",)
-    defaults = dict(epochs=3, batch_size=16, maxlen=128, lr=5e-5)
-    budget = dict(epochs=5, maxlen=64)
+    head = "candidates"
     with_mlm = True
 
     def features(self, example, training):
@@ -52,7 +47,7 @@ class ChidTask(Task):
         width = max(len(c) for c in candidates)
         budget = self.maxlen - 2 - width
         if budget < 0:
-            raise ValueError(f"chid: --maxlen {self.maxlen} is shorter than a candidate ({width} tokens)")
+            raise ValueError(f"chid: maxlen {self.maxlen} is shorter than a candidate ({width} tokens)")
         left, right = keep_around(tokenizer.tokenize(left)[1:-1], tokenizer.tokenize(right)[1:-1], budget)
         tokens = [tokenizer.token_start] + left + [tokenizer.token_mask] * width + right + [tokenizer.token_end]
         token_ids = np.array(tokenizer.tokens_to_ids(tokens), "int32")
@@ -67,6 +62,3 @@ class ChidTask(Task):
     def predict(self, example, features, outputs):
         return int(np.argmax(outputs[0][:len(example.candidates)]))
 
-
-if __name__ == "__main__":
-    sys.exit(run(ChidTask))

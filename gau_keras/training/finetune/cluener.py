@@ -1,12 +1,12 @@
 """CLUENER2020: fine-grained named entities (10 types), scored by entity-level P/R/F1.
 
-    python -m finetune.cluener --data-dir ../shared/data/clue --out-dir runs \
+    python -m finetune cluener --data-dir ../shared/data/clue --out-dir runs \
         --predict-split dev        # ../shared/data has no cluener test file
 
 Head: GlobalPointer (`gau_keras.layers.GlobalPointer`), not a CRF. For each
 entity type it scores every (start, end) token pair with a rotary-aware inner
 product, trained with the multi-label cross-entropy of
-`finetune.losses.global_pointer_crossentropy`; every span scoring > 0 is an
+`gau_keras.losses.global_pointer_crossentropy`; every span scoring > 0 is an
 entity. Why not a CRF:
 
 * the metric is entity-level, and GlobalPointer predicts exactly the scored
@@ -22,22 +22,17 @@ entity. Why not a CRF:
 Texts longer than ``--maxlen`` are cut; entities beyond the cut cannot be
 found (CLUENER texts are at most 50 characters).
 """
-import sys
-
 import keras
 import numpy as np
 
-from finetune.runner import run
-from finetune.task import Feature, Task
 from gau_keras import flags, losses, metrics
 from gau_keras.layers import heads
+from gau_keras.training.finetune.task import Feature, Task
 
 
 class ClueNerTask(Task):
-    task_names = ("cluener",)
+    head = "global_pointer"
     metric = "f1"
-    defaults = dict(epochs=5, batch_size=16, maxlen=64, lr=5e-5)
-    budget = dict(epochs=6, batch_size=32, max_train_examples=3000)
 
     def __init__(self, task_name, tokenizer, maxlen, head_size=64):
         super().__init__(task_name, tokenizer, maxlen)
@@ -47,10 +42,6 @@ class ClueNerTask(Task):
     @classmethod
     def add_arguments(cls, parser):
         parser.add_argument("--head-size", type=flags.positive_int, default=64, help="GlobalPointer q/k size per type")
-
-    @classmethod
-    def options(cls, args):
-        return {"head_size": args.head_size}
 
     def features(self, example, training):
         """token ids [L], segment ids [L]; label [T, L, L] with 1 at (type, start token, end token);
@@ -89,6 +80,3 @@ class ClueNerTask(Task):
         scores = metrics.entity_scores([e.entities for e in examples], predictions)
         return {"precision": scores["precision"], "recall": scores["recall"], "f1": scores["f1"]}
 
-
-if __name__ == "__main__":
-    sys.exit(run(ClueNerTask))

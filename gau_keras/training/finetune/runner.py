@@ -1,6 +1,9 @@
-"""The shared fine-tuning runner behind every ``python -m finetune.<task>``.
+"""The shared fine-tuning runner behind ``gau-keras finetune TASK`` and ``python -m finetune TASK``.
 
-    python -m finetune.tnews --data-dir ../shared/data/clue --out-dir runs/tnews
+    gau-keras finetune tnews --data-dir ../shared/data/clue --out-dir runs/tnews
+
+    from gau_keras.training.finetune.runner import Options, train_and_predict
+    record = train_and_predict(Options.for_task("tnews", data_dir="../shared/data/clue", epochs=1))
 
 It reads train/dev/test with `gau_keras.data.clue.load_task` (malformed lines
 are reported with file and line and counted), builds the pretrained model of
@@ -21,97 +24,157 @@ the CLUE submission format. Outputs in ``--out-dir``:
 
 Every output is written under a temporary name and renamed into place, so a
 killed run never leaves a truncated file under a final name. An existing
-output is never replaced unless ``--overwrite`` is given, or its metrics file
+output is never replaced unless ``overwrite`` is set, or its metrics file
 says its run did not finish (an interrupted run, whose outputs are replaced
-with a message saying so). ``--out-dir`` is locked (``.lock``, as a
-pretraining run directory) for the whole run: a second run on it is refused,
-naming the first. The output folder, the data and ``--predict-split`` are
-checked before any training. Exit status: 0 on success, 2 on a usage or data
-error.
+with a message saying so). ``out_dir`` is locked (``.lock``, as a pretraining
+run directory) for the whole run: a second run on it is refused, naming the
+first. Lock and atomic writes: `gau_keras.training.run_dir`. The output
+folder, the data and ``predict_split`` are checked before any training. Exit
+status of the command: 0 on success, 2 on a usage or data error.
+
+The options of a run are one dataclass, `Options`: its fields are the
+command line's flags, each checked by one rule (``gau_keras.flags``), which is
+the flag's argparse type on the command line and `Options`' check for a
+library caller (a ValueError naming the field).
 """
 import argparse
+import dataclasses
 import json
 import os
 import pathlib
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 
-from finetune.batching import PaddedBatches
 from gau_keras import flags
+from gau_keras.training.finetune import tasks
+from gau_keras.training.finetune.batching import PaddedBatches
 
 #: the dev subset of --max-eval-examples does not depend on --seed, so runs compare on the same examples
 DEV_SUBSET_SEED = 0
+#: the options a task's registry row sets the default of (`gau_keras.data.clue.TaskSpec.defaults`)
+TASK_DEFAULTS = ("epochs", "batch_size", "maxlen", "lr")
+XLA_CHOICES = ("auto", "on", "off")
 
 
-def task_module(task_cls):
-    """(dotted name, module) of a task class's module, also under ``python -m`` (where it is ``__main__``)."""
-    module = sys.modules[task_cls.__module__]
-    spec = getattr(module, "__spec__", None)
-    return (spec.name if spec is not None else task_cls.__module__), module
+def _option(default, check=None, help=None, flag=True):
+    """A field of `Options`: ``check`` is a ``gau_keras.flags`` type (the flag's type, and the
+    rule `Options` applies to a value); ``flag=False``: not a command-line flag of its own."""
+    return field(default=default, metadata={"check": check, "help": help, "flag": flag})
 
 
-def task_class(module_name):
-    """The `Task` subclass a task module (e.g. ``finetune.tnews``) defines."""
-    import importlib
+@dataclass
+class Options:
+    """The options of one fine-tuning run. Every field but ``task_name`` and ``head_options``
+    is the command-line flag of its name (``max_train_examples``: ``--max-train-examples``).
 
-    from finetune.task import Task
+    task_name: the task whose files, labels and outputs the run uses (a `gau_keras.data.clue.TASKS` name).
+    head_options: keywords of the task class's own options (e.g. cmrc2018's ``doc_stride``).
+    """
+    task_name: str = field(metadata={"flag": False})
+    data_dir: str = field(metadata={"help": "folder holding the task's folder (e.g. ../shared/data/clue or the "
+                                            "CLUE download folder) or the task's {train,dev,test}.json themselves"})
+    model_dir: Optional[str] = _option(None, help="bert_config.json + bert_model.ckpt.* + vocab.txt "
+                                                  "(default: the bundled GAU-alpha)")
+    model: str = _option("gau_alpha", flag=False)       # flags.add_model_option: the builder's registry
+    from_scratch: bool = _option(False, help="random initialisation with the model's config (baseline runs)")
+    out_dir: str = _option("finetune_outputs")
+    overwrite: bool = _option(False, help="replace existing outputs")
+    epochs: int = _option(3, flags.non_negative_int)
+    batch_size: int = _option(16, flags.positive_int)
+    maxlen: int = _option(128, flags.at_least(8))
+    lr: float = _option(5e-5, flags.positive_float)
+    weight_decay: float = _option(0.01, flags.non_negative_float)
+    seed: int = _option(42, int)
+    max_train_examples: Optional[int] = _option(None, flags.positive_int,
+                                                "train on a random subset of this size (seeded)")
+    max_eval_examples: Optional[int] = _option(None, flags.positive_int,
+                                               "evaluate on a random subset of N dev examples (the same subset "
+                                               "for every --seed: dev files may be sorted by label)")
+    max_test_examples: Optional[int] = _option(None, flags.positive_int,
+                                               "predict only the first N test examples (smoke runs; not a valid "
+                                               "submission)")
+    predict_split: Optional[str] = _option(None, help="the unlabelled split to write predictions for "
+                                                      "(default: test, when the data has one)")
+    dropout: float = _option(0.1, flags.rate_below_one, "dropout of the task head (default: %(default)s)")
+    devices: int = _option(1, flags.positive_int,
+                           "train on this many devices: MirroredStrategy over GPUs when there are enough, else "
+                           "logical CPU devices; on JAX keras.distribution.DataParallel over its devices "
+                           "(default: 1, no strategy)")
+    xla: str = _option("auto", help="jit-compile the train step; auto: on for GPU/TPU, off on CPU (default: auto)")
+    head_options: dict = field(default_factory=dict, metadata={"flag": False})
 
-    module = importlib.import_module(module_name)
-    found = [v for v in vars(module).values()
-             if isinstance(v, type) and issubclass(v, Task) and v.__module__ == module.__name__]
-    if len(found) != 1:
-        raise ValueError(f"{module_name} defines {len(found)} Task classes; expected one")
-    return found[0]
+    def __post_init__(self):
+        from gau_keras.models.builder import MODELS, model_names
+
+        self.task_name = tasks.spec_of(self.task_name).name
+        for option in dataclasses.fields(self):
+            check, value = option.metadata.get("check"), getattr(self, option.name)
+            if check is not None and value is not None:
+                flags.check_value(option.name, value, check)
+        if str(self.model).lower() not in MODELS:
+            raise ValueError(f"model must be one of {', '.join(model_names())}, got {self.model!r}")
+        if self.xla not in XLA_CHOICES:
+            raise ValueError(f"xla must be one of {', '.join(XLA_CHOICES)}, got {self.xla!r}")
+
+    @classmethod
+    def for_task(cls, task, **options):
+        """The options of a run of ``task`` with its registry defaults, then ``options``."""
+        spec = tasks.spec_of(task)
+        defaults = {key: spec.defaults[key] for key in TASK_DEFAULTS if key in spec.defaults}
+        return cls(task_name=spec.name, **{"dropout": tasks.task_class(task).dropout_rate, **defaults, **options})
+
+    def record(self):
+        """The options as the metrics file records them: one flat dict, the head's options included."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "head_options"}
+        return {**values, **self.head_options}
 
 
-def build_parser(task_cls):
-    defaults = task_cls.defaults
-    name, module = task_module(task_cls)
-    if name == "finetune.commands":       # a table row without a module of its own
-        prog, description = f"gau-keras finetune {task_cls.task_names[0]}", task_cls.__doc__ or ""
-    else:
-        prog, description = f"python -m {name}", (module.__doc__ or "").split("\n\n")[0]
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--data-dir", required=True,
-                        help="folder holding the task's folder (e.g. ../shared/data/clue or the CLUE download "
-                             "folder) or the task's {train,dev,test}.json themselves")
-    parser.add_argument("--task-name", default=task_cls.task_names[0], choices=task_cls.task_names,
-                        help="which CLUE task's files and label set (default: %(default)s)")
-    parser.add_argument("--model-dir", default=None,
-                        help="bert_config.json + bert_model.ckpt.* + vocab.txt (default: the bundled GAU-alpha)")
-    parser.add_argument("--model", default="gau_alpha", choices=("gau_alpha", "roformer_v2"))
-    parser.add_argument("--from-scratch", action="store_true",
-                        help="random initialisation with the model's config (baseline runs)")
-    parser.add_argument("--out-dir", default="finetune_outputs")
-    parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
-    parser.add_argument("--epochs", type=flags.non_negative_int, default=defaults["epochs"])
-    parser.add_argument("--batch-size", type=flags.positive_int, default=defaults["batch_size"])
-    parser.add_argument("--maxlen", type=flags.at_least(8), default=defaults["maxlen"])
-    parser.add_argument("--lr", type=flags.positive_float, default=defaults["lr"])
-    parser.add_argument("--weight-decay", type=flags.non_negative_float, default=0.01)
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--max-train-examples", type=flags.positive_int, default=None,
-                        help="train on a random subset of this size (seeded)")
-    parser.add_argument("--max-eval-examples", type=flags.positive_int, default=None,
-                        help="evaluate on a random subset of N dev examples (the same subset for every "
-                             "--seed: dev files may be sorted by label)")
-    parser.add_argument("--max-test-examples", type=flags.positive_int, default=None,
-                        help="predict only the first N test examples (smoke runs; not a valid submission)")
-    parser.add_argument("--predict-split", default=None,
-                        help="the unlabelled split to write predictions for (default: test, when the data has one)")
-    parser.add_argument("--dropout", type=flags.rate_below_one, default=task_cls.dropout_rate,
-                        help="dropout of the task head (default: %(default)s)")
-    parser.add_argument("--devices", type=flags.positive_int, default=1,
-                        help="train on this many devices: MirroredStrategy over GPUs when there are enough, "
-                             "else logical CPU devices; on JAX keras.distribution.DataParallel over its devices "
-                             "(default: 1, no strategy)")
-    parser.add_argument("--xla", choices=("auto", "on", "off"), default="auto",
-                        help="jit-compile the train step; auto: on for GPU/TPU, off on CPU (default: auto)")
+def build_parser(task, prog="gau-keras finetune"):
+    """The command line of ``task`` (a fine-tuning task's name): `Options`' fields as flags,
+    with the task's registry defaults, and its class's own options."""
+    spec = tasks.spec_of(task)
+    task_cls = tasks.task_class(task)
+    parser = argparse.ArgumentParser(prog=f"{prog} {spec.name}", description=spec.about)
+    defaults = {**{key: spec.defaults[key] for key in TASK_DEFAULTS if key in spec.defaults},
+                "dropout": task_cls.dropout_rate}
+    for option in dataclasses.fields(Options):
+        if not option.metadata.get("flag", True):
+            if option.name == "model":
+                flags.add_model_option(parser, help="the encoder the checkpoint is for")
+            continue
+        name = "--" + option.name.replace("_", "-")
+        default = defaults.get(option.name, None if option.default is dataclasses.MISSING else option.default)
+        kwargs = {"help": option.metadata.get("help")}
+        if option.type is bool or option.type == "bool":
+            parser.add_argument(name, action="store_true", **kwargs)
+        elif option.name == "xla":
+            parser.add_argument(name, choices=XLA_CHOICES, default=default, **kwargs)
+        else:
+            check = option.metadata.get("check")
+            parser.add_argument(name, type=check, default=default, required=option.name == "data_dir", **kwargs)
+        if option.name == "data_dir":
+            parser.add_argument("--task-name", default=spec.name, choices=tasks.same_model(task),
+                                help="run these defaults on another task of the same input and head: its files, "
+                                     "labels and output names (default: %(default)s)")
     task_cls.add_arguments(parser)
     return parser
+
+
+def parse_options(task, argv=None, prog="gau-keras finetune"):
+    """`Options` from a task's command line (a bad flag: argparse's usage error, status 2)."""
+    parser = build_parser(task, prog)
+    namespace = vars(parser.parse_args(argv))
+    names = {f.name for f in dataclasses.fields(Options)}
+    head_options = {key: value for key, value in namespace.items() if key not in names}
+    try:
+        return Options(**{key: value for key, value in namespace.items() if key in names}, head_options=head_options)
+    except ValueError as error:     # a value the flags' types let through but Options refuses
+        parser.error(str(error))
 
 
 def output_paths(out_dir, task_name):
@@ -127,8 +190,10 @@ def check_outputs(paths, overwrite):
     and overwrite is off. The outputs of a run that did not finish (its
     metrics file missing, unreadable or without ``finished``) are replaced,
     with a message saying so; leftover temporary files are removed."""
-    for leftover in _temporaries(paths):
-        leftover.unlink()
+    from gau_keras.training.run_dir import temporary_path
+
+    for leftover in (pathlib.Path(temporary_path(p)) for p in paths.values()):
+        leftover.unlink(missing_ok=True)
     existing = [str(p) for p in paths.values() if p.exists()]
     if not existing or overwrite:
         return
@@ -137,50 +202,30 @@ def check_outputs(paths, overwrite):
     except (OSError, ValueError, AttributeError):
         finished = False
     if finished:
-        raise FileExistsError(f"output(s) {', '.join(existing)} already exist; pass --overwrite to replace them")
+        raise FileExistsError(f"output(s) {', '.join(existing)} already exist; set overwrite to replace them")
     print(f"replacing the outputs of an interrupted run ({', '.join(existing)}): {paths['metrics']} does not "
           f"say that run finished")
 
 
-def _temporary(path):
-    """Where ``path`` is written before it is renamed into place (Keras wants the suffix kept)."""
-    suffix = ".weights.h5" if path.name.endswith(".weights.h5") else path.suffix
-    return path.with_name(f"{path.name[: -len(suffix)]}.partial{suffix}")
-
-
-def _temporaries(paths):
-    return [t for t in (_temporary(p) for p in paths.values()) if t.exists()]
-
-
-def _save_atomically(save, path):
-    """``save(temporary path)``, then the temporary file renamed to ``path``."""
-    temporary = _temporary(pathlib.Path(path))
-    try:
-        save(str(temporary))
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-
-
 def check_out_dir(out_dir):
-    """Creates ``--out-dir`` and checks that it is writable (before any work)."""
+    """Creates ``out_dir`` and checks that it is writable (before any work)."""
     out_dir = pathlib.Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"--out-dir {out_dir} is a file, not a folder")
+        raise ValueError(f"out_dir {out_dir} is a file, not a folder")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out_dir):
             pass
     except OSError as e:
-        raise ValueError(f"--out-dir {out_dir} is not writable ({e.strerror or e})") from None
+        raise ValueError(f"out_dir {out_dir} is not writable ({e.strerror or e})") from None
 
 
 def lock_out_dir(out_dir):
-    """The run lock of ``--out-dir`` (``pretrain.run_dir.RunLock``); a FileExistsError names its holder."""
-    from pretrain.run_dir import RunLock
+    """The run lock of ``out_dir`` (`gau_keras.training.run_dir.RunLock`); a FileExistsError names its holder."""
+    from gau_keras.training.run_dir import RunLock
 
     try:
-        return RunLock(str(out_dir), other="give another --out-dir").acquire()
+        return RunLock(str(out_dir), other="give another out_dir").acquire()
     except SystemExit as held:
         raise FileExistsError(str(held.code).removeprefix("error: ")) from None
 
@@ -280,6 +325,8 @@ def _callbacks():
     import keras
     from tqdm import tqdm
 
+    from gau_keras.training.run_dir import save_atomically
+
     class TqdmProgress(keras.callbacks.Callback):
         """One tqdm bar per epoch with the running loss."""
 
@@ -314,7 +361,7 @@ def _callbacks():
             improved = self.best is None or scores[self.metric] > self.best[self.metric]
             if improved:
                 self.best = record
-                _save_atomically(self.model.save_weights, self.weights_path)
+                save_atomically(self.model.save_weights, self.weights_path)
             self.history.append(record)
             shown = ", ".join(f"{k}={v:.4f}" for k, v in scores.items() if isinstance(v, float))
             print(f"epoch {epoch + 1}: dev {shown}; best {self.metric}={self.best[self.metric]:.4f} "
@@ -324,33 +371,8 @@ def _callbacks():
     return TqdmProgress, DevEvaluation
 
 
-def _finite(value):
-    """``value`` with every NaN / infinity replaced by None (strict JSON has neither)."""
-    if isinstance(value, float) and not np.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
-def _write_json(path, value):
-    text = json.dumps(_finite(value), ensure_ascii=False, indent=1, allow_nan=False) + "\n"
-    _save_atomically(lambda temporary: pathlib.Path(temporary).write_text(text, encoding="utf-8"), path)
-
-
-def check_arguments(args):
-    if not 0 <= args.dropout < 1:
-        raise ValueError(f"--dropout must be in [0, 1), got {args.dropout}")
-    for name, least in (("epochs", 0), ("batch_size", 1), ("maxlen", 8), ("devices", 1)):
-        value = getattr(args, name)
-        if value < least:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
-
-
 def check_predict_split(args):
-    """Before training: whether ``--predict-split`` can be predicted. A split
+    """Before training: whether ``predict_split`` can be predicted. A split
     given on the command line must exist; a missing default ``test`` split
     is said now (no predictions will be written) rather than after training."""
     from gau_keras.data.clue import find_split_files
@@ -360,18 +382,18 @@ def check_predict_split(args):
         try:
             find_split_files(args.task_name, "test", args.data_dir)
         except FileNotFoundError as missing:
-            print(f"no predictions will be written: {missing} (--predict-split names another split)")
+            print(f"no predictions will be written: {missing} (predict_split names another split)")
             return False
         return True
     try:
         find_split_files(args.task_name, args.predict_split, args.data_dir)
     except FileNotFoundError as missing:
-        raise FileNotFoundError(f"--predict-split {args.predict_split}: {missing}") from None
+        raise FileNotFoundError(f"predict_split {args.predict_split}: {missing}") from None
     return True
 
 
 def write_test_predictions(task, model, args, path):
-    """Predicts ``--predict-split`` and writes it in the CLUE format; the number written."""
+    """Predicts ``predict_split`` and writes it in the CLUE format; the number written."""
     from gau_keras.data.clue import write_predictions
 
     test = load_split(args.task_name, args.predict_split, args.data_dir, args.max_test_examples)
@@ -383,25 +405,26 @@ def write_test_predictions(task, model, args, path):
     return len(test)
 
 
-def train_and_predict(task_cls, args):
-    """The whole run for parsed ``args``; returns the metrics record (also written to <task>_metrics.json)."""
-    check_arguments(args)
-    check_out_dir(args.out_dir)
-    lock = lock_out_dir(args.out_dir)
+def train_and_predict(options):
+    """The whole run of `Options` ``options``; returns the metrics record (also written to <task>_metrics.json)."""
+    check_out_dir(options.out_dir)
+    lock = lock_out_dir(options.out_dir)
     try:
-        return _train_and_predict(task_cls, args)
+        return _train_and_predict(options)
     finally:
         lock.release()
 
 
-def _train_and_predict(task_cls, args):
+def _train_and_predict(args):
     import keras
 
+    from gau_keras.pretrained import default_model_dir
+    from gau_keras.training.run_dir import save_atomically, write_json
+
+    task_cls = tasks.task_class(args.task_name)
     paths = output_paths(args.out_dir, args.task_name)
     check_outputs(paths, args.overwrite)
     predicting = check_predict_split(args)
-    from gau_keras.pretrained import default_model_dir
-
     args.model_dir = args.model_dir or default_model_dir()     # recorded in the metrics file
     keras.utils.set_random_seed(args.seed)
     started = time.time()
@@ -410,7 +433,7 @@ def _train_and_predict(task_cls, args):
     strategy = make_strategy(args.devices)
     with strategy.scope():
         transformer, tokenizer = build_transformer(args, task_cls)
-        task = task_cls(args.task_name, tokenizer, args.maxlen, **task_cls.options(args))
+        task = task_cls(args.task_name, tokenizer, args.maxlen, **args.head_options)
         task.dropout_rate = args.dropout
         train_features, dev_features = encode(task, train, training=True), encode(task, dev, training=False)
         left_out = dict(task.left_out)
@@ -422,8 +445,8 @@ def _train_and_predict(task_cls, args):
         model.compile(optimizer=make_optimizer(args.lr, args.weight_decay, len(batches) * args.epochs),
                       loss=task.loss(), jit_compile=use_xla(args.xla))
     paths["weights"].parent.mkdir(parents=True, exist_ok=True)
-    record = {"task": args.task_name, "module": task_module(task_cls)[0], "metric": task.metric,
-              "args": dict(vars(args)), "train_examples": len(train), "train_features": len(train_features),
+    record = {"task": args.task_name, "module": task_cls.__module__, "metric": task.metric,
+              "args": args.record(), "train_examples": len(train), "train_features": len(train_features),
               "train_left_out": left_out, "dev_examples": len(dev), "replicas": strategy.num_replicas_in_sync,
               "xla": bool(model.jit_compile), "epochs": [], "best": None}
 
@@ -432,7 +455,7 @@ def _train_and_predict(task_cls, args):
 
     def on_record(callback):
         record.update(epochs=callback.history, best=callback.best, seconds=round(time.time() - started, 1))
-        _write_json(paths["metrics"], record)
+        write_json(paths["metrics"], record)
 
     TqdmProgress, DevEvaluation = _callbacks()
     dev_eval = DevEvaluation(evaluate, task.metric, str(paths["weights"]), on_record)
@@ -444,31 +467,44 @@ def _train_and_predict(task_cls, args):
         dev_eval.set_model(model)
         dev_eval.on_epoch_end(-1)
     # the whole model (head, custom layers, optimizer): reloads after `import gau_keras` alone
-    _save_atomically(model.save, paths["model"])
+    save_atomically(model.save, paths["model"])
     record["model"] = str(paths["model"])
     written = write_test_predictions(task, model, args, paths["predictions"]) if predicting else 0
     if written:
         record.update(predictions=str(paths["predictions"]), predicted_examples=written)
     record.update(seconds=round(time.time() - started, 1), finished=True)
-    _write_json(paths["metrics"], record)
+    write_json(paths["metrics"], record)
     return record
 
 
-def run(task_cls, argv=None):
-    """Command-line entry of a task module; returns the exit status."""
+def run(task, argv=None, prog="gau-keras finetune"):
+    """The command line of the task ``task`` (its name); returns the exit status."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    args = build_parser(task_cls).parse_args(argv)
-    if args.devices > 1:
+    options = parse_options(task, argv, prog)
+    if options.devices > 1:
         try:   # before anything starts TensorFlow's runtime
-            make_strategy(args.devices)
+            make_strategy(options.devices)
         except ValueError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
     try:
-        record = train_and_predict(task_cls, args)
+        record = train_and_predict(options)
     except (FileNotFoundError, FileExistsError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     best = record["best"]
-    print(f"{args.task_name}: best dev {record['metric']}={best[record['metric']]:.4f} at epoch {best['epoch']}")
+    print(f"{options.task_name}: best dev {record['metric']}={best[record['metric']]:.4f} at epoch {best['epoch']}")
     return 0
+
+
+def main(argv=None, prog="gau-keras finetune"):
+    """``TASK [options]``: the fine-tuning command line (``gau-keras finetune``, ``python -m finetune``)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] not in tasks.names():
+        if argv and argv[0] in ("-h", "--help"):
+            print(f"usage: {prog} TASK [options]; TASK is one of {', '.join(tasks.names())} "
+                  f"({prog} TASK --help lists the options)")
+            return 0
+        print(f"usage: {prog} TASK [options]; TASK is one of {', '.join(tasks.names())}", file=sys.stderr)
+        return 2
+    return run(argv[0], argv[1:], prog)

@@ -1,0 +1,59 @@
+"""What ``pip install`` puts in site-packages: gau_keras and its subpackages only (the apps are
+gau_keras.training.*), and nothing in gau_keras imports the checkout's top-level pretrain/ or
+finetune/ folders, which hold only script entry points and configs."""
+import ast
+import re
+
+from setuptools import find_packages
+
+from tests.conftest import REPO_ROOT
+
+#: the checkout's folders of script entry points: never imported by the library
+APP_FOLDERS = ("pretrain", "finetune")
+
+
+def _setup_call():
+    tree = ast.parse((REPO_ROOT / "setup.py").read_text(encoding="utf-8"))
+    return next(node for node in ast.walk(tree) if isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "setup")
+
+
+def _keyword(call, name):
+    return next(k.value for k in call.keywords if k.arg == name)
+
+
+def test_setup_installs_only_gau_keras():
+    packages = _keyword(_setup_call(), "packages")
+    assert isinstance(packages, ast.Call) and packages.func.id == "find_packages"
+    found = find_packages(where=str(REPO_ROOT), **{k.arg: ast.literal_eval(k.value) for k in packages.keywords})
+    assert "gau_keras" in found and "gau_keras.training.pretrain" in found and "gau_keras.training.finetune" in found
+    assert all(name == "gau_keras" or name.startswith("gau_keras.") for name in found), found
+    assert set(ast.literal_eval(_keyword(_setup_call(), "package_data"))) == {"gau_keras"}
+
+
+def test_the_library_never_imports_the_top_level_app_folders():
+    found = []
+    for path in sorted((REPO_ROOT / "gau_keras").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):    # importlib's module names
+                names = [node.value] if re.fullmatch(r"(pretrain|finetune)\.\w+(\.\w+)*", node.value) else []
+            found += [f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {name}" for name in names
+                      if name.split(".")[0] in APP_FOLDERS]
+    assert not found, found
+
+
+def test_the_app_folders_are_entry_points_only():
+    """pretrain/ and finetune/ hold scripts that import gau_keras.training and nothing of their own."""
+    for folder in APP_FOLDERS:
+        assert not (REPO_ROOT / folder / "__init__.py").exists(), f"{folder}/ is not a package any more"
+        for path in (REPO_ROOT / folder).glob("*.py"):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            defined = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+            imported = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+            assert not defined, f"{path.relative_to(REPO_ROOT)} defines {defined}: logic belongs in gau_keras"
+            assert any(m.startswith("gau_keras.training") for m in imported), path
