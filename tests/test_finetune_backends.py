@@ -22,7 +22,6 @@ epoch orders when Keras's JAX fit starts the dataset once more to look at a batc
 With the heads' kernels drawn by Keras instead, tnews, cmrc2018, c3 and cluener fail
 (dev accuracy 0.17 against 0, F1 9.1 against 0, first-epoch loss 4.2e-3 off, F1 0.23
 relative off); chid, which adds no weights, passes."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -38,10 +37,8 @@ METRIC_BOUND, LOSS_BOUNDS = 2e-2, (1e-5, 1e-3)
 
 
 @pytest.fixture(scope="module")
-def records(tmp_path_factory, head_kind_runs):
+def records(tmp_path_factory, head_kind_runs, requires_jax):
     """(TensorFlow's records: the session's runs, JAX's records: one JAX process with 2 host devices)."""
-    if importlib.util.find_spec("jax") is None:
-        pytest.skip("jax is not installed (pip install jax): the JAX backend cannot run here")
     model_dir, _, tensorflow = head_kind_runs
     root = tmp_path_factory.mktemp("backends")
     code = ("import json, pathlib, sys\nfrom tests.finetune_utils import run_head_kinds\n"

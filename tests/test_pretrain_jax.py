@@ -17,7 +17,6 @@ tests/pretrain_utils.py several ways and records what happened; this
 * a config with stages trains its stages in one process (one Trainer each,
   the second restoring the first's checkpoint).
 """
-import importlib.util
 import json
 import os
 import subprocess
@@ -133,9 +132,7 @@ def jax_side(job):
 
 
 @pytest.fixture(scope="module")
-def jax_runs(tmp_path_factory):
-    if importlib.util.find_spec("jax") is None:
-        pytest.skip("jax is not installed (pip install jax): the JAX backend cannot run here")
+def jax_runs(tmp_path_factory, requires_jax):
     root = tmp_path_factory.mktemp("pretrain_jax")
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
                XLA_FLAGS="--xla_force_host_platform_device_count=2")

@@ -22,7 +22,6 @@ MODELS = {
 }
 
 
-
 def model_names():
     """One name per registered model class (the first registered), in registry order:
     what a command line lists (every key of `MODELS` is accepted)."""
