@@ -57,3 +57,50 @@ def test_the_app_folders_are_entry_points_only():
             imported = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
             assert not defined, f"{path.relative_to(REPO_ROOT)} defines {defined}: logic belongs in gau_keras"
             assert any(m.startswith("gau_keras.training") for m in imported), path
+
+
+#: docs/architecture.md, "The floors": each module of gau_keras imports only from its floor and below
+FLOORS = {
+    1: ("registration", "ops", "recurrence", "initializers", "optional", "uniout", "tokenizers", "segmenters"),
+    2: ("bert4keras", "snippets"),
+    3: ("layers", "losses", "optimizers", "metrics"),
+    4: ("models", "checkpoints", "data", "pretrained", "export", "distribution"),
+    5: ("backend",),
+    6: ("training", "fill_mask", "__main__", "flags", "cli_env"),
+}
+
+
+def _floor(module):
+    room = module.split(".")[1] if "." in module else None
+    return next((floor for floor, rooms in FLOORS.items() if room in rooms), None)
+
+
+def _module_imports():
+    """(module, imported gau_keras module) for every import in gau_keras (lazy ones too)."""
+    for path in sorted((REPO_ROOT / "gau_keras").rglob("*.py")):
+        module = ".".join(path.relative_to(REPO_ROOT).with_suffix("").parts)
+        module = module.removesuffix(".__init__")
+        yield module, None
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gau_keras"):
+                targets = ([node.module] if node.module != "gau_keras"
+                           else [f"gau_keras.{alias.name}" for alias in node.names])
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names if alias.name.startswith("gau_keras")]
+            else:
+                continue
+            for target in targets:
+                yield module, target
+
+
+def test_imports_follow_the_floors():
+    unplaced, upward = set(), set()
+    for module, target in _module_imports():
+        if module == "gau_keras":
+            continue                      # the package's __init__ gathers the public names of every floor
+        if _floor(module) is None:
+            unplaced.add(module)
+        elif target is not None and target != "gau_keras" and (_floor(target) or 0) > _floor(module):
+            upward.add(f"{module} (floor {_floor(module)}) imports {target} (floor {_floor(target)})")
+    assert not unplaced, f"modules on no floor (add them to FLOORS and docs/architecture.md): {sorted(unplaced)}"
+    assert not upward, sorted(upward)
