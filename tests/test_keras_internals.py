@@ -61,3 +61,12 @@ def test_the_generator_adapter_keeps_the_first_batches_and_signature_we_read():
 
     adapter = GeneratorDataAdapter(iter([(np.zeros((2, 3)), np.zeros((2,)))]))
     assert len(adapter._first_batches) == 1 and hasattr(adapter, "_output_signature")
+
+
+def test_layers_still_flatten_their_sublayers():
+    """jax_training and the Loss metrics find a model's layers with ``Layer._flatten_layers``
+    (private, no public equivalent that reaches nested layers)."""
+    inner = keras.Sequential([keras.layers.Dense(2)])
+    x = keras.Input((3,))
+    model = keras.Model(x, inner(x))
+    assert any(isinstance(layer, keras.layers.Dense) for layer in model._flatten_layers(include_self=False))
