@@ -66,6 +66,8 @@ def check_mask(mask, x, axes, owner):
     pairs = [(0, "batch", 0)] + [(1, f"length (axis {a} of x)", a) for a in axes]
     for mask_axis, what, x_axis in pairs:
         m, n = mask.shape[mask_axis], x.shape[x_axis]
+        if mask_axis == 0 and m == 1:
+            continue                       # one mask for the whole batch broadcasts
         if isinstance(m, int) and isinstance(n, int) and m != n:
             raise ValueError(f"{owner}: the mask's {what} is {m} where x has {n}; "
                              f"shapes {tuple(mask.shape)} and {tuple(x.shape)}")
@@ -179,8 +181,11 @@ def _masked_softmax_from_output(a, allowed, dtype):
 def rms_normalize(x, epsilon):
     """``x / sqrt(mean(x², -1) + epsilon)`` over the last axis of x [..., d], in x's dtype.
 
-    The statistic is taken in float32 (float16 squares overflow for |x| > 256); the
-    product and the saved input stay in x's dtype, so the backward pass keeps x and
+    Reverse-mode only on JAX (a ``custom_vjp``: ``jax.jvp`` / ``jacfwd`` / ``hessian`` refuse
+    it), as ``masked_softmax``; Keras trains with reverse mode, and gradients of gradients work.
+
+    The statistic and the product are taken in float32 (float16 squares overflow for
+    |x| > 256) and the result cast to x's dtype; the backward pass keeps x as it came and
     the float32 [..., 1] factor r instead of a float32 copy of x. Gradient:
     ``r (g - y mean(g y))`` with y = x r, in float32.
     """
@@ -188,7 +193,7 @@ def rms_normalize(x, epsilon):
     def normalize(x):
         x32 = ops.cast(x, "float32")
         r = ops.rsqrt(ops.mean(ops.square(x32), axis=-1, keepdims=True) + epsilon)
-        y = x * ops.cast(r, x.dtype)
+        y = ops.cast(x32 * r, x.dtype)         # (r cast to float16 would be subnormal for rms > 16k)
 
         def grad(*args, upstream=None):
             upstream = args[0] if upstream is None else upstream

@@ -135,9 +135,11 @@ def _text_argument(value, name, tokens=True):
 
 def _token_boundary(text, start, window=1024):
     """The first index >= start (within ``window``) before which the tokenizer always ends a
-    token: a space, a CJK character or a punctuation mark; None if there is none."""
+    token and lower-casing cannot depend on what follows: a space or a CJK character (not
+    punctuation: "." is case-ignorable, so a final Σ lowers to σ or ς by what comes after
+    it); None if there is none."""
     for i in range(start, min(len(text), start + window)):
-        if is_space(text[i]) or is_cjk_character(text[i]) or is_punctuation(text[i]):
+        if is_space(text[i]) or is_cjk_character(text[i]):
             return i
     return None
 
@@ -337,8 +339,8 @@ class Tokenizer:
 
     def _tokens_within(self, text, maxlen, truncate_from):
         """``tokenize(text)``, or for a text far longer than ``maxlen`` under right truncation,
-        the tokens of a prefix cut where a token boundary is certain (before a space, CJK
-        character or punctuation) that already holds more than ``maxlen`` tokens: right
+        the tokens of a prefix cut where a token boundary is certain (before a space or a CJK
+        character) that already holds more than ``maxlen`` tokens: right
         truncation keeps the first tokens, so the result is the same, without tokenizing a
         long document whole. Not with a pre-tokenizer (jieba's words depend on what follows)."""
         if (not isinstance(maxlen, int) or maxlen < 1 or truncate_from != "right"

@@ -498,3 +498,9 @@ def test_batch_gather_refuses_fractional_indices():
                                   [[1], [8]])                          # whole floats are indices, as in bert4keras
     with pytest.raises(ValueError, match="batch_gather: indices must be whole numbers, got float64 values such as 1.5"):
         B.batch_gather(params, np.array([[1.5], [2.0]]))
+
+
+def test_one_mask_for_the_whole_batch_broadcasts():
+    x = np.ones((2, 3, 1), "float32")
+    got = keras.ops.convert_to_numpy(B.sequence_masking(x, np.array([[1, 1, 0]]), value=0))
+    np.testing.assert_array_equal(got[..., 0], [[1, 1, 0], [1, 1, 0]])

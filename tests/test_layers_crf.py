@@ -205,3 +205,19 @@ def _traced(fn):
     import tensorflow as tf
 
     return tf.function(fn)
+
+
+@pytest.mark.parametrize("layer_class", [ConditionalRandomField, MaximumEntropyMarkovModel])
+def test_padding_may_hold_any_label(layer_class):
+    """bert4keras ignores the label of a padded position (scores -inf): -1 or -100 there is no error."""
+    layer = layer_class()
+    scores = np.random.default_rng(1).normal(size=(2, 4, 3)).astype("float32")
+    layer(scores)
+    scores[:, 3] = -np.inf
+    labels = np.array([[0, 1, 2, 0], [2, 2, 0, 0]])
+    padded = labels.copy()
+    padded[:, 3] = -100
+    expected = keras.ops.convert_to_numpy(layer.sparse_loss(labels, scores))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(layer.sparse_loss(padded, scores)), expected, rtol=1e-6)
+    traced = _traced(layer.sparse_loss)(keras.ops.convert_to_tensor(padded), keras.ops.convert_to_tensor(scores))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(traced), expected, rtol=1e-5)

@@ -89,3 +89,8 @@ def test_sequence_padding_pads_and_cuts_every_row(rows, length, mode):
         kept = row[:target]
         fill = [9] * (target - len(kept))
         assert got == (kept + fill if mode == "post" else fill + kept)
+
+
+def test_sequence_padding_takes_numpy_lengths():
+    assert sequence_padding([[1, 2], [3]], length=np.int64(3)).tolist() == [[1, 2, 0], [3, 0, 0]]
+    assert sequence_padding([[1, 2], [3]], length=np.array(1)).tolist() == [[1], [3]]

@@ -235,3 +235,28 @@ def test_a_one_shot_generator_is_named_on_its_second_pass():
         list(once)
     again = Rows([0, 1, 2], batch_size=2)
     assert list(again) == list(again) == [0, 1, 2]
+
+
+def test_a_reader_that_rewinds_in_iter_is_read_again_without_duplicates():
+    """A common reader: __iter__ rewinds and returns itself. Every epoch reads it once, whole."""
+    class Reader:
+        def __init__(self, rows):
+            self.rows, self.at = rows, 0
+
+        def __iter__(self):
+            self.at = 0
+            return self
+
+        def __next__(self):
+            if self.at == len(self.rows):
+                raise StopIteration
+            self.at += 1
+            return self.rows[self.at - 1]
+
+    class Rows(DataGenerator):
+        def __iter__(self, random=False):
+            for _, row in self.sample(random):
+                yield row
+
+    rows = Rows(Reader([1, 2, 3, 4, 5]), batch_size=2)
+    assert list(rows) == list(rows) == [1, 2, 3, 4, 5]

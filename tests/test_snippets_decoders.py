@@ -225,3 +225,10 @@ def test_viterbi_is_the_brute_force_best_path(seed, length, labels):
     rng = np.random.default_rng(seed)
     trans, nodes = rng.normal(size=(labels, labels)), rng.normal(size=(length, labels))
     assert ViterbiDecoder(trans).decode(nodes).tolist() == _brute_viterbi(nodes, trans, range(labels), range(labels))
+
+
+def test_numpy_numbers_are_numbers():
+    decoder = _fixed([0.2, 0.3, 0.5])(None, 2, maxlen=np.int64(4))
+    np.random.seed(0)
+    assert len(decoder.random_sample([[1]], np.int64(2), topk=np.int32(2), topp=np.float32(0.9),
+                                     temperature=np.float32(1.0))) == 2

@@ -225,3 +225,27 @@ def test_constructor_arguments_are_checked():
         WebServing(channel_timeout=-1)
     with pytest.warns(UserWarning, match="server='tornado' names a bottle server"):
         WebServing(server="tornado")
+
+
+def test_stop_is_once_and_start_leaves_no_socket_open():
+    """A second stop() does nothing (it wrote into a reused file descriptor); a stopped server
+    closed its listening socket, so a new one starts on the same port; port=0 gives an int."""
+    web = WebServing(port=0)
+    web.route("/echo", _echo, {"text": (None, True)})
+    thread = threading.Thread(target=web.start, daemon=True)
+    thread.start()
+    assert web.started.wait(10) and isinstance(web.port, int)
+    web.stop()
+    thread.join(10)
+    assert not thread.is_alive()
+    web.stop()                                                   # harmless
+    again = WebServing(port=web.port)
+    again.route("/echo", _echo, {"text": (None, True)})
+    thread = threading.Thread(target=again.start, daemon=True)
+    thread.start()
+    assert again.started.wait(10)
+    try:
+        assert _get(f"http://127.0.0.1:{again.port}/echo?text=z")["data"] == {"text": "z", "n": 1}
+    finally:
+        again.stop()
+        thread.join(10)

@@ -449,3 +449,12 @@ def test_a_long_document_is_not_tokenized_whole(tiny, monkeypatch):
     monkeypatch.setattr(Tokenizer, "_tokenize", counting)
     ids, _ = tiny.encode("你好世界 " * 250_000, maxlen=16)
     assert len(ids) == 16 and max(calls) < 10_000, calls
+
+
+def test_a_cut_before_punctuation_could_change_a_final_sigma():
+    """"ΘΕΟΣ.Ο".lower() keeps σ (the "." is case-ignorable, a letter follows), "ΘΕΟΣ".lower()
+    ends in ς: the long-text path cuts only before a space or a CJK character."""
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a" * 100, "θ", "##θ", "##ς", "θ" * 19 + "σ", ".", "ο"]
+    tokenizer = Tokenizer({t: i for i, t in enumerate(vocab)}, do_lower_case=True)
+    text = "a" * 100 + " " + "Θ" * 19 + "Σ" + ".Ο"
+    assert tokenizer.encode(text, maxlen=10) == tokenizer.encode(tokenizer.tokenize(text), maxlen=10)

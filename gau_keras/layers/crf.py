@@ -48,12 +48,15 @@ def _sparse_labels(y_true, y_pred, owner):
     num_labels = y_pred.shape[-1]
     bad = ops.logical_or(ops.not_equal(values, ops.floor(values)),
                          ops.logical_or(ops.less(values, 0.0), ops.greater_equal(values, float(num_labels))))
+    # padding (scores -inf) may hold any label, e.g. -1 or -100: bert4keras ignores it there
+    bad = ops.logical_and(bad, _valid_positions(ops.cast(y_pred, "float32")))
     concrete = gops.concrete(bad)
     if concrete is not None and concrete.any():
         b, t = np.argwhere(concrete)[0]
         raise ValueError(f"{owner}: y_true[{b}, {t}] = {float(gops.concrete(values)[b, t])!r} is not a label "
                          f"(an integer in [0, {num_labels}))")
-    return ops.cast(values, "int32"), ops.any(bad, axis=1)
+    labels = ops.clip(ops.cast(values, "int32"), 0, num_labels - 1)      # in range for one_hot / take
+    return ops.where(_valid_positions(ops.cast(y_pred, "float32")), labels, 0), ops.any(bad, axis=1)
 
 
 def _masked_mean(values, mask):
@@ -237,7 +240,6 @@ class MaximumEntropyMarkovModel(_TransitionLayer):
         valid = _valid_positions(y_pred)
         mask = ops.cast(valid, "float32")
         labels, bad = _sparse_labels(y_true, y_pred, self.name)
-        labels = ops.clip(labels, 0, y_pred.shape[-1] - 1)      # a bad row's loss is NaN (basic_loss)
         if go_backwards:
             lengths = ops.sum(ops.cast(valid, "int32"), axis=1)
             labels, y_pred = _reverse_valid(labels, lengths), _reverse_valid(y_pred, lengths)

@@ -44,8 +44,8 @@ def sequence_padding(inputs, length=None, value=0, seq_dims=1, mode="post"):
                              f"has shape {shape}, sequence 0 {shapes[0]}")
     if length is None:
         length = np.max([shape[:seq_dims] for shape in shapes], axis=0)
-    elif not hasattr(length, "__getitem__"):
-        length = [length]
+    elif np.ndim(length) == 0:          # an int, a numpy integer or a 0-d array
+        length = [length.item() if isinstance(length, np.ndarray) else length]
     if len(length) < seq_dims or any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0
                                      for n in length[:seq_dims]):
         raise ValueError(f"sequence_padding: length must be None, an integer >= 0 or {seq_dims} of them, "

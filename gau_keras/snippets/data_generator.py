@@ -26,6 +26,8 @@ that ``forfit`` / ``fortest`` absorb, so the code above works unchanged:
 Iterated directly (``next(gen.forfit())``) they yield the batches exactly as
 ``__iter__`` makes them, as in bert4keras.
 """
+import types
+
 import numpy as np
 
 from gau_keras.snippets.text import is_string
@@ -50,8 +52,6 @@ class DataGenerator:
                 raise ValueError(f"{type(self).__name__}: {name} must be a positive integer, got {value!r}")
         self.data = data
         self.batch_size = batch_size
-        # a one-shot iterator (a generator) is used up by the first pass
-        self._one_shot = iter(data) is data if hasattr(data, "__iter__") else False
         self._passes = 0
         if hasattr(data, "__len__"):
             self.steps = -(-len(data) // batch_size)
@@ -71,13 +71,13 @@ class DataGenerator:
         ``random``: a random permutation of a list; for a stream, samples are
         drawn at random from a buffer of ``buffer_size`` (numpy's global RNG).
         """
-        if self._one_shot and self._passes:
-            raise ValueError(f"{type(self).__name__}: its data is a one-shot iterator "
-                             f"({type(self.data).__name__}), used up by the first pass; give a list (or an "
-                             f"iterable that can be read again, e.g. a class with __iter__) to read it again")
+        if self._passes and isinstance(self.data, types.GeneratorType):
+            raise ValueError(self._one_shot_message())
         self._passes += 1
         if not random:
-            samples = iter(self.data)
+            # one iter() call: a reader whose __iter__ rewinds and returns itself must not rewind
+            # again after its first sample (the for loop below calls iter() on what it is given)
+            samples = (d for d in self.data)
         elif self.steps is None:
             samples = self._buffer_shuffled()
         else:
@@ -115,7 +115,13 @@ class DataGenerator:
                 empty = False
                 yield d
             if empty:
+                if self._passes > 1 and not hasattr(self.data, "__len__"):
+                    raise ValueError(self._one_shot_message())
                 raise ValueError(f"{type(self).__name__}.__iter__ yielded no batch (is its data empty?)")
+
+    def _one_shot_message(self):
+        return (f"{type(self).__name__}: its data is a one-shot iterator ({type(self.data).__name__}), used up by "
+                f"the first pass; give a list (or an iterable that can be read again) to read it again")
 
     def forfit(self, random=True):
         """Endless batches for ``model.fit`` (shuffled by default); see the module notes."""

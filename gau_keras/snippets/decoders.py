@@ -14,6 +14,7 @@ All numpy; the search draws with numpy's global RNG in the same order as
 bert4keras, so a seeded run gives bert4keras's samples.
 """
 import functools
+import numbers
 
 import numpy as np
 
@@ -28,7 +29,7 @@ def _check_int(name, value, least):
 
 
 def _check_temperature(temperature):
-    if not (isinstance(temperature, (int, float, np.floating)) and np.isfinite(temperature) and temperature > 0):
+    if not (isinstance(temperature, numbers.Real) and np.isfinite(temperature) and temperature > 0):
         raise ValueError(f"AutoRegressiveDecoder: temperature must be a finite number > 0, got {temperature!r}")
 
 
@@ -237,7 +238,7 @@ class AutoRegressiveDecoder:
         _check_int("n", n, 1)
         if topk is not None:
             _check_int("topk", topk, 1)
-        if topp is not None and not (isinstance(topp, (int, float)) and 0 < topp <= 1):
+        if topp is not None and not (isinstance(topp, numbers.Real) and 0 < topp <= 1):
             raise ValueError(f"random_sample: topp must be in (0, 1] (or None), got {topp!r}")
         _check_temperature(temperature)
         _check_int("min_ends", min_ends, 1)

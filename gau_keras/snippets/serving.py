@@ -71,6 +71,7 @@ class WebServing:
         self.httpd = None
         self.started = threading.Event()
         self._lock = threading.Lock()
+        self._stop_lock = threading.Lock()
 
     def wraps(self, func, arguments, method="GET"):
         """``func`` as a handler: a mapping of the request's fields -> JSON text.
@@ -125,19 +126,25 @@ class WebServing:
             max_request_body_size=self.max_body, expose_tracebacks=False, ident="gau_keras",
             asyncore_loop_timeout=0.2)
         _answer_errors_in_json(self.httpd)
-        self.port = getattr(self.httpd, "effective_port", None) or self.httpd.effective_listen[0][1]
+        self.port = int(getattr(self.httpd, "effective_port", None) or self.httpd.effective_listen[0][1])
+        httpd = self.httpd
         self.started.set()
         try:
-            self.httpd.run()
+            httpd.run()
         except KeyboardInterrupt:
             pass
         finally:
-            self.httpd.task_dispatcher.shutdown(timeout=5)
+            with self._stop_lock:
+                self.httpd = None
+            for channel in list(httpd._map.values()):     # the listening socket too (Ctrl-C left it open)
+                channel.close()
+            httpd.task_dispatcher.shutdown(timeout=5)
 
     def stop(self):
-        """Stops a server started (in another thread) by ``start``."""
-        httpd = self.httpd
-        if httpd is not None:
+        """Stops a server started (in another thread) by ``start``; once (later calls do nothing)."""
+        with self._stop_lock:
+            httpd, self.httpd = self.httpd, None
+        if httpd is not None and not httpd.trigger._closed:
             # asyncore is single-threaded: the serving loop closes its own sockets when woken
             httpd.trigger.pull_trigger(lambda: [channel.close() for channel in list(httpd._map.values())])
 
