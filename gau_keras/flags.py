@@ -109,12 +109,14 @@ def command_status(main, argv=None):
     return result if isinstance(result, int) else 0
 
 
-def add_model_option(parser, help="the encoder", default="gau_alpha"):
+def add_model_option(parser, help="the encoder", default="gau_alpha", segment_ids=None):
     """``--model``: a name of the builder's registry (`gau_keras.models.builder.MODELS`, its
-    aliases too); the help lists one name per model."""
+    aliases too; ``segment_ids=True``: of the models that read segment ids); the help lists
+    one name per model."""
     from gau_keras.models.builder import MODELS, model_names
 
-    names = model_names()
-    parser.add_argument("--model", type=str.lower, choices=sorted(MODELS), default=default,
+    names = model_names(segment_ids)
+    accepted = sorted(alias for alias, cls in MODELS.items() if any(MODELS[n] is cls for n in names))
+    parser.add_argument("--model", type=str.lower, choices=accepted, default=default,
                         metavar="{" + ",".join(names) + "}",
                         help=f"{help}: {', '.join(names)} (default: %(default)s)")

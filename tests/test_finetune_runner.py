@@ -144,7 +144,10 @@ def test_the_task_choices_and_the_model_names_come_from_the_registries(capsys):
     assert model_names() == ("gau_alpha", "roformer_v2", "srupp") and set(model_names()) <= set(MODELS)
     parser = runner.build_parser("tnews")
     model = next(a for a in parser._actions if a.dest == "model")
-    assert set(model.choices) == set(MODELS) and parser.parse_args(["--data-dir", "x", "--model", "RoFormer-V2"]).model
+    fine_tunable = {name for name, cls in MODELS.items() if cls.takes_segment_ids}
+    assert set(model.choices) == fine_tunable and "srupp" not in fine_tunable     # no segment input
+    assert parser.parse_args(["--data-dir", "x", "--model", "RoFormer-V2"]).model
+    assert model_names(segment_ids=True) == ("gau_alpha", "roformer_v2")
     assert tasks.same_model("bustm") == ("bustm", "afqmc", "cmnli", "ocnli", "ocnli_full")
     with pytest.raises(SystemExit):
         runner.parse_options("afqmc", ["--data-dir", "x", "--task-name", "tnews"])     # another input form
@@ -158,6 +161,8 @@ def test_options_check_each_value_once_and_name_the_argument():
                                  ("dropout", 1.0, "dropout must be in [0, 1), got 1"),
                                  ("epochs", 1.5, "epochs: expected an integer, got '1.5'"),
                                  ("model", "bert", "model must be one of gau_alpha, roformer_v2, srupp"),
+                                 ("model", "srupp", "model 'srupp' reads no segment ids, which the CLUE tasks "
+                                                    "feed: fine-tune one of gau_alpha, roformer_v2"),
                                  ("xla", "maybe", "xla must be one of auto, on, off")):
         with pytest.raises(ValueError) as refused:
             runner.Options.for_task("tnews", data_dir="x", **{name: value})

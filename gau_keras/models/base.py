@@ -51,6 +51,9 @@ class Transformer:
     ``layer.trainable_weights`` in order).
     """
 
+    #: whether the encoder reads segment ids (sentence-pair tasks feed them)
+    takes_segment_ids = True
+
     #: exponent of the depth factor of the initializer (2: RoFormerV2, 3: GAU-alpha)
     initializer_order = 2
     #: the attention normalisation when the config names none

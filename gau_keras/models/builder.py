@@ -22,12 +22,14 @@ MODELS = {
 }
 
 
-def model_names():
+def model_names(segment_ids=None):
     """One name per registered model class (the first registered), in registry order:
-    what a command line lists (every key of `MODELS` is accepted)."""
+    what a command line lists (every key of `MODELS` is accepted). ``segment_ids=True``:
+    only the models that read segment ids (what fine-tuning feeds)."""
     names = {}
     for name, cls in MODELS.items():
-        names.setdefault(cls, name)
+        if segment_ids is None or cls.takes_segment_ids == segment_ids:
+            names.setdefault(cls, name)
     return tuple(names.values())
 
 

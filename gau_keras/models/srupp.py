@@ -76,6 +76,8 @@ class SRUppModel(Transformer):
     num_attention_heads the heads of each attention.
     """
 
+    takes_segment_ids = False     # token ids only
+
     initializer_order = 2
 
     def __init__(self, vocab_size, hidden_size, num_hidden_layers, proj_size=None,

@@ -118,6 +118,9 @@ class Options:
                 flags.check_value(option.name, value, check)
         if str(self.model).lower() not in MODELS:
             raise ValueError(f"model must be one of {', '.join(model_names())}, got {self.model!r}")
+        if not MODELS[str(self.model).lower()].takes_segment_ids:
+            raise ValueError(f"model {self.model!r} reads no segment ids, which the CLUE tasks feed: fine-tune one "
+                             f"of {', '.join(model_names(segment_ids=True))}")
         if self.xla not in XLA_CHOICES:
             raise ValueError(f"xla must be one of {', '.join(XLA_CHOICES)}, got {self.xla!r}")
 
@@ -145,7 +148,7 @@ def build_parser(task, prog="gau-keras finetune"):
     for option in dataclasses.fields(Options):
         if not option.metadata.get("flag", True):
             if option.name == "model":
-                flags.add_model_option(parser, help="the encoder the checkpoint is for")
+                flags.add_model_option(parser, help="the encoder the checkpoint is for", segment_ids=True)
             continue
         name = "--" + option.name.replace("_", "-")
         default = defaults.get(option.name, None if option.default is dataclasses.MISSING else option.default)
