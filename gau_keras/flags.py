@@ -89,8 +89,9 @@ def check_value(name, value, kind):
     same rule as the flag; a ValueError names the argument ``name``, not a flag."""
     try:
         kind(str(value))
-    except argparse.ArgumentTypeError as error:
-        message = str(error)
+    except (argparse.ArgumentTypeError, ValueError) as error:    # a plain type such as int raises ValueError
+        message = (str(error) if isinstance(error, argparse.ArgumentTypeError)
+                   else f"must be of type {getattr(kind, '__name__', kind)}, got {value!r}")
         raise ValueError(f"{name} {message}" if message.startswith("must") else f"{name}: {message}") from None
     return value
 

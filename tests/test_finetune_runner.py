@@ -160,7 +160,7 @@ def test_options_check_each_value_once_and_name_the_argument():
                                  ("lr", 0.0, "lr must be > 0, got 0"),
                                  ("dropout", 1.0, "dropout must be in [0, 1), got 1"),
                                  ("epochs", 1.5, "epochs: expected an integer, got '1.5'"),
-                                 ("model", "bert", "model must be one of gau_alpha, roformer_v2, srupp"),
+                                 ("model", "bert", "model must be one of gau_alpha, roformer_v2, got"),
                                  ("model", "srupp", "model 'srupp' reads no segment ids, which the CLUE tasks "
                                                     "feed: fine-tune one of gau_alpha, roformer_v2"),
                                  ("xla", "maybe", "xla must be one of auto, on, off")):
@@ -212,3 +212,16 @@ def test_two_devices_give_the_same_dev_metric(tmp_path, shared_data):
     assert [e["train_loss"] for e in two["epochs"]] == pytest.approx([e["train_loss"] for e in one["epochs"]],
                                                                      rel=1e-3)
     assert (one["replicas"], two["replicas"]) == (1, 2)
+
+
+def test_task_specs_pickle_and_copy():
+    import copy
+    import pickle
+
+    spec = TASKS["tnews"]
+    assert pickle.loads(pickle.dumps(spec)) == spec and copy.deepcopy(spec) == spec
+
+
+def test_a_seed_that_is_no_integer_is_named():
+    with pytest.raises(ValueError, match=r"^seed must be of type int, got 1.5"):
+        runner.Options.for_task("tnews", data_dir="x", seed=1.5)

@@ -3,7 +3,6 @@ each, and for fine-tuning its head kind, command-line defaults and the small
 budget of ``gau-keras compare`` (``gau_keras.training.finetune`` reads them;
 ``gau-keras finetune TASK`` offers every task with a head)."""
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Mapping, Optional, Tuple
 
 TNEWS_LABELS = ("100", "101", "102", "103", "104", "106", "107", "108",
@@ -58,8 +57,7 @@ def _spec(name, form, labels=None, folders=(), head=None, defaults=None, budget=
     if head is not None and head not in HEADS:
         raise ValueError(f"{name}: head {head!r} is not one of {HEADS}")
     return name, TaskSpec(name, form, labels, folders + tuple(f + "_public" for f in folders), head=head,
-                          defaults=MappingProxyType(dict(defaults or {})),
-                          budget=MappingProxyType(dict(budget or {})), **kwargs)
+                          defaults=dict(defaults or {}), budget=dict(budget or {}), **kwargs)
 
 
 def _defaults(epochs, batch_size, maxlen, lr=5e-5):

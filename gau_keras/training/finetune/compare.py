@@ -205,7 +205,7 @@ def main(argv=None):
         return 2
     args.lrs = args.lrs or [args.lr]
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from gau_keras.training.run_dir import write_text
+    from gau_keras.training.run_dir import write_json, write_text
     budgets = protocol(tasks)
     results, rates, grid = {}, {}, {}
     for task in tasks:
@@ -226,7 +226,7 @@ def main(argv=None):
                "grid": {f"{label}/{task}": {f"{lr:g}": None if r is None else r["best"][r["metric"]]
                                             for lr, r in runs}
                         for (label, task), runs in grid.items()}}
-    write_text(out / "summary.json", json.dumps(summary, indent=1, ensure_ascii=False) + "\n")
+    write_json(out / "summary.json", summary)
     return 0 if all(r is not None for runs in grid.values() for _, r in runs) else 1
 
 

@@ -117,7 +117,7 @@ class Options:
             if check is not None and value is not None:
                 flags.check_value(option.name, value, check)
         if str(self.model).lower() not in MODELS:
-            raise ValueError(f"model must be one of {', '.join(model_names())}, got {self.model!r}")
+            raise ValueError(f"model must be one of {', '.join(model_names(segment_ids=True))}, got {self.model!r}")
         if not MODELS[str(self.model).lower()].takes_segment_ids:
             raise ValueError(f"model {self.model!r} reads no segment ids, which the CLUE tasks feed: fine-tune one "
                              f"of {', '.join(model_names(segment_ids=True))}")
@@ -208,6 +208,7 @@ def check_outputs(paths, overwrite):
         raise FileExistsError(f"output(s) {', '.join(existing)} already exist; set overwrite to replace them")
     print(f"replacing the outputs of an interrupted run ({', '.join(existing)}): {paths['metrics']} does not "
           f"say that run finished")
+    paths["predictions"].unlink(missing_ok=True)   # its writer refuses an existing file unless overwrite is set
 
 
 def check_out_dir(out_dir):

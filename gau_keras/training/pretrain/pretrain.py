@@ -20,8 +20,6 @@ import os
 import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
 from gau_keras import flags
 from gau_keras.training.pretrain import config as config_lib
 
@@ -56,6 +54,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")      # before TensorFlow loads (not on import)
     args = parse_args(argv)
     config = config_lib.load(args.config, args)
     from gau_keras.training.pretrain import trainer  # imports TensorFlow

@@ -89,12 +89,22 @@ def final_evaluation(run_dir, updates):
     return evals[-1] if evals else None
 
 
+def _child_env():
+    """The environment of a sweep point: this gau_keras first on the path, whatever the
+    working directory (``-m`` only adds the current one)."""
+    import gau_keras
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(gau_keras.__file__)))
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
+
+
 def run_point(config_path, run_dir, updates):
     if final_evaluation(run_dir, updates) is None:
         command = [sys.executable, "-m", "gau_keras.training.pretrain.pretrain", "--config", config_path]
         print("running: " + " ".join(command), flush=True)
         with open(os.path.join(os.path.dirname(config_path), "train.log"), "a", encoding="utf-8") as log:
-            status = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+            status = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=_child_env())
         if status:
             print(f"  failed with exit status {status}; see {os.path.dirname(config_path)}/train.log")
             return None
