@@ -36,8 +36,9 @@ def _valid_positions(y_pred):
 
 
 def _sparse_labels(y_true, y_pred, owner):
-    """(integer labels [B, L], bool [B]: rows holding a label that is not a whole number in
-    [0, N)) from whatever shape and dtype Keras hands the loss. Such a label is a ValueError
+    """(integer labels [B, L], 0 on padding; bool [B]: rows holding a label that is not a whole
+    number in [0, N) at a position that is not padding) from whatever shape and dtype Keras hands
+    the loss. Such a label is a ValueError
     naming it when the values are at hand (eager); in a traced step the loss of its row is NaN
     (a one-hot of it would be all zeros and give a finite, wrong loss)."""
     length, expected = (y_true.shape[1] if len(y_true.shape) > 1 else None), y_pred.shape[1]
@@ -49,14 +50,15 @@ def _sparse_labels(y_true, y_pred, owner):
     bad = ops.logical_or(ops.not_equal(values, ops.floor(values)),
                          ops.logical_or(ops.less(values, 0.0), ops.greater_equal(values, float(num_labels))))
     # padding (scores -inf) may hold any label, e.g. -1 or -100: bert4keras ignores it there
-    bad = ops.logical_and(bad, _valid_positions(ops.cast(y_pred, "float32")))
+    valid = _valid_positions(ops.cast(y_pred, "float32"))
+    bad = ops.logical_and(bad, valid)
     concrete = gops.concrete(bad)
     if concrete is not None and concrete.any():
         b, t = np.argwhere(concrete)[0]
         raise ValueError(f"{owner}: y_true[{b}, {t}] = {float(gops.concrete(values)[b, t])!r} is not a label "
                          f"(an integer in [0, {num_labels}))")
     labels = ops.clip(ops.cast(values, "int32"), 0, num_labels - 1)      # in range for one_hot / take
-    return ops.where(_valid_positions(ops.cast(y_pred, "float32")), labels, 0), ops.any(bad, axis=1)
+    return ops.where(valid, labels, 0), ops.any(bad, axis=1)
 
 
 def _masked_mean(values, mask):
