@@ -8,6 +8,7 @@ import keras
 import numpy as np
 from keras.src.initializers.random_initializers import compute_fans  # Keras's fan rule; not in its public API
 
+from gau_keras.ops import sinusoidal_embeddings
 from gau_keras.registration import PACKAGE
 
 
@@ -111,3 +112,18 @@ class Portable(keras.initializers.Initializer):
 
     def get_config(self):
         return {"initializer": keras.initializers.serialize(self.initializer), "seed": self.seed}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class Sinusoidal(keras.initializers.Initializer):
+    """The [rows, dim] table of interleaved sinusoidal embeddings of positions
+    0..rows-1 (bert4keras's ``'Sinusoidal'``; NEZHA's fixed relative-position
+    table). ``dim`` must be even."""
+
+    def __call__(self, shape, dtype=None):
+        rows, dim = shape
+        table = sinusoidal_embeddings(keras.ops.arange(rows, dtype="float32"), dim)
+        return keras.ops.cast(table, dtype or keras.backend.floatx())
+
+    def get_config(self):
+        return {}

@@ -27,9 +27,13 @@ class _AttentionBase(keras.layers.Layer):
     """Input bookkeeping shared by GAU and MHA.
 
     ``inputs`` is ``[x]`` (self-attention) or ``[q, k, v]``, followed by the
-    attention bias when ``a_bias`` is true and by the sinusoidal embeddings
-    when ``p_bias == 'rotary'``.
+    attention bias when ``a_bias`` is true and by the position input of
+    ``p_bias``: the sinusoidal embeddings for ``'rotary'``, the relative
+    position embeddings [Lq, Lk, key_size] for ``'typical_relative'`` (NEZHA).
     """
+
+    #: the position inputs the layer takes (``p_bias``)
+    position_biases = (None, "rotary")
 
     def __init__(self, normalization, attention_scale, attention_dropout,
                  softmax_plus_min_len, kernel_initializer, recompute=False, **kwargs):
@@ -48,14 +52,17 @@ class _AttentionBase(keras.layers.Layer):
 
     def _split_inputs(self, inputs, n_main, a_bias, p_bias):
         inputs = _as_list(inputs)
-        n_expected = n_main + bool(a_bias) + (p_bias == "rotary")
+        if p_bias not in self.position_biases:
+            raise ValueError(f"{type(self).__name__} {self.name!r}: p_bias must be one of "
+                             f"{self.position_biases}, got {p_bias!r}")
+        n_expected = n_main + bool(a_bias) + (p_bias is not None)
         if len(inputs) != n_expected:
             raise ValueError(f"{type(self).__name__} {self.name!r}: expected {n_expected} inputs "
                              f"(a_bias={a_bias!r}, p_bias={p_bias!r}), got {len(inputs)}")
         main = inputs[:n_main]
         bias = inputs[n_main] if a_bias else None
-        sinusoidal = inputs[-1] if p_bias == "rotary" else None
-        return main, bias, sinusoidal
+        position = inputs[-1] if p_bias is not None else None
+        return main, bias, position
 
     def _normalize(self, a, key_mask, bias, training):
         a = gops.attention_normalize(a, key_mask, self.normalization, bias, self.softmax_plus_min_len)
@@ -203,17 +210,22 @@ def _float16_on_jax_cpu(dtype):
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class MultiHeadAttention(_AttentionBase):
-    """bert4keras's multi-head attention, inputs ``[q, k, v, (bias), (sinusoidal)]``.
+    """bert4keras's multi-head attention, inputs ``[q, k, v, (bias), (position)]``.
 
     q [B, Lq, Dq], k [B, Lk, Dk], v [B, Lk, Dv] -> [B, Lq, out_dim] (out_dim
     defaults to heads * head_size, as in bert4keras). Keys are masked with v's
-    mask; the bias is [B|1, Lq, Lk] (shared by the heads); rotary is applied
-    per head (key_size must be even). ``return_attention_scores`` also returns
+    mask; the bias is [B|1, Lq, Lk] (shared by the heads; bool = visibility,
+    float = added) or a float [B|1, heads, Lq, Lk] (RealFormer's residual
+    scores). ``p_bias='rotary'``: RoPE per head from sinusoidal embeddings
+    [B|1, L, key_size] (key_size must be even); ``'typical_relative'``:
+    NEZHA's relative embeddings [Lq, Lk, key_size]. ``return_attention_scores`` also returns
     the scaled scores before masking and normalisation, [B, heads, Lq, Lk].
     A softmax call without attention dropout (``fusable``) runs as Keras's
     ``ops.dot_product_attention``, which uses fused (flash / cuDNN) attention
     where the platform has it; the others spell the attention out.
     """
+
+    position_biases = (None, "rotary", "typical_relative")
 
     def __init__(self, heads, head_size, out_dim=None, key_size=None, use_bias=True,
                  normalization="softmax", attention_scale=True, attention_dropout=None,
@@ -247,24 +259,29 @@ class MultiHeadAttention(_AttentionBase):
 
     def attend(self, inputs, mask=None, a_bias=None, p_bias=None, training=None):
         """The layer's computation (``call`` adds recompute around it)."""
-        (q, k, v), bias, sinusoidal = self._split_inputs(inputs, 3, a_bias, p_bias)
+        (q, k, v), bias, position = self._split_inputs(inputs, 3, a_bias, p_bias)
         masks = _as_list(mask) if mask is not None else [None] * len(_as_list(inputs))
         qw = self._heads(self.q_dense(q), self.key_size)
         kw = self._heads(self.k_dense(k), self.key_size)
         vw = self._heads(self.v_dense(v), self.head_size)
-        if sinusoidal is not None:
-            qw, kw = gops.apply_rotary(sinusoidal, qw), gops.apply_rotary(sinusoidal, kw)
-        if self.fusable(bias, training):
+        if p_bias == "rotary":
+            qw, kw = gops.apply_rotary(position, qw), gops.apply_rotary(position, kw)
+        relative = ops.cast(position, qw.dtype) if p_bias == "typical_relative" else None
+        if relative is None and self.fusable(bias, training):
             o = self._fused_attention(qw, kw, vw, masks[2], bias)
             shape = ops.shape(o)
             return self.o_dense(ops.reshape(o, [shape[0], shape[1], self.heads * self.head_size]))
         a = ops.einsum("bjhd,bkhd->bhjk", qw, kw)
+        if relative is not None:    # Shaw et al.: q_j . r_jk added to the scores, sum_k p_jk r_jk to the output
+            a = a + ops.einsum("bjhd,jkd->bhjk", qw, relative)
         if self.attention_scale:
             a = a / self.key_size ** 0.5
-        if bias is not None:
+        if bias is not None and len(bias.shape) == 3:     # [B|1, Lq, Lk], shared by the heads
             bias = ops.expand_dims(bias, 1)
         attention = self._normalize(a, masks[2], bias, training)
         o = ops.einsum("bhjk,bkhd->bjhd", attention, vw)
+        if relative is not None:
+            o = o + ops.einsum("bhjk,jkd->bjhd", attention, relative)
         shape = ops.shape(o)
         o = self.o_dense(ops.reshape(o, [shape[0], shape[1], self.heads * self.head_size]))
         return [o, a] if self.return_attention_scores else o

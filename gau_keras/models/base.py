@@ -13,7 +13,8 @@ import numpy as np
 from gau_keras import checkpoints
 from gau_keras.bert4keras.model import Model
 from gau_keras.initializers import ScaledTruncatedNormal
-from gau_keras.layers import AttentionBias, Embedding, SinusoidalPositionEmbedding
+from gau_keras.layers import (AttentionBias, Embedding, LayerNormalization, MultiHeadAttention,
+                              SinusoidalPositionEmbedding)
 from gau_keras.layers.heads import FirstToken
 from gau_keras.layers.recompute import default_recompute
 
@@ -53,14 +54,21 @@ class Transformer:
 
     #: whether the encoder reads segment ids (sentence-pair tasks feed them)
     takes_segment_ids = True
+    #: config keys without which the model cannot be built
+    required_config_keys = ("vocab_size", "hidden_size", "num_hidden_layers")
 
     #: exponent of the depth factor of the initializer (2: RoFormerV2, 3: GAU-alpha)
     initializer_order = 2
     #: the attention normalisation when the config names none
     default_normalization = "softmax"
-    #: whether the class has bert4keras's pooler (``with_pool``) and position-id input
+    #: which of bert4keras's BERT options the class honours (the others are refused, saying why)
     supports_pooler = False
     supports_custom_position_ids = False
+    supports_nsp = False
+    supports_hierarchical_position = False
+    supports_shared_segment_embeddings = False
+    supports_residual_attention_scores = False
+    supports_layer_norm_cond = False
 
     def __init__(self, vocab_size, hidden_size, num_hidden_layers, num_attention_heads=1,
                  intermediate_size=None, hidden_act="relu", dropout_rate=None,
@@ -82,6 +90,7 @@ class Transformer:
         if unused_checkpoint_variables not in UNUSED_VARIABLE_ACTIONS:
             raise ValueError(f"unused_checkpoint_variables must be one of {UNUSED_VARIABLE_ACTIONS}, "
                              f"got {unused_checkpoint_variables!r}")
+        self.application = application
         self._refuse_bert_only_options(with_pool, with_nsp, custom_position_ids, hierarchical_position,
                                        shared_segment_embeddings, residual_attention_scores,
                                        autoresize_weights)
@@ -129,6 +138,7 @@ class Transformer:
         self.outputs = self.output = None
         self.model = None
         self.encoder_output = None
+        self.layer_norm_conds = [None, None, "linear"]
         self.built = False
 
     def _refuse_bert_only_options(self, with_pool, with_nsp, custom_position_ids, hierarchical_position,
@@ -141,18 +151,22 @@ class Transformer:
                              f"with a [CLS] position)")
         if custom_position_ids and not self.supports_custom_position_ids:
             raise ValueError(f"custom_position_ids=True: {model} takes no position ids")
-        if with_nsp:
+        if with_nsp and not self.supports_nsp:
             raise ValueError(f"with_nsp={with_nsp!r}: {model} has no next-sentence head (GAU-alpha and "
                              f"RoFormerV2 were pretrained without NSP); use with_pool and a Dense(2) of your own")
-        if hierarchical_position is not None:
+        if hierarchical_position is not None and not self.supports_hierarchical_position:
             raise ValueError(f"hierarchical_position={hierarchical_position!r} decomposes BERT's absolute "
-                             f"position embeddings; {model} has none (it uses rotary positions, which need "
-                             f"no decomposition to run past max_position)")
-        if shared_segment_embeddings:
+                             f"position embeddings; {model} has none (it uses relative or rotary positions, "
+                             f"which need no decomposition to run past max_position)")
+        if shared_segment_embeddings and not self.supports_shared_segment_embeddings:
             raise ValueError(f"shared_segment_embeddings=True is not supported by {model}: its token embedding "
                              f"masks id 0, which would mask every first-segment token")
-        if residual_attention_scores:
+        if residual_attention_scores and not self.supports_residual_attention_scores:
             raise ValueError(f"residual_attention_scores=True (RealFormer) is not supported by {model}")
+        if residual_attention_scores and self.application != "encoder":
+            raise ValueError(f"residual_attention_scores=True with application={self.application!r}: the "
+                             f"scores of the previous layer cannot be added to the boolean LM/UniLM mask "
+                             f"(bert4keras 0.11.5 fails there too); use application='encoder'")
         if autoresize_weights:
             raise ValueError(f"autoresize_weights=True is not supported by {model}: a checkpoint of another "
                              f"size is an error naming the variable and both shapes")
@@ -165,9 +179,12 @@ class Transformer:
 
         bert4keras's build arguments: ``additional_input_layers`` (Keras inputs
         appended to the model's, for layers of your own that use them) is
-        supported; ``attention_caches`` and ``layer_norm_cond`` are refused
-        with the reason. Other keywords (bert4keras passes the whole config)
-        are ignored, as there.
+        supported; so is ``layer_norm_cond`` (a tensor [B, c] or [B, L, c]
+        conditioning every layer norm's gamma and beta, through a Dense of
+        ``layer_norm_cond_hidden_size`` units and ``layer_norm_cond_hidden_act``
+        when given) by the models whose norms have gamma and beta (BERT and its
+        family); ``attention_caches`` is refused with the reason. Other keywords
+        (bert4keras passes the whole config) are ignored, as there.
         """
         if self.built:
             return self.model
@@ -175,9 +192,11 @@ class Transformer:
         if attention_caches:
             raise ValueError(f"attention_caches: {model} has no cached-key/value attention; "
                              f"AutoRegressiveDecoder recomputes the prefix at each step")
-        if layer_norm_cond is not None:
+        if layer_norm_cond is not None and not self.supports_layer_norm_cond:
             raise ValueError(f"layer_norm_cond: {model}'s norms are parameter-free RMS norms (no gamma/beta "
-                             f"to condition); conditional layer norm applies to BERT only")
+                             f"to condition); conditional layer norm applies to BERT and its family")
+        self.layer_norm_conds = [layer_norm_cond, layer_norm_cond_hidden_size,
+                                 layer_norm_cond_hidden_act or "linear"]
         inputs = self.get_inputs()
         self.set_inputs(inputs, additional_input_layers)
         self.set_outputs(self.call(inputs))
@@ -207,6 +226,30 @@ class Transformer:
         self.encoder_output = x     # the hidden states before any head
         return self.apply_final_layers(x)
 
+    def get_inputs(self):
+        """``Input-Token`` [B, L], ``Input-Segment`` (unless ``segment_vocab_size=0``) and, with
+        ``custom_position_ids``, ``Input-Position``."""
+        inputs = [self.input_layer("Input-Token")]
+        if self.segment_vocab_size > 0:
+            inputs.append(self.input_layer("Input-Segment"))
+        if self.custom_position_ids:
+            inputs.append(self.input_layer("Input-Position"))
+        return inputs
+
+    def input_layer(self, name):
+        """An id input [B, sequence_length] named ``prefix + name``, of Keras's floatx as in
+        bert4keras (so that a loss may do arithmetic on ``inputs[1]``; the embeddings cast
+        the ids to integers)."""
+        return keras.Input(shape=(self.sequence_length,), dtype=keras.config.floatx(), name=self.prefixed(name))
+
+    def layer_norm(self, x, name, epsilon=None):
+        """bert4keras's LayerNormalization (gamma and beta), conditioned on ``layer_norm_cond``
+        when the model was built with one; ``epsilon`` None = Keras's (1e-7)."""
+        cond, units, activation = self.layer_norm_conds
+        return self.apply(self.simplify([x, cond]), LayerNormalization, epsilon=epsilon,
+                          conditional=cond is not None, hidden_units=units, hidden_activation=activation,
+                          hidden_initializer=self.initializer, name=name)
+
     @staticmethod
     def simplify(inputs):
         """``inputs`` without its Nones; a single remaining item unwrapped."""
@@ -223,6 +266,9 @@ class Transformer:
         """
         if layer is keras.layers.Dropout and not kwargs.get("rate"):
             return inputs
+        residual_scores = layer is MultiHeadAttention and self.residual_attention_scores
+        if residual_scores:
+            kwargs["return_attention_scores"] = True
         name = self.prefixed(kwargs.get("name"))
         kwargs["name"] = name
         if name not in self.layers:
@@ -231,7 +277,20 @@ class Transformer:
             name = instance.name
         if inputs is None:
             return self.layers[name]
+        if residual_scores:
+            return self._residual_attention(self.layers[name], inputs, dict(arguments or {}))
         return self.layers[name](inputs, **(arguments or {}))
+
+    def _residual_attention(self, layer, inputs, arguments):
+        """RealFormer (``residual_attention_scores``): the previous attention layer's scores
+        [B, heads, L, L] are this one's additive bias; returns the attention output and keeps
+        its scores for the next layer."""
+        if self.attention_scores is not None:
+            inputs = list(inputs)
+            inputs.insert(3, self.attention_scores)
+            arguments["a_bias"] = True
+        output, self.attention_scores = layer(inputs, **arguments)
+        return output
 
     @property
     def initializer(self):
@@ -375,6 +434,15 @@ class Transformer:
         """Checkpoint variables that hold vocab rows (keep/compound tokens apply)."""
         return {"bert/embeddings/word_embeddings"}
 
+    def transposed_variable_names(self):
+        """Checkpoint variables stored transposed relative to the Keras weight (BERT's NSP
+        ``output_weights`` [2, H] for a Dense kernel [H, 2])."""
+        return set()
+
+    def checkpoint_hint(self, reader):
+        """A sentence naming the model a checkpoint that does not fit seems to be for, or ''."""
+        return checkpoint_hint(reader.shapes, type(self))
+
     def _weight_pairs(self, mapping):
         """Yields (layer_name, weight, ckpt_name) for the layers this model has."""
         for layer_name, variables in mapping.items():
@@ -432,8 +500,10 @@ class Transformer:
                 if self.ignore_invalid_weights:
                     logger.warning("%s; ignored (ignore_invalid_weights=True)", message)
                     continue
-                raise checkpoints.CheckpointError(message)
+                raise checkpoints.CheckpointError(message + self.checkpoint_hint(reader))
             value = reader.get(ckpt_name)
+            if ckpt_name in self.transposed_variable_names():
+                value = np.transpose(value)
             if ckpt_name in self.embedding_variable_names():
                 value = self.load_embeddings(value, f"{ckpt_name!r} of {reader.path!r}")
             if tuple(value.shape) != expected:
@@ -470,10 +540,51 @@ class Transformer:
                       "'ignore' to silence it", CheckpointWarning, stacklevel=3)
 
     def save_weights_as_checkpoint(self, filename, mapping=None, dtype=None):
-        """Writes the mapped weights as a TF1 checkpoint with the original names."""
-        values = {ckpt_name: keras.ops.convert_to_numpy(weight.value)
-                  for _, weight, ckpt_name in self._weight_pairs(mapping or self.variable_mapping())}
+        """Writes the mapped weights as a TF1 checkpoint with the original names.
+
+        Layers that share one checkpoint name (ALBERT's one layer group read by
+        ``albert_unshared``) must hold equal values: other values cannot be written in
+        that format, which is an error naming the variable and the layers."""
+        values, writers = {}, {}
+        transposed = self.transposed_variable_names()
+        for layer_name, weight, ckpt_name in self._weight_pairs(mapping or self.variable_mapping()):
+            value = keras.ops.convert_to_numpy(weight.value)
+            if ckpt_name in transposed:
+                value = np.transpose(value)
+            if ckpt_name in values and not np.array_equal(values[ckpt_name], value):
+                raise checkpoints.CheckpointError(
+                    f"save_weights_as_checkpoint: layers {writers[ckpt_name]!r} and {layer_name!r} both map "
+                    f"to checkpoint variable {ckpt_name!r} but hold different values (the layers were trained "
+                    f"apart); the checkpoint format has one variable for them")
+            values[ckpt_name], writers[ckpt_name] = value, layer_name
         return checkpoints.save_checkpoint(filename, values, dtype=dtype)
+
+
+#: (checkpoint name pattern, the model it marks, what marks it), most specific first
+_CHECKPOINT_SIGNS = (
+    (re.compile(r"^GAU_alpha/"), "gau_alpha", "GAU_alpha/* variables"),
+    (re.compile(r"^electra/"), "electra", "electra/* variables"),
+    (re.compile(r"^bert/encoder/transformer/group_0/"), "albert", "ALBERT's shared layer group"),
+    (re.compile(r"^bert/encoder/layer_0/attention/output/LayerNorm/"), "bert",
+     "BERT's attention LayerNorm"),
+    (re.compile(r"^bert/encoder/layer_0/attention/self/query/kernel$"), "roformer_v2",
+     "bias-free attention without LayerNorm"),
+)
+
+
+def checkpoint_hint(names, model_class):
+    """' (it looks like a ... checkpoint: pass model=...)' for the first sign found in the
+    checkpoint ``names`` that names a model other than ``model_class``, else ''."""
+    from gau_keras.models.builder import MODELS
+
+    for pattern, model, sign in _CHECKPOINT_SIGNS:
+        if any(pattern.search(name) for name in names):
+            family = model_class.__name__.lower()
+            if MODELS.get(model) is model_class or family.startswith(model.split("_")[0]) or (
+                    model == "bert" and family in ("nezha", "roformer")):
+                return ""
+            return f" (the checkpoint has {sign}: load it with model={model!r})"
+    return ""
 
 
 def summarize_names(names, limit=8):

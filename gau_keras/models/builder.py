@@ -3,16 +3,28 @@ import inspect
 import logging
 import os
 
+from gau_keras.models.albert import ALBERT, ALBERT_Unshared
 from gau_keras.models.base import BUILD_ARGUMENTS
+from gau_keras.models.bert import BERT
 from gau_keras.models.config import CONFIG_ALIASES, METADATA_KEYS, read_config, validate
+from gau_keras.models.electra import ELECTRA
 from gau_keras.models.gau_alpha import GAU_alpha
+from gau_keras.models.nezha import NEZHA
+from gau_keras.models.roformer import RoFormer
 from gau_keras.models.roformer_v2 import RoFormerV2
 from gau_keras.models.srupp import SRUppModel
 
 logger = logging.getLogger(__name__)
 
-#: model name -> class; other modules may register more (e.g. 'srupp').
+#: model name -> class (bert4keras's names first); other modules may register more.
 MODELS = {
+    "bert": BERT,
+    "roberta": BERT,
+    "albert": ALBERT,
+    "albert_unshared": ALBERT_Unshared,
+    "nezha": NEZHA,
+    "roformer": RoFormer,
+    "electra": ELECTRA,
     "gau_alpha": GAU_alpha,
     "gau-alpha": GAU_alpha,
     "roformer_v2": RoFormerV2,
@@ -34,8 +46,7 @@ def model_names(segment_ids=None):
 
 
 #: bert4keras's other model names: not implemented here (said so, not "unknown")
-BERT4KERAS_ONLY_MODELS = ("bert", "albert", "albert_unshared", "roberta", "nezha", "roformer", "electra",
-                          "gpt", "gpt2", "gpt2_ml", "t5", "t5_encoder", "t5_decoder", "t5.1.0", "t5.1.1",
+BERT4KERAS_ONLY_MODELS = ("gpt", "gpt2", "gpt2_ml", "t5", "t5_encoder", "t5_decoder", "t5.1.0", "t5.1.1",
                           "mt5.1.1")
 
 def _with_application(base, application):
@@ -68,7 +79,8 @@ def _accepted_arguments(cls):
         if init is None:
             continue
         params = inspect.signature(init).parameters
-        names.update(n for n, p in params.items() if n != "self" and p.kind is p.POSITIONAL_OR_KEYWORD)
+        names.update(n for n, p in params.items()
+                     if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
     return names
 
 
@@ -77,7 +89,7 @@ def resolve_model_class(model):
         key = model.lower()
         if key not in MODELS and key.split("_")[0] in BERT4KERAS_ONLY_MODELS:
             raise ValueError(f"model {model!r}: bert4keras's {key} is not implemented in gau_keras, which has "
-                             f"GAU-alpha, RoFormerV2 and SRU++ ({sorted(MODELS)}) or a Transformer subclass")
+                             f"{sorted(MODELS)} or a Transformer subclass")
         if key not in MODELS:
             raise ValueError(f"unknown model {model!r}; expected one of {sorted(MODELS)} or a class")
         return MODELS[key]
@@ -86,7 +98,7 @@ def resolve_model_class(model):
     raise TypeError(f"model must be a name or a class, got {type(model).__name__}")
 
 
-def build_transformer_model(config_path=None, checkpoint_path=None, model="gau_alpha",
+def build_transformer_model(config_path=None, checkpoint_path=None, model="bert",
                             application="encoder", return_keras_model=True, **kwargs):
     """Builds a model, optionally loading an original TF1 checkpoint.
 
@@ -95,7 +107,9 @@ def build_transformer_model(config_path=None, checkpoint_path=None, model="gau_a
             its keys, or None.
         checkpoint_path: TF1 checkpoint prefix or directory, a
             ``{name: array}`` dict, or None.
-        model: 'gau_alpha', 'roformer_v2', ... or a ``Transformer`` subclass.
+        model: 'bert' (the default, as in bert4keras), 'roberta', 'albert',
+            'albert_unshared', 'nezha', 'roformer', 'electra', 'roformer_v2',
+            'gau_alpha', 'srupp', or a ``Transformer`` subclass.
         application: 'encoder', 'lm' (causal) or 'unilm'.
         return_keras_model: return the ``keras.Model`` (True) or the builder
             object (``.model``, ``.inputs``, ``.outputs``, ``.layers``,
@@ -129,7 +143,7 @@ def build_transformer_model(config_path=None, checkpoint_path=None, model="gau_a
         configs.update({k: v for k, v in file_config.items() if k in accepted})
     configs.update(kwargs)
     configs["application"] = application.lower()   # an extend_with_* class replaces it with its own
-    missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers") if k not in configs]
+    missing = [k for k in cls.required_config_keys if k not in configs]
     if missing:
         where = (f"config {config_path!r}" if isinstance(config_path, (str, os.PathLike))
                  else "the config" if config_path else "the arguments (no config_path given)")

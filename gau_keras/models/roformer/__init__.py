@@ -1,0 +1,4 @@
+"""RoFormer (v1)."""
+from gau_keras.models.roformer.model import RoFormer
+
+__all__ = ["RoFormer"]

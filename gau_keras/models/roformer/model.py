@@ -1,0 +1,21 @@
+"""RoFormer (v1, ZhuiyiTechnology): BERT with rotary position embeddings (RoPE) in the
+attention instead of absolute ones in the embeddings. RoFormerV2 shares its RoPE
+(``Transformer.compute_position_bias``, ``Embedding-Rotary-Position``).
+
+Design notes: docs/models.md (BERT and its family).
+"""
+from gau_keras.models.bert import BERT
+
+
+class RoFormer(BERT):
+    """RoFormer (bert4keras names): NEZHA's embeddings (no ``Embedding-Position``),
+    BERT's blocks with RoPE on q and k (``custom_position_ids`` gives the rotary
+    positions), BERT's checkpoint names."""
+
+    absolute_positions = False
+    embedding_norm_epsilon = None
+    block_norm_epsilon = None
+    supports_hierarchical_position = False
+
+    def attention_position(self, x):
+        return self.compute_position_bias(x), "rotary"
