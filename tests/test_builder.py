@@ -38,10 +38,10 @@ def test_builder_object_attributes(tmp_path):
 
 def test_with_pool_rules_and_values(tmp_path):
     config, ckpt = random_checkpoint(str(tmp_path))
-    encoder = build_transformer_model(config, ckpt, return_keras_model=False)
+    encoder = build_transformer_model(config, ckpt, return_keras_model=False, model="gau_alpha")
     with pytest.warns(UserWarning, match="bert/pooler/dense/kernel, bert/pooler/dense/bias") as record:
         pooled = build_transformer_model(config, ckpt, with_pool=True, layers=encoder.layers,
-                                         return_keras_model=False)
+                                         return_keras_model=False, model="gau_alpha")
     assert len([w for w in record if "pooler" in str(w.message)]) == 1   # one warning, both names
     assert pooled.model.output.shape == (None, 16)
     hidden = encoder.model.predict([IDS, SEGMENTS], verbose=0)
@@ -49,31 +49,33 @@ def test_with_pool_rules_and_values(tmp_path):
     expected = np.tanh(hidden[:, 0] @ dense.kernel.numpy() + dense.bias.numpy())
     np.testing.assert_allclose(pooled.model.predict([IDS, SEGMENTS], verbose=0), expected, atol=1e-5)
 
-    both = build_transformer_model(config, with_pool="linear", with_mlm=True, return_keras_model=False)
+    both = build_transformer_model(config, with_pool="linear", with_mlm=True, return_keras_model=False,
+                                   model="gau_alpha")
     assert [tuple(o.shape) for o in both.outputs] == [(None, 16), (None, None, 60)]
     assert both.layers["Pooler-Dense"].activation is keras.activations.linear
-    simbert = build_transformer_model(config, with_pool="linear", application="unilm")  # SimBERT's layout
+    # SimBERT's layout
+    simbert = build_transformer_model(config, with_pool="linear", application="unilm", model="gau_alpha")
     assert len(simbert.outputs) == 2
 
 
 def test_pooler_weights_round_trip_through_checkpoint(tmp_path):
     config, _ = random_checkpoint(str(tmp_path))
-    original = build_transformer_model(config, with_pool=True, return_keras_model=False)
+    original = build_transformer_model(config, with_pool=True, return_keras_model=False, model="gau_alpha")
     ckpt = original.save_weights_as_checkpoint(str(tmp_path / "pooled" / "model.ckpt"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")     # the checkpoint has the pooler: nothing to warn about
-        again = build_transformer_model(config, ckpt, with_pool=True)
+        again = build_transformer_model(config, ckpt, with_pool=True, model="gau_alpha")
     np.testing.assert_allclose(again.predict([IDS, SEGMENTS], verbose=0),
                                original.model.predict([IDS, SEGMENTS], verbose=0), atol=1e-6)
 
 
 def test_segment_vocab_size_zero_has_token_input_only():
-    model = build_transformer_model(segment_vocab_size=0, **SMALL)
+    model = build_transformer_model(segment_vocab_size=0, **SMALL, model="gau_alpha")
     assert [x.name for x in model.inputs] == ["Input-Token"]
     assert "Embedding-Segment" not in {layer.name for layer in model.layers}
     assert model.predict(IDS, verbose=0).shape == (2, 8, 16)
     with pytest.raises(ValueError, match="segment_vocab_size"):
-        build_transformer_model(segment_vocab_size=0, application="unilm", **SMALL)
+        build_transformer_model(segment_vocab_size=0, application="unilm", **SMALL, model="gau_alpha")
 
 
 @pytest.mark.parametrize("cls", [GAU_alpha, RoFormerV2])
@@ -93,12 +95,12 @@ def test_custom_position_ids_are_the_rotary_positions(cls):
 
 
 def test_prefix_and_layer_sharing():
-    a = build_transformer_model(prefix="Predecessor-", return_keras_model=False, **SMALL)
-    b = build_transformer_model(prefix="Successor-", return_keras_model=False, **SMALL)
+    a = build_transformer_model(prefix="Predecessor-", return_keras_model=False, **SMALL, model="gau_alpha")
+    b = build_transformer_model(prefix="Successor-", return_keras_model=False, **SMALL, model="gau_alpha")
     assert a.inputs[0].name == "Predecessor-Input-Token"
     assert "Successor-Transformer-0-GatedAttentionUnit" in b.layers and not set(a.layers) & set(b.layers)
     shared = build_transformer_model(layers=a.layers, prefix="Predecessor-", name="again",
-                                     return_keras_model=False, **SMALL)
+                                     return_keras_model=False, **SMALL, model="gau_alpha")
     assert shared.model.name == "again"
     assert shared.model.get_layer("Predecessor-Embedding-Token") is a.model.get_layer("Predecessor-Embedding-Token")
     np.testing.assert_allclose(shared.model.predict([IDS, SEGMENTS], verbose=0),
@@ -112,7 +114,7 @@ def test_prefix_and_layer_sharing():
 
 def test_additional_input_layers():
     extra = keras.Input(shape=(3,), name="Input-Condition")
-    t = build_transformer_model(additional_input_layers=extra, return_keras_model=False, **SMALL)
+    t = build_transformer_model(additional_input_layers=extra, return_keras_model=False, **SMALL, model="gau_alpha")
     assert t.inputs[-1] is extra and len(t.model.inputs) == 3
 
 
@@ -128,18 +130,19 @@ def test_additional_input_layers():
 ])
 def test_options_that_do_not_apply_are_refused_with_the_reason(argument, value, message):
     with pytest.raises(ValueError, match=message) as info:
-        build_transformer_model(**{argument: value}, **SMALL)
+        build_transformer_model(**{argument: value}, **SMALL, model="gau_alpha")
     assert argument in str(info.value)
 
 
 def test_bert4keras_only_models_and_srupp_pooler_are_refused():
-    with pytest.raises(ValueError, match="bert4keras's bert is not implemented"):
-        build_transformer_model(model="bert", **SMALL)
+    with pytest.raises(ValueError, match="bert4keras's gpt2 is not implemented"):
+        build_transformer_model(model="gpt2", **SMALL)
     with pytest.raises(ValueError, match="SRUppModel has no pooler"):
         build_transformer_model(model="srupp", application="lm", with_pool=True, vocab_size=30, hidden_size=8,
                                 num_hidden_layers=1)
     with pytest.raises(TypeError, match="hiden_size"):
-        build_transformer_model(hiden_size=3, **{k: v for k, v in TINY_GAU.items() if k != "hidden_size"})
+        build_transformer_model(hiden_size=3, **{k: v for k, v in TINY_GAU.items() if k != "hidden_size"},
+                                model="gau_alpha")
 
 
 def test_extend_with_language_model_factories():

@@ -23,10 +23,10 @@ def test_round_trip_names_and_outputs(tmp_path):
     names = dict(checkpoints.list_variables(ckpt))
     assert set(names) == GAU_NAMES
     assert names["GAU_alpha/encoder/layer_0/gau/i_dense/kernel"] == [16, 2 * 24 + 8]
-    original = build_transformer_model(config, ckpt, with_mlm=True, return_keras_model=False)
+    original = build_transformer_model(config, ckpt, with_mlm=True, return_keras_model=False, model="gau_alpha")
     again = original.save_weights_as_checkpoint(str(tmp_path / "copy" / "model.ckpt"))
     for directory_or_prefix in (again, str(tmp_path / "copy")):
-        reloaded = build_transformer_model(config, directory_or_prefix, with_mlm=True)
+        reloaded = build_transformer_model(config, directory_or_prefix, with_mlm=True, model="gau_alpha")
         np.testing.assert_array_equal(reloaded.predict([IDS, SEGMENTS], verbose=0),
                                       original.model.predict([IDS, SEGMENTS], verbose=0))
 
@@ -42,9 +42,9 @@ def test_roformer_v2_names(tmp_path):
 def test_not_a_checkpoint(tmp_path):
     config = write_config(str(tmp_path), TINY_GAU)
     with pytest.raises(checkpoints.CheckpointError, match="is not a TF checkpoint"):
-        build_transformer_model(config, str(tmp_path / "nothing.ckpt"))
+        build_transformer_model(config, str(tmp_path / "nothing.ckpt"), model="gau_alpha")
     with pytest.raises(checkpoints.CheckpointError, match="without a unique TF checkpoint"):
-        build_transformer_model(config, str(tmp_path))
+        build_transformer_model(config, str(tmp_path), model="gau_alpha")
 
 
 def _rewrite(ckpt, target, drop=(), replace=None):
@@ -59,11 +59,11 @@ def test_missing_variable_names_layer_variable_and_file(tmp_path):
     name = "GAU_alpha/encoder/layer_1/gau/o_dense/kernel"
     broken = _rewrite(ckpt, str(tmp_path / "broken" / "bert_model.ckpt"), drop=[name])
     with pytest.raises(checkpoints.CheckpointError) as info:
-        build_transformer_model(config, broken)
+        build_transformer_model(config, broken, model="gau_alpha")
     message = str(info.value)
     for part in ("Transformer-1-GatedAttentionUnit", name, "(24, 16)", broken):
         assert part in message
-    model = build_transformer_model(config, broken, ignore_invalid_weights=True)
+    model = build_transformer_model(config, broken, ignore_invalid_weights=True, model="gau_alpha")
     assert model.predict([IDS, SEGMENTS], verbose=0).shape == (1, 6, 16)
 
 
@@ -72,7 +72,7 @@ def test_shape_mismatch_names_both_shapes(tmp_path):
     name = "bert/embeddings/token_type_embeddings"
     broken = _rewrite(ckpt, str(tmp_path / "broken" / "bert_model.ckpt"), replace={name: np.zeros((3, 16), "float32")})
     with pytest.raises(checkpoints.CheckpointError) as info:
-        build_transformer_model(config, broken)
+        build_transformer_model(config, broken, model="gau_alpha")
     message = str(info.value)
     for part in ("Embedding-Segment", name, "(2, 16)", "(3, 16)", broken):
         assert part in message
@@ -90,7 +90,7 @@ def test_state_file_points_at_prefix(tmp_path):
 def test_fewer_layers_than_the_checkpoint_warns_once_naming_the_unused(tmp_path):
     config, ckpt = random_checkpoint(str(tmp_path), num_hidden_layers=3)
     with pytest.warns(CheckpointWarning) as record:
-        model = build_transformer_model(config, ckpt, num_hidden_layers=1)
+        model = build_transformer_model(config, ckpt, num_hidden_layers=1, model="gau_alpha")
     assert len(record) == 1
     message = str(record[0].message)
     assert "8 variable(s)" in message and "GAU_alpha/encoder/layer_{1..2}/* (8 variables)" in message
@@ -99,8 +99,9 @@ def test_fewer_layers_than_the_checkpoint_warns_once_naming_the_unused(tmp_path)
     np.testing.assert_allclose(model.get_layer("Transformer-0-GatedAttentionUnit").o_dense.kernel.numpy(),
                                weights["GAU_alpha/encoder/layer_0/gau/o_dense/kernel"], atol=1e-7)
     with pytest.raises(checkpoints.CheckpointError, match=r"layer_\{1..2\}"):
-        build_transformer_model(config, ckpt, num_hidden_layers=1, unused_checkpoint_variables="error")
-    transformer = build_transformer_model(config, num_hidden_layers=1, return_keras_model=False)
+        build_transformer_model(config, ckpt, num_hidden_layers=1, unused_checkpoint_variables="error",
+                                model="gau_alpha")
+    transformer = build_transformer_model(config, num_hidden_layers=1, return_keras_model=False, model="gau_alpha")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert transformer.load_weights_from_checkpoint(ckpt, unused_variables="ignore") == 6
@@ -115,16 +116,16 @@ def test_optimizer_state_is_not_an_unused_variable(tmp_path):
     with_state = _rewrite(ckpt, str(tmp_path / "state" / "bert_model.ckpt"), replace=extra)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        build_transformer_model(config, with_state)
+        build_transformer_model(config, with_state, model="gau_alpha")
     stray = _rewrite(ckpt, str(tmp_path / "stray" / "bert_model.ckpt"),
                      replace={"bert/encoder/extra/kernel": np.zeros(3, "float32")})
     with pytest.warns(CheckpointWarning, match="1 variable.*bert/encoder/extra/kernel"):
-        build_transformer_model(config, stray)
+        build_transformer_model(config, stray, model="gau_alpha")
 
 
 def test_dict_checkpoint_loads_like_a_file(tmp_path):
     config, ckpt = random_checkpoint(str(tmp_path))
-    from_file = build_transformer_model(config, ckpt)
-    from_dict = build_transformer_model(config, read_checkpoint(ckpt))
+    from_file = build_transformer_model(config, ckpt, model="gau_alpha")
+    from_dict = build_transformer_model(config, read_checkpoint(ckpt), model="gau_alpha")
     np.testing.assert_allclose(from_dict.predict([IDS, SEGMENTS], verbose=0),
                                from_file.predict([IDS, SEGMENTS], verbose=0), atol=1e-6)

@@ -53,7 +53,7 @@ def test_forward_matches_numpy(tmp_path, model, application):
 def test_softmax_floor_16_differs_only_for_short_sequences(tmp_path):
     config, ckpt = random_checkpoint(str(tmp_path))
     weights = read_checkpoint(ckpt)
-    model = build_transformer_model(config, ckpt)
+    model = build_transformer_model(config, ckpt, model="gau_alpha")
     got = model.predict([BATCH, SEGMENTS], verbose=0)
     np.testing.assert_allclose(got, reference("gau_alpha", weights, BATCH, SEGMENTS, min_len=16)[0], atol=1e-5)
     assert np.abs(got - reference("gau_alpha", weights, BATCH, SEGMENTS, min_len=1)[0]).max() > 1e-3
@@ -65,7 +65,7 @@ def test_longer_than_max_position(tmp_path, rng):
     ids = rng.integers(4, 60, size=(1, 600))
     ids[0, 550:] = 0
     segments = np.zeros_like(ids)
-    model = build_transformer_model(config, ckpt, with_mlm="linear")
+    model = build_transformer_model(config, ckpt, with_mlm="linear", model="gau_alpha")
     expected = ref.gau_alpha_forward(weights, ids, segments, 2, 8, 24, 16)[1]
     diff = np.abs(model.predict([ids, segments], verbose=0) - expected).max()
     print(f"gau_alpha/encoder, 600 tokens: max abs diff logits {diff:.2e}")
@@ -85,7 +85,7 @@ def test_padding_invariance(tmp_path, model):
 
 def test_lm_is_causal(tmp_path):
     config, ckpt = random_checkpoint(str(tmp_path))
-    lm = build_transformer_model(config, ckpt, application="lm", with_mlm="linear")
+    lm = build_transformer_model(config, ckpt, application="lm", with_mlm="linear", model="gau_alpha")
     a = np.array([[2, 9, 14, 33, 5, 3]])
     b = np.array([[2, 9, 14, 50, 51, 52]])
     out_a = lm.predict([a, np.zeros_like(a)], verbose=0)
@@ -110,7 +110,7 @@ def test_layer_names_follow_bert4keras():
 
 def test_keras_round_trip_of_built_model(tmp_path):
     config, ckpt = random_checkpoint(str(tmp_path))
-    model = build_transformer_model(config, ckpt, application="unilm", with_mlm=True)
+    model = build_transformer_model(config, ckpt, application="unilm", with_mlm=True, model="gau_alpha")
     assert_keras_round_trip(model, [BATCH, SEGMENTS], atol=1e-6)
 
 
@@ -119,7 +119,7 @@ def test_keep_and_compound_tokens(tmp_path):
     table = read_checkpoint(ckpt)["bert/embeddings/word_embeddings"]
     keep = [0, 1, 2, 3, 10, 20, 30]
     compound = [[4, 5], ([1, 6], [1.0, 3.0])]
-    model = build_transformer_model(config, ckpt, keep_tokens=keep, compound_tokens=compound)
+    model = build_transformer_model(config, ckpt, keep_tokens=keep, compound_tokens=compound, model="gau_alpha")
     got = model.get_layer("Embedding-Token").embeddings.numpy()
     kept = table[keep]
     expected = np.concatenate([kept, [(kept[4] + kept[5]) / 2, (kept[1] + 3 * kept[6]) / 4]])
@@ -135,27 +135,27 @@ def test_hf_style_config_is_accepted(tmp_path):
           "attention_scale": True}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(hf))
-    transformer = build_transformer_model(str(path), return_keras_model=False)
+    transformer = build_transformer_model(str(path), return_keras_model=False, model="gau_alpha")
     assert transformer.layer_norm_epsilon == 1e-12
     assert transformer.attention_key_size == 8 and transformer.intermediate_size == 24
     hf["use_bias"] = True
     path.write_text(json.dumps(hf))
     with pytest.raises(ValueError, match="use_bias"):
-        build_transformer_model(str(path))
+        build_transformer_model(str(path), model="gau_alpha")
 
 
 def test_bad_arguments_are_named(tmp_path):
     config = write_config(str(tmp_path), TINY_GAU)
     with pytest.raises(TypeError, match="hiden_size"):
-        build_transformer_model(config, hiden_size=32)
+        build_transformer_model(config, hiden_size=32, model="gau_alpha")
     with pytest.raises(ValueError, match="unknown model 'gau_beta'"):
         build_transformer_model(config, model="gau_beta")
     with pytest.raises(ValueError, match="application"):
-        build_transformer_model(config, application="seq2seq")
+        build_transformer_model(config, application="seq2seq", model="gau_alpha")
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
     with pytest.raises(ValueError, match="broken.json"):
-        build_transformer_model(str(broken))
+        build_transformer_model(str(broken), model="gau_alpha")
 
 
 def test_bert_config_names_accepted_as_keywords():

@@ -87,9 +87,9 @@ def test_config_values_are_validated_naming_key_and_file(model_dir, capsys, key,
 def test_keep_tokens_out_of_range(model_dir):
     with pytest.raises(CheckpointError, match=r"keep_tokens: id\(s\) \[60, 99\] are not rows of .*60 rows"):
         build_transformer_model(str(model_dir / "bert_config.json"), str(model_dir / "bert_model.ckpt"),
-                                keep_tokens=[0, 1, 60, 99])
+                                keep_tokens=[0, 1, 60, 99], model="gau_alpha")
     model = build_transformer_model(str(model_dir / "bert_config.json"), str(model_dir / "bert_model.ckpt"),
-                                    keep_tokens=[0, 2, 3, 5])
+                                    keep_tokens=[0, 2, 3, 5], model="gau_alpha")
     assert model.get_layer("Embedding-Token").embeddings.shape == (4, TINY_GAU["hidden_size"])
 
 

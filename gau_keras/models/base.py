@@ -13,8 +13,13 @@ import numpy as np
 from gau_keras import checkpoints
 from gau_keras.bert4keras.model import Model
 from gau_keras.initializers import ScaledTruncatedNormal
-from gau_keras.layers import (AttentionBias, Embedding, LayerNormalization, MultiHeadAttention,
-                              SinusoidalPositionEmbedding)
+from gau_keras.layers import (
+    AttentionBias,
+    Embedding,
+    LayerNormalization,
+    MultiHeadAttention,
+    SinusoidalPositionEmbedding,
+)
 from gau_keras.layers.heads import FirstToken
 from gau_keras.layers.recompute import default_recompute
 

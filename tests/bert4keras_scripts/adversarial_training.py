@@ -79,7 +79,8 @@ def main(rows=8, epsilon=0.5, learning_rate=1e-5, **model_options):
     if not os.path.exists(required_files[0]):
         raise FileNotFoundError(f'{required_files[0]} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)')
     x, y = one_batch(rows)
-    bert = build_transformer_model(config_path, checkpoint_path, dropout_rate=0, attention_dropout_rate=0,
+    bert = build_transformer_model(config_path, checkpoint_path, model='gau_alpha', dropout_rate=0,
+                                   attention_dropout_rate=0,
                                    return_keras_model=False, **model_options)
     output = Lambda(lambda h: h[:, 0])(bert.model.output)
     output = Dense(num_classes, activation='softmax', kernel_initializer=bert.initializer)(output)

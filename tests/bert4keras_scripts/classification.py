@@ -63,7 +63,8 @@ def main(rows=32, epochs=1, learning_rate=1e-3, **model_options):
         if not os.path.exists(path):
             raise FileNotFoundError(f'{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)')
     generator = ReviewBatches(read_reviews(required_files[0], rows), batch_size)
-    bert = build_transformer_model(config_path, checkpoint_path, return_keras_model=False, **model_options)
+    bert = build_transformer_model(config_path, checkpoint_path, model='gau_alpha', return_keras_model=False,
+                                   **model_options)
     cls_vector = Lambda(lambda x: x[:, 0], name='CLS-token')(bert.model.output)
     probas = Dense(len(classes), activation='softmax', kernel_initializer=bert.initializer)(cls_vector)
     model = keras.models.Model(bert.model.input, probas)

@@ -96,7 +96,7 @@ def main(rows=32, dev_rows=4, epochs=1, **model_options):
         if not os.path.exists(path):
             raise FileNotFoundError(f'{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)')
     train = TaggedBatches(read_entities(required_files[0], rows), batch_size)
-    model = build_transformer_model(config_path, checkpoint_path, **model_options)
+    model = build_transformer_model(config_path, checkpoint_path, model='gau_alpha', **model_options)
     scores = Dense(num_tags, kernel_initializer='he_normal')(model.output)
     crf = ConditionalRandomField(lr_multiplier=100)
     tagger = keras.models.Model(model.input, crf(scores))

@@ -79,7 +79,8 @@ def main(rows=32, epochs=1, **model_options):
         if not os.path.exists(path):
             raise FileNotFoundError(f'{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)')
     train = HeadlineBatches(headlines(required_files[0], rows), batch_size)
-    bert = build_transformer_model(config_path, checkpoint_path, return_keras_model=False, **model_options)
+    bert = build_transformer_model(config_path, checkpoint_path, model='gau_alpha', return_keras_model=False,
+                                   **model_options)
     head = Dense(len(news_labels), activation='softmax', kernel_initializer=bert.initializer, name='Probas')
     model = keras.models.Model(bert.model.input, head(Lambda(lambda x: x[:, 0])(bert.model.output)))
     AdamEMA = extend_with_exponential_moving_average(Adam, name='AdamEMA')

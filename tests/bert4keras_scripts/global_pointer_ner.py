@@ -95,7 +95,7 @@ def main(pointer='GlobalPointer', rows=32, dev_rows=4, epochs=1, **model_options
             raise FileNotFoundError(f'{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)')
     layer = {'GlobalPointer': GlobalPointer, 'EfficientGlobalPointer': EfficientGlobalPointer}[pointer]
     train = PointerBatches(load_cluener(required_files[0], rows), batch_size)
-    encoder = build_transformer_model(config_path, checkpoint_path, **model_options)
+    encoder = build_transformer_model(config_path, checkpoint_path, model='gau_alpha', **model_options)
     output = layer(heads=len(categories), head_size=32)(encoder.output)
     model = keras.models.Model(encoder.input, output)
     model.compile(loss=pointer_crossentropy, optimizer=Adam(2e-3))

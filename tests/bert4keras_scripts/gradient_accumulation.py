@@ -76,7 +76,8 @@ class KernelAfterEachBatch(keras.callbacks.Callback):
 
 
 def classifier(**model_options):
-    bert = build_transformer_model(config_path, checkpoint_path, dropout_rate=0, attention_dropout_rate=0,
+    bert = build_transformer_model(config_path, checkpoint_path, model='gau_alpha', dropout_rate=0,
+                                   attention_dropout_rate=0,
                                    return_keras_model=False, **model_options)
     cls_vector = Lambda(lambda x: x[:, 0])(bert.model.output)
     output = Dense(2, activation='softmax', kernel_initializer=bert.initializer)(cls_vector)

@@ -62,7 +62,8 @@ def cross_entropy(y_true, y_pred):
 
 
 def build_classifier(num_classes, **model_options):
-    bert = build_transformer_model(config_path, checkpoint_path, return_keras_model=False, **model_options)
+    bert = build_transformer_model(config_path, checkpoint_path, model='gau_alpha', return_keras_model=False,
+                                   **model_options)
     output = Lambda(lambda x: x[:, 0], name='CLS-token')(bert.model.output)
     output = Dense(num_classes, activation='softmax', kernel_initializer=bert.initializer)(output)
     model = keras.models.Model(bert.model.input, output)

@@ -90,10 +90,10 @@ def main(rows=32, num_hidden_layers=1, **model_options):
         if not os.path.exists(path):
             raise FileNotFoundError(f'{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)')
     train = ReviewBatches(read_reviews(required_files[0], rows), batch_size)
-    predecessor = build_transformer_model(config_path, checkpoint_path, return_keras_model=False,
+    predecessor = build_transformer_model(config_path, checkpoint_path, model='gau_alpha', return_keras_model=False,
                                           num_hidden_layers=2 * num_hidden_layers, prefix='Predecessor-',
                                           **model_options)
-    successor = build_transformer_model(config_path, checkpoint_path, return_keras_model=False,
+    successor = build_transformer_model(config_path, checkpoint_path, model='gau_alpha', return_keras_model=False,
                                         num_hidden_layers=num_hidden_layers, prefix='Successor-', **model_options)
     hidden = Input(shape=K.int_shape(predecessor.output)[1:])
     head = keras.models.Model(hidden, Dense(len(classes), activation='softmax')(Lambda(lambda x: x[:, 0])(hidden)))

@@ -99,7 +99,8 @@ def main(rows=32, epochs=1, **model_options):
         if not os.path.exists(path):
             raise FileNotFoundError(f'{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)')
     train = MaskedBatches(corpus_texts(required_files[0], rows), batch_size)
-    bert = build_transformer_model(config_path, checkpoint_path, with_mlm='linear', return_keras_model=False,
+    bert = build_transformer_model(config_path, checkpoint_path, model='gau_alpha', with_mlm='linear',
+                                   return_keras_model=False,
                                    **model_options)
     labels = keras.layers.Input(shape=(None,), name='Input-Label')
     output = MaskedCrossEntropy(1)([labels, bert.model.output])

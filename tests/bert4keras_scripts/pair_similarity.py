@@ -56,7 +56,8 @@ def main(rows=32, dev_rows=8, epochs=1, **model_options):
     train = PairBatches(read_pairs(required_files[0], rows), batch_size)
     dev_pairs = read_pairs(required_files[1], dev_rows)
 
-    bert = build_transformer_model(config_path, checkpoint_path, with_pool=True, return_keras_model=False,
+    bert = build_transformer_model(config_path, checkpoint_path, model='gau_alpha', with_pool=True,
+                                   return_keras_model=False,
                                    **model_options)
     hidden = Dropout(rate=0.1)(bert.model.output)
     output = Dense(2, activation='softmax', kernel_initializer=bert.initializer)(hidden)

@@ -52,7 +52,8 @@ def main(rows=16, **model_options):
         if not os.path.exists(path):
             raise FileNotFoundError(f'{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)')
     train = PairBatches(load_pairs(required_files[0], rows), batch_size)
-    bert = build_transformer_model(config_path, checkpoint_path, return_keras_model=False, **model_options)
+    bert = build_transformer_model(config_path, checkpoint_path, model='gau_alpha', return_keras_model=False,
+                                   **model_options)
     encoder = bert.model
 
     # the encoder's second-to-last layer's last call (task_relation_extraction.py builds on it)

@@ -67,7 +67,7 @@ def main(rows=32, epochs=1, **model_options):
     devices = [device.name for device in tf.config.list_logical_devices('CPU')]
     strategy = tf.distribute.MirroredStrategy(devices)
     with strategy.scope():
-        bert = build_transformer_model(config_path, checkpoint_path=None, return_keras_model=False,
+        bert = build_transformer_model(config_path, checkpoint_path=None, model='gau_alpha', return_keras_model=False,
                                        **model_options)
         cls_vector = Lambda(lambda x: x[:, 0])(bert.model.output)
         output = Dense(len(news_labels), activation='softmax', kernel_initializer=bert.initializer,

@@ -94,7 +94,8 @@ def main(rows=16, epochs=1, **model_options):
             raise FileNotFoundError(f'{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)')
     pairs = abstracts_and_keywords(required_files[0], rows)
     train = Seq2SeqBatches(pairs, batch_size)
-    seq2seq = build_transformer_model(config_path, checkpoint_path, application='unilm', **model_options)
+    seq2seq = build_transformer_model(config_path, checkpoint_path, model='gau_alpha', application='unilm',
+                                      **model_options)
     output = TargetCrossEntropy(2)(seq2seq.inputs + seq2seq.outputs)
     trainer = keras.models.Model(seq2seq.inputs, output)
     trainer.compile(optimizer=Adam(1e-3))

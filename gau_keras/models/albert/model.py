@@ -3,8 +3,7 @@ checkpoint read into BERT's unshared blocks, each starting from the shared weigh
 
 Design notes: docs/models.md (BERT and its family).
 """
-from gau_keras.models.bert import BERT
-from gau_keras.models.bert import checkpoint
+from gau_keras.models.bert import BERT, checkpoint
 
 
 class ALBERT(BERT):

@@ -4,8 +4,7 @@ Design notes: docs/models.md (BERT and its family).
 """
 import keras
 
-from gau_keras.layers import (Add, Embedding, FeedForward, MultiHeadAttention, PositionEmbedding,
-                              ScaleOffset)
+from gau_keras.layers import Add, Embedding, FeedForward, MultiHeadAttention, PositionEmbedding, ScaleOffset
 from gau_keras.models.base import Transformer
 from gau_keras.models.bert import checkpoint
 
