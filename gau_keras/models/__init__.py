@@ -1,14 +1,24 @@
-"""Model classes (bert4keras-style) and ``build_transformer_model``."""
+"""Model classes: one package per architecture (the bert4keras builder class, its
+``Backbone`` and its checkpoint names), ``build_transformer_model`` on top."""
+from gau_keras.models.albert import ALBERT, ALBERT_Unshared, AlbertBackbone, AlbertUnsharedBackbone
+from gau_keras.models.backbone import BACKBONES, Backbone
 from gau_keras.models.base import CheckpointWarning, Transformer
+from gau_keras.models.bert import BERT, BertBackbone
 from gau_keras.models.builder import (
     MODELS,
     build_transformer_model,
     extend_with_language_model,
     extend_with_unified_language_model,
 )
-from gau_keras.models.gau_alpha import GAU_alpha
-from gau_keras.models.roformer_v2 import RoFormerV2
-from gau_keras.models.srupp import SRUppModel
+from gau_keras.models.electra import ELECTRA, ElectraBackbone
+from gau_keras.models.gau_alpha import GAU_alpha, GAUAlphaBackbone
+from gau_keras.models.nezha import NEZHA, NezhaBackbone
+from gau_keras.models.roformer import RoFormer, RoformerBackbone
+from gau_keras.models.roformer_v2 import RoFormerV2, RoformerV2Backbone
+from gau_keras.models.srupp import SRUppBackbone, SRUppModel
 
-__all__ = ["Transformer", "MODELS", "build_transformer_model", "GAU_alpha", "RoFormerV2", "SRUppModel",
-           "CheckpointWarning", "extend_with_language_model", "extend_with_unified_language_model"]
+__all__ = ["Transformer", "MODELS", "build_transformer_model", "CheckpointWarning", "extend_with_language_model",
+           "extend_with_unified_language_model", "Backbone", "BACKBONES",
+           "BERT", "ALBERT", "ALBERT_Unshared", "NEZHA", "RoFormer", "ELECTRA", "RoFormerV2", "GAU_alpha",
+           "SRUppModel", "BertBackbone", "AlbertBackbone", "AlbertUnsharedBackbone", "NezhaBackbone",
+           "RoformerBackbone", "ElectraBackbone", "RoformerV2Backbone", "GAUAlphaBackbone", "SRUppBackbone"]

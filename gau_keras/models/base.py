@@ -202,12 +202,17 @@ class Transformer:
                              f"to condition); conditional layer norm applies to BERT and its family")
         self.layer_norm_conds = [layer_norm_cond, layer_norm_cond_hidden_size,
                                  layer_norm_cond_hidden_act or "linear"]
-        inputs = self.get_inputs()
-        self.set_inputs(inputs, additional_input_layers)
-        self.set_outputs(self.call(inputs))
+        self.build_graph(additional_input_layers)
         self.model = Model(self.inputs, self.output, name=self.name)
         self.built = True
         return self.model
+
+    def build_graph(self, additional_input_layers=None):
+        """Creates the inputs and applies the layers: sets ``inputs`` and ``outputs``, not ``model``
+        (a ``Backbone`` is the model of a graph built this way)."""
+        inputs = self.get_inputs()
+        self.set_inputs(inputs, additional_input_layers)
+        self.set_outputs(self.call(inputs))
 
     def set_inputs(self, inputs, additional_input_layers=None):
         """Sets ``inputs`` (a list) and ``input`` (the one input, or the list)."""

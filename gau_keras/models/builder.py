@@ -4,6 +4,7 @@ import logging
 import os
 
 from gau_keras.models.albert import ALBERT, ALBERT_Unshared
+from gau_keras.models.backbone import BACKBONES
 from gau_keras.models.base import BUILD_ARGUMENTS
 from gau_keras.models.bert import BERT
 from gau_keras.models.config import CONFIG_ALIASES, METADATA_KEYS, read_config, validate
@@ -98,6 +99,19 @@ def resolve_model_class(model):
     raise TypeError(f"model must be a name or a class, got {type(model).__name__}")
 
 
+def _build(cls, configs, build_arguments):
+    """The built builder object of ``cls``: its model is the class's ``Backbone`` (a config
+    of its own, rebuilt from ``.keras`` files) unless the model takes what a config cannot
+    hold (layers of another model, tensors as build arguments) or ``cls`` has no Backbone."""
+    backbone = BACKBONES.get(cls)
+    if backbone is not None and configs.get("layers") is None and not any(
+            value is not None for value in build_arguments.values()):
+        return backbone(**configs).transformer
+    transformer = cls(**configs)
+    transformer.build(**build_arguments)
+    return transformer
+
+
 def build_transformer_model(config_path=None, checkpoint_path=None, model="bert",
                             application="encoder", return_keras_model=True, **kwargs):
     """Builds a model, optionally loading an original TF1 checkpoint.
@@ -149,8 +163,7 @@ def build_transformer_model(config_path=None, checkpoint_path=None, model="bert"
                  else "the config" if config_path else "the arguments (no config_path given)")
         raise ValueError(f"build_transformer_model: {where} lacks {missing}")
     validate(configs, None if config_path is None or isinstance(config_path, dict) else os.fspath(config_path))
-    transformer = cls(**configs)
-    transformer.build(**build_arguments)
+    transformer = _build(cls, configs, build_arguments)
     if checkpoint_path is not None:
         transformer.load_weights_from_checkpoint(checkpoint_path)
     return transformer.model if return_keras_model else transformer

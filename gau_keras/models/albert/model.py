@@ -3,6 +3,7 @@ checkpoint read into BERT's unshared blocks, each starting from the shared weigh
 
 Design notes: docs/models.md (BERT and its family).
 """
+from gau_keras.models.backbone import Backbone, register_backbone
 from gau_keras.models.bert import BERT, checkpoint
 
 
@@ -33,3 +34,18 @@ class ALBERT_Unshared(BERT):
             mapping.update(checkpoint.block_names(f"Transformer-{i}", checkpoint.ALBERT_GROUP,
                                                   checkpoint.ALBERT_BLOCK))
         return mapping
+
+
+
+@register_backbone
+class AlbertBackbone(Backbone):
+    """``ALBERT`` as a keras.Model class of its own (see ``gau_keras.models.backbone``)."""
+
+    transformer_class = ALBERT
+
+
+@register_backbone
+class AlbertUnsharedBackbone(Backbone):
+    """``ALBERT_Unshared`` as a keras.Model class of its own (see ``gau_keras.models.backbone``)."""
+
+    transformer_class = ALBERT_Unshared

@@ -5,6 +5,7 @@ Design notes: docs/models.md (BERT and its family).
 import keras
 
 from gau_keras.layers import Add, Embedding, FeedForward, MultiHeadAttention, PositionEmbedding, ScaleOffset
+from gau_keras.models.backbone import Backbone, register_backbone
 from gau_keras.models.base import Transformer
 from gau_keras.models.bert import checkpoint
 
@@ -154,3 +155,11 @@ class BERT(Transformer):
         """None: a BERT checkpoint missing a variable the model uses is an error, as in bert4keras
         (``ignore_invalid_weights=True`` keeps the initial weights instead)."""
         return set()
+
+
+
+@register_backbone
+class BertBackbone(Backbone):
+    """``BERT`` as a keras.Model class of its own (see ``gau_keras.models.backbone``)."""
+
+    transformer_class = BERT

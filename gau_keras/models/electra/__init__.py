@@ -1,4 +1,4 @@
 """ELECTRA."""
-from gau_keras.models.electra.model import ELECTRA
+from gau_keras.models.electra.model import ELECTRA, ElectraBackbone
 
-__all__ = ["ELECTRA"]
+__all__ = ["ELECTRA", "ElectraBackbone"]

@@ -5,6 +5,7 @@ Design notes: docs/models.md (BERT and its family).
 """
 import keras
 
+from gau_keras.models.backbone import Backbone, register_backbone
 from gau_keras.models.bert import BERT
 
 
@@ -48,3 +49,11 @@ class ELECTRA(BERT):
 
     def embedding_variable_names(self):
         return {"electra/embeddings/word_embeddings"}
+
+
+
+@register_backbone
+class ElectraBackbone(Backbone):
+    """``ELECTRA`` as a keras.Model class of its own (see ``gau_keras.models.backbone``)."""
+
+    transformer_class = ELECTRA

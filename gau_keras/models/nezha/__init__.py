@@ -1,4 +1,4 @@
 """NEZHA."""
-from gau_keras.models.nezha.model import NEZHA
+from gau_keras.models.nezha.model import NEZHA, NezhaBackbone
 
-__all__ = ["NEZHA"]
+__all__ = ["NEZHA", "NezhaBackbone"]

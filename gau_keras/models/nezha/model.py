@@ -5,6 +5,7 @@ Design notes: docs/models.md (BERT and its family).
 """
 from gau_keras.initializers import Sinusoidal
 from gau_keras.layers import RelativePositionEmbedding
+from gau_keras.models.backbone import Backbone, register_backbone
 from gau_keras.models.bert import BERT
 
 
@@ -40,3 +41,11 @@ class NEZHA(BERT):
                 output_dim=self.attention_key_size, embeddings_initializer=Sinusoidal(), trainable=False,
                 name="Embedding-Relative-Position")
         return self._position_biases[key]
+
+
+
+@register_backbone
+class NezhaBackbone(Backbone):
+    """``NEZHA`` as a keras.Model class of its own (see ``gau_keras.models.backbone``)."""
+
+    transformer_class = NEZHA

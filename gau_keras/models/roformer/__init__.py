@@ -1,4 +1,4 @@
 """RoFormer (v1)."""
-from gau_keras.models.roformer.model import RoFormer
+from gau_keras.models.roformer.model import RoFormer, RoformerBackbone
 
-__all__ = ["RoFormer"]
+__all__ = ["RoFormer", "RoformerBackbone"]

@@ -5,6 +5,7 @@ Design notes: docs/models.md.
 import keras
 
 from gau_keras.layers import Add, Embedding, FeedForward, LayerNormalization, MultiHeadAttention
+from gau_keras.models.backbone import Backbone, register_backbone
 from gau_keras.models.base import POOLER_VARIABLES, Transformer
 
 
@@ -119,3 +120,11 @@ class RoFormerV2(Transformer):
                 "o_dense.kernel": prefix + "output/dense/kernel",
             }
         return mapping
+
+
+
+@register_backbone
+class RoformerV2Backbone(Backbone):
+    """``RoFormerV2`` as a keras.Model class of its own (see ``gau_keras.models.backbone``)."""
+
+    transformer_class = RoFormerV2

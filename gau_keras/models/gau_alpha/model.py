@@ -3,6 +3,8 @@
 Design notes: docs/models.md.
 """
 from gau_keras.layers import GatedAttentionUnit
+from gau_keras.models.backbone import Backbone, register_backbone
+from gau_keras.models.gau_alpha import presets
 from gau_keras.models.roformer_v2 import RoFormerV2
 
 
@@ -40,3 +42,12 @@ class GAU_alpha(RoFormerV2):
                 "o_dense.kernel": prefix + "o_dense/kernel",
             }
         return mapping
+
+
+
+@register_backbone
+class GAUAlphaBackbone(Backbone):
+    """``GAU_alpha`` as a keras.Model class of its own (see ``gau_keras.models.backbone``)."""
+
+    transformer_class = GAU_alpha
+    presets = {"gau_alpha_tiny": presets.gau_alpha_tiny}

@@ -40,6 +40,7 @@ from keras import ops
 
 from gau_keras.layers import Embedding, SRUppAttention, SRUppCell
 from gau_keras.layers.srupp import stacked_cell_options
+from gau_keras.models.backbone import Backbone, register_backbone
 from gau_keras.models.base import Transformer
 from gau_keras.registration import PACKAGE
 
@@ -172,3 +173,11 @@ class SRUppModel(Transformer):
 
     def embedding_variable_names(self):
         return {"srupp/embeddings/word_embeddings"}
+
+
+
+@register_backbone
+class SRUppBackbone(Backbone):
+    """``SRUppModel`` as a keras.Model class of its own (see ``gau_keras.models.backbone``)."""
+
+    transformer_class = SRUppModel

@@ -1,0 +1,88 @@
+"""``Backbone``: a model class per architecture (keras-hub's shape) over the bert4keras
+builder of that architecture.
+
+``BertBackbone(vocab_size=..., hidden_size=..., ...)`` is the ``keras.Model`` that
+``build_transformer_model(model='bert', ...)`` returns: the same graph, the same layer
+names, but a class of its own whose ``get_config()`` holds the constructor arguments, so a
+``.keras`` file rebuilds it from its config. ``from_preset(name_or_directory)`` builds one
+from a released model directory (bert_config.json, bert_model.ckpt.*) or a named preset of
+the package (``GAUAlphaBackbone.from_preset("gau_alpha_tiny")``: the bundled model).
+The bert4keras builder stays reachable as ``backbone.transformer`` (``variable_mapping``,
+``save_weights_as_checkpoint``, ``layers`` by name).
+"""
+import os
+
+import keras
+import numpy as np
+
+from gau_keras.bert4keras.model import Model
+from gau_keras.registration import PACKAGE
+
+#: builder class -> its Backbone class (filled by ``register_backbone``)
+BACKBONES = {}
+
+
+def register_backbone(cls):
+    """Class decorator: a ``Backbone`` subclass, serialisable and found by its builder class."""
+    keras.saving.register_keras_serializable(package=PACKAGE)(cls)
+    BACKBONES[cls.transformer_class] = cls
+    return cls
+
+
+def _plain(value):
+    """A config value as JSON-friendly Python (numpy ids lists -> lists)."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+class Backbone(Model):
+    """The model of one architecture; subclasses set ``transformer_class`` and ``presets``
+    (``{name: model directory}``). Constructor arguments are the builder's (``vocab_size``,
+    ``hidden_size``, ..., ``with_mlm``, ``application``); see ``build_transformer_model``."""
+
+    transformer_class = None
+    presets = {}
+
+    def __init__(self, name=None, trainable=True, **config):
+        transformer = self.transformer_class(name=name, **config)
+        transformer.build_graph()
+        super().__init__(transformer.inputs, transformer.output, name=name, trainable=trainable)
+        transformer.model = self
+        transformer.built = True
+        self.transformer = transformer
+        self._backbone_config = {key: _plain(value) for key, value in config.items()}
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable, **self._backbone_config}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+    @classmethod
+    def preset_directory(cls, preset):
+        """The model directory of a preset name of this class, or ``preset`` itself when it is
+        a directory; an error listing the presets otherwise."""
+        if preset in cls.presets:
+            return cls.presets[preset]()
+        if os.path.isdir(os.fspath(preset)):
+            return os.fspath(preset)
+        raise ValueError(f"{cls.__name__}.from_preset: {preset!r} is neither a preset of this class "
+                         f"({sorted(cls.presets) or 'none'}) nor a model directory")
+
+    @classmethod
+    def from_preset(cls, preset, load_weights=True, **kwargs):
+        """The backbone of a preset (a name in ``presets`` or a released model directory:
+        bert_config.json or config.json, bert_model.ckpt.*), with its checkpoint loaded unless
+        ``load_weights=False``; ``kwargs`` override the config (``with_mlm=True``, ...)."""
+        from gau_keras.models.builder import build_transformer_model
+        from gau_keras.pretrained import model_files
+
+        config, checkpoint, _ = model_files(cls.preset_directory(preset))
+        return build_transformer_model(config, checkpoint if load_weights else None, model=cls.transformer_class,
+                                       **kwargs)
