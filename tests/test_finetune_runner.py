@@ -141,13 +141,14 @@ def test_the_task_choices_and_the_model_names_come_from_the_registries(capsys):
 
     assert tasks.names() == sorted(name for name, spec in TASKS.items() if spec.head)
     assert runner.main(["nosuchtask"]) == 2 and "cluewsc" in capsys.readouterr().err
-    assert model_names() == ("gau_alpha", "roformer_v2", "srupp") and set(model_names()) <= set(MODELS)
+    assert model_names() == ("bert", "albert", "albert_unshared", "nezha", "roformer", "electra", "gau_alpha",
+                             "roformer_v2", "srupp") and set(model_names()) <= set(MODELS)
     parser = runner.build_parser("tnews")
     model = next(a for a in parser._actions if a.dest == "model")
     fine_tunable = {name for name, cls in MODELS.items() if cls.takes_segment_ids}
     assert set(model.choices) == fine_tunable and "srupp" not in fine_tunable     # no segment input
     assert parser.parse_args(["--data-dir", "x", "--model", "RoFormer-V2"]).model
-    assert model_names(segment_ids=True) == ("gau_alpha", "roformer_v2")
+    assert model_names(segment_ids=True) == model_names()[:-1]
     assert tasks.same_model("bustm") == ("bustm", "afqmc", "cmnli", "ocnli", "ocnli_full")
     with pytest.raises(SystemExit):
         runner.parse_options("afqmc", ["--data-dir", "x", "--task-name", "tnews"])     # another input form
@@ -160,9 +161,10 @@ def test_options_check_each_value_once_and_name_the_argument():
                                  ("lr", 0.0, "lr must be > 0, got 0"),
                                  ("dropout", 1.0, "dropout must be in [0, 1), got 1"),
                                  ("epochs", 1.5, "epochs: expected an integer, got '1.5'"),
-                                 ("model", "bert", "model must be one of gau_alpha, roformer_v2, got"),
+                                 ("model", "gpt2", "model must be one of bert, albert, albert_unshared, nezha, "
+                                                   "roformer, electra, gau_alpha, roformer_v2, got"),
                                  ("model", "srupp", "model 'srupp' reads no segment ids, which the CLUE tasks "
-                                                    "feed: fine-tune one of gau_alpha, roformer_v2"),
+                                                    "feed: fine-tune one of bert, albert,"),
                                  ("xla", "maybe", "xla must be one of auto, on, off")):
         with pytest.raises(ValueError) as refused:
             runner.Options.for_task("tnews", data_dir="x", **{name: value})

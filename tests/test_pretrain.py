@@ -172,6 +172,8 @@ def test_sigterm_saves_the_current_update(tmp_path, shards, monkeypatch):
 @pytest.mark.parametrize("model, model_config", [
     ("roformer_v2", {"num_attention_heads": 2, "intermediate_size": 32, "hidden_act": "relu"}),
     ("srupp", {"proj_size": 8}),
+    ("bert", {"num_attention_heads": 2, "intermediate_size": 32, "hidden_act": "gelu"}),
+    ("roformer", {"num_attention_heads": 2, "intermediate_size": 32, "hidden_act": "gelu"}),
 ])
 def test_other_encoders_pretrain(tmp_path, shards, model, model_config):
     path = write_config(tmp_path, shards, model)

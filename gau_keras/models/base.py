@@ -59,6 +59,8 @@ class Transformer:
 
     #: whether the encoder reads segment ids (sentence-pair tasks feed them)
     takes_segment_ids = True
+    #: whether the model has bert4keras's MLM head (``with_mlm``)
+    has_mlm_head = True
     #: config keys without which the model cannot be built
     required_config_keys = ("vocab_size", "hidden_size", "num_hidden_layers")
 

@@ -16,6 +16,7 @@ class ELECTRA(BERT):
     exist here (a TypeError, as bert4keras's), nor do the LM / UniLM applications."""
 
     checkpoint_prefix = "electra/"
+    has_mlm_head = False
 
     def __init__(self, *args, with_discriminator=False, **kwargs):
         for name in ("with_pool", "with_mlm", "with_nsp"):

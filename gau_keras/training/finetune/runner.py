@@ -277,10 +277,13 @@ def predict(task, model, examples, features, batch_size, desc="predict"):
 
 def build_transformer(args, task):
     """The builder object of the (pretrained or randomly initialised) model, and its tokenizer."""
-    from gau_keras.models.builder import build_transformer_model
+    from gau_keras.models.builder import MODELS, build_transformer_model
     from gau_keras.pretrained import REQUIRED_TOKENS, check_model_dir
     from gau_keras.tokenizers import Tokenizer
 
+    if task.with_mlm and not MODELS[args.model].has_mlm_head:
+        raise ValueError(f"{args.task_name} scores candidates with the MLM head, which model {args.model!r} does "
+                         f"not have; fine-tune a model with one")
     required = REQUIRED_TOKENS + (("[MASK]",) if task.with_mlm else ())
     config, checkpoint, vocab = check_model_dir(args.model_dir, required)
     kwargs = {"with_mlm": "linear"} if task.with_mlm else {}
