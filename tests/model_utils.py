@@ -35,6 +35,7 @@ def random_checkpoint(directory, model="gau_alpha", seed=0, heads=None, **overri
     head: ``{"with_nsp": True, "with_mlm": True}``), not written into the config."""
     import keras
     keras.utils.set_random_seed(seed)
+    os.makedirs(directory, exist_ok=True)
     config_path = write_config(directory, {**TINY[model], **overrides})
     transformer = build_transformer_model(config_path, model=model, return_keras_model=False, **(heads or {}))
     rng = np.random.default_rng(seed)

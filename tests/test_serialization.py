@@ -39,6 +39,9 @@ def _build(name):
     if name == "srupp_mlm":
         return build_transformer_model(model="srupp", with_mlm=True, vocab_size=60, hidden_size=16,
                                        num_hidden_layers=2, proj_size=8)
+    if name in BERT_FAMILY:
+        model, options = BERT_FAMILY[name]
+        return build_transformer_model(model=model, **options, **TINY[model])
     encoder = build_transformer_model(model="gau_alpha", **TINY["gau_alpha"])
     if name == "classifier":
         return keras.Model(encoder.inputs, heads.classification_head(encoder.output, 3, 0.0))
@@ -47,7 +50,14 @@ def _build(name):
     return model
 
 
-NAMES = ["gau_alpha_mlm", "roformer_v2_lm", "srupp_mlm", "classifier", "global_pointer"]
+#: the BERT family's Backbones, each with the options that add layers
+BERT_FAMILY = {"bert_nsp_mlm": ("bert", {"with_nsp": True, "with_mlm": True}),
+               "albert_unilm": ("albert", {"application": "unilm"}),
+               "albert_unshared_pool": ("albert_unshared", {"with_pool": "linear"}),
+               "nezha_mlm": ("nezha", {"with_mlm": True}),
+               "roformer_lm": ("roformer", {"application": "lm"}),
+               "electra_discriminator": ("electra", {"with_discriminator": True})}
+NAMES = ["gau_alpha_mlm", "roformer_v2_lm", "srupp_mlm", "classifier", "global_pointer", *BERT_FAMILY]
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,151 @@
+"""The BERT family's builders (gau_keras/models/bert, albert, nezha, roformer, electra) and the
+Backbone classes: what bert4keras's parity tests (test_bert4keras_parity_encoders.py) do not
+cover — bad input, the layers' sharing, checkpoints that do not fit, configs and presets."""
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from gau_keras import build_transformer_model, checkpoints
+from gau_keras.models import BACKBONES, ALBERT_Unshared, Backbone, BertBackbone, GAUAlphaBackbone, NezhaBackbone
+from gau_keras.models.config import read_config
+from tests.model_utils import TINY, random_checkpoint, write_config
+
+pytestmark = pytest.mark.both_backends
+
+IDS = np.array([[2, 5, 7, 9, 3, 0], [2, 4, 3, 8, 11, 3]])
+SEGMENTS = np.array([[0, 0, 0, 1, 1, 0], [0, 0, 0, 1, 1, 1]])
+
+
+def test_bert_is_the_default_model_and_roberta_its_alias():
+    bert = build_transformer_model(**TINY["bert"], return_keras_model=False)
+    roberta = build_transformer_model(**TINY["bert"], model="roberta", return_keras_model=False)
+    assert type(bert).__name__ == type(roberta).__name__ == "BERT"
+    assert isinstance(bert.model, BertBackbone) and bert.model.transformer is bert
+    assert [w.path for w in bert.model.weights] == [w.path for w in roberta.model.weights]
+
+
+def test_albert_shares_one_block_and_albert_unshared_has_one_per_layer():
+    albert = build_transformer_model(**TINY["albert"], model="albert", return_keras_model=False)
+    unshared = build_transformer_model(**TINY["albert"], model="albert_unshared", return_keras_model=False)
+    assert "Transformer-MultiHeadSelfAttention" in albert.layers and "Transformer-0-FeedForward" not in albert.layers
+    assert {"Transformer-0-FeedForward", "Transformer-1-FeedForward"} <= set(unshared.layers)
+    assert len(unshared.model.weights) > len(albert.model.weights)
+    assert albert.model.get_layer("Embedding-Mapping").kernel.shape == (8, 16)   # embedding_size -> hidden
+
+
+def test_albert_unshared_reads_the_shared_group_into_every_layer_and_writes_it_back_only_if_equal(tmp_path):
+    _, ckpt = random_checkpoint(str(tmp_path / "albert"), model="albert")
+    unshared = build_transformer_model(str(tmp_path / "albert" / "bert_config.json"), ckpt,
+                                       model="albert_unshared", return_keras_model=False)
+    first, second = (unshared.layers[f"Transformer-{i}-FeedForward"].o_dense.kernel for i in (0, 1))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(first), keras.ops.convert_to_numpy(second))
+    again = unshared.save_weights_as_checkpoint(str(tmp_path / "again" / "bert_model.ckpt"))
+    assert checkpoints.CheckpointReader(again).shapes == checkpoints.CheckpointReader(ckpt).shapes
+    second.assign(keras.ops.convert_to_numpy(second) + 1.0)
+    with pytest.raises(checkpoints.CheckpointError, match="Transformer-0-FeedForward.*Transformer-1-FeedForward"):
+        unshared.save_weights_as_checkpoint(str(tmp_path / "trained" / "bert_model.ckpt"))
+    assert isinstance(unshared, ALBERT_Unshared)
+
+
+def test_a_gau_alpha_checkpoint_loaded_as_the_default_model_names_the_fix(tmp_path):
+    config, ckpt = random_checkpoint(str(tmp_path), model="gau_alpha")
+    with pytest.raises(checkpoints.CheckpointError, match=r"load it with model='gau_alpha'"):
+        build_transformer_model(config, ckpt, num_attention_heads=1, intermediate_size=24, hidden_act="swish")
+
+
+def test_an_albert_checkpoint_loaded_as_bert_names_albert(tmp_path):
+    config, ckpt = random_checkpoint(str(tmp_path), model="albert")
+    with pytest.raises(checkpoints.CheckpointError, match=r"ALBERT's shared layer group: load it with "
+                                                          r"model='albert'"):
+        build_transformer_model(config, ckpt)
+
+
+def test_a_missing_variable_and_a_wrong_shape_name_layer_variable_and_file(tmp_path):
+    config, ckpt = random_checkpoint(str(tmp_path), model="bert")
+    with pytest.raises(checkpoints.CheckpointError, match=r"layer 'Pooler-Dense'.*'bert/pooler/dense/kernel' is "
+                                                          r"missing from '.*bert_model.ckpt'"):
+        build_transformer_model(config, ckpt, with_pool=True)
+    with pytest.raises(checkpoints.CheckpointError, match=r"layer 'Embedding-Position'.*\(32, 16\).*"
+                                                          r"'bert/embeddings/position_embeddings'.*\(64, 16\)"):
+        build_transformer_model(config, ckpt, max_position=32)
+
+
+def test_bad_input_is_refused_as_bert4keras_refuses_it(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown model 'bret'; expected one of \[.*'albert'.*'bert'"):
+        build_transformer_model(**TINY["bert"], model="bret")
+    config = write_config(str(tmp_path), {k: v for k, v in TINY["bert"].items() if k != "intermediate_size"})
+    with pytest.raises(ValueError, match=r"config '.*bert_config.json' lacks \['intermediate_size'\]"):
+        build_transformer_model(config)
+    for option in ("with_pool", "with_mlm"):
+        with pytest.raises(TypeError, match=f"ELECTRA got an unexpected keyword argument '{option}'"):
+            build_transformer_model(**TINY["electra"], model="electra", **{option: True})
+    with pytest.raises(ValueError, match="ELECTRA can not be used as an 'lm' model"):
+        build_transformer_model(**TINY["electra"], model="electra", application="lm")
+    with pytest.raises(ValueError, match="hierarchical_position.*NEZHA has none"):
+        build_transformer_model(**TINY["bert"], model="nezha", hierarchical_position=True)
+    with pytest.raises(ValueError, match="residual_attention_scores=True with application='lm'"):
+        build_transformer_model(**TINY["bert"], residual_attention_scores=True, application="lm")
+    with pytest.raises(ValueError, match="max_relative_position must be an integer >= 1"):
+        build_transformer_model(**TINY["bert"], model="nezha", max_relative_position=0)
+
+
+def test_with_nsp_puts_the_pooler_under_the_next_sentence_head_and_outputs_keep_bert4keras_order():
+    model = build_transformer_model(**TINY["bert"], with_nsp=True, with_mlm="linear")
+    nsp, mlm = model.predict([IDS, SEGMENTS], verbose=0)
+    assert nsp.shape == (2, 2) and mlm.shape == (2, 6, 60)
+    np.testing.assert_allclose(nsp.sum(-1), 1.0, rtol=1e-5)
+    assert model.get_layer("NSP-Proba").input is model.get_layer("Pooler-Dense").output
+
+
+def test_nezha_relative_positions_are_a_fixed_sinusoidal_table_outside_the_checkpoint():
+    nezha = build_transformer_model(**TINY["bert"], model="nezha", max_relative_position=3,
+                                    return_keras_model=False)
+    table = nezha.layers["Embedding-Relative-Position"]
+    assert not table.trainable and tuple(table.embeddings.shape) == (7, 8)
+    values = keras.ops.convert_to_numpy(table.embeddings)
+    np.testing.assert_allclose(values[2, 0::2], np.sin(2 / 10000 ** (np.arange(4) * 2 / 8)), atol=1e-6)
+    names = {name for variables in nezha.variable_mapping().values() for name in variables.values()}
+    assert not any("relative" in name for name in names) and "Embedding-Position" not in nezha.layers
+
+
+def test_conditional_layer_norm_conditions_every_norm():
+    cond = keras.Input((3,), name="Condition")
+    transformer = build_transformer_model(**TINY["bert"], layer_norm_cond=cond, layer_norm_cond_hidden_size=4,
+                                          layer_norm_cond_hidden_act="tanh", additional_input_layers=cond,
+                                          return_keras_model=False)
+    norms = [layer for name, layer in transformer.layers.items() if name.endswith("Norm")]
+    assert len(norms) == 5 and all(norm.conditional and norm.hidden_units == 4 for norm in norms)
+    assert not isinstance(transformer.model, Backbone)     # a tensor argument: a plain Model
+    base = transformer.model.predict([IDS, SEGMENTS, np.zeros((2, 3))], verbose=0)
+    for norm in norms:
+        norm.gamma_dense.kernel.assign(np.ones(norm.gamma_dense.kernel.shape))
+    moved = transformer.model.predict([IDS, SEGMENTS, np.ones((2, 3))], verbose=0)
+    assert np.abs(moved - base).max() > 1e-2
+
+
+def test_every_registered_builder_has_a_backbone_whose_config_rebuilds_it():
+    assert {cls.__name__ for cls in BACKBONES} >= {"BERT", "ALBERT", "ALBERT_Unshared", "NEZHA", "RoFormer",
+                                                   "ELECTRA", "RoFormerV2", "GAU_alpha", "SRUppModel"}
+    backbone = NezhaBackbone(**read_config(TINY["bert"]), with_mlm=True, keep_tokens=np.arange(40))
+    config = backbone.get_config()
+    assert config["keep_tokens"] == list(range(40)) and json.dumps(config)
+    again = NezhaBackbone.from_config(config)
+    assert [w.path for w in again.weights] == [w.path for w in backbone.weights]
+    assert again.output.shape == (None, None, 40)
+
+
+def test_from_preset_takes_the_bundled_name_or_a_model_directory(tmp_path):
+    bundled = GAUAlphaBackbone.from_preset("gau_alpha_tiny")
+    assert isinstance(bundled, GAUAlphaBackbone) and bundled.transformer.num_hidden_layers >= 1
+    directory = tmp_path / "bert"
+    random_checkpoint(str(directory), model="bert", heads={"with_mlm": True})
+    (directory / "vocab.txt").write_text("\n".join(f"t{i}" for i in range(60)) + "\n", encoding="utf-8")
+    model = BertBackbone.from_preset(str(directory), with_mlm=True)
+    reference = build_transformer_model(str(directory / "bert_config.json"), str(directory / "bert_model.ckpt"),
+                                        with_mlm=True)
+    np.testing.assert_allclose(model.predict([IDS, SEGMENTS], verbose=0),
+                               reference.predict([IDS, SEGMENTS], verbose=0), atol=1e-6)
+    with pytest.raises(ValueError, match=r"'nope' is neither a preset of this class \(\['gau_alpha_tiny'\]\)"):
+        GAUAlphaBackbone.from_preset("nope")
