@@ -149,7 +149,7 @@ def test_extend_with_language_model_factories():
     from gau_keras.models import extend_with_language_model, extend_with_unified_language_model
 
     lm = build_transformer_model(model=extend_with_language_model(GAU_alpha), return_keras_model=False, **SMALL)
-    assert lm.application == "lm" and lm.with_mlm and "Attention-Mask" in lm.layers
+    assert lm.application == "lm" and lm.with_mlm and "Attention-LM-Mask" in lm.layers
     unilm = build_transformer_model(model=extend_with_unified_language_model(RoFormerV2), return_keras_model=False,
                                     num_attention_heads=2, **SMALL)
     assert unilm.application == "unilm" and "Attention-UniLM-Mask" in unilm.layers

@@ -369,7 +369,7 @@ class Transformer:
     def _bias_source(self):
         """(input the application's attention bias comes from, its mode, its layer name)."""
         if self.application == "lm":
-            return "Input-Token", "lm", "Attention-Mask"
+            return "Input-Token", "lm", "Attention-LM-Mask"
         return "Input-Segment", "unilm", "Attention-UniLM-Mask"
 
     def graph_input(self, x, name):
