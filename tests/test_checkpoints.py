@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from gau_keras import build_transformer_model, checkpoints
-from gau_keras.models.base import CheckpointWarning
+from gau_keras.models.checkpointing import CheckpointWarning
 from tests.model_utils import TINY_GAU, random_checkpoint, read_checkpoint, write_config
 
 IDS = np.array([[2, 9, 14, 33, 3, 0]])

@@ -2,7 +2,7 @@
 ``Backbone`` and its checkpoint names), ``build_transformer_model`` on top."""
 from gau_keras.models.albert import ALBERT, ALBERT_Unshared, AlbertBackbone, AlbertUnsharedBackbone
 from gau_keras.models.backbone import BACKBONES, Backbone
-from gau_keras.models.base import CheckpointWarning, Transformer
+from gau_keras.models.base import Transformer
 from gau_keras.models.bert import BERT, BertBackbone
 from gau_keras.models.builder import (
     MODELS,
@@ -10,6 +10,7 @@ from gau_keras.models.builder import (
     extend_with_language_model,
     extend_with_unified_language_model,
 )
+from gau_keras.models.checkpointing import CheckpointWarning
 from gau_keras.models.electra import ELECTRA, ElectraBackbone
 from gau_keras.models.gau_alpha import GAU_alpha, GAUAlphaBackbone
 from gau_keras.models.nezha import NEZHA, NezhaBackbone

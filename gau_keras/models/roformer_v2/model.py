@@ -6,7 +6,8 @@ import keras
 
 from gau_keras.layers import Add, Embedding, FeedForward, LayerNormalization, MultiHeadAttention
 from gau_keras.models.backbone import Backbone, register_backbone
-from gau_keras.models.base import POOLER_VARIABLES, Transformer
+from gau_keras.models.base import Transformer
+from gau_keras.models.checkpointing import POOLER_VARIABLES
 
 
 class RoFormerV2(Transformer):
