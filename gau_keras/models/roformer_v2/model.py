@@ -26,20 +26,6 @@ class RoFormerV2(Transformer):
     supports_pooler = True
     supports_custom_position_ids = True
 
-    def get_inputs(self):
-        inputs = [self.input_layer("Input-Token")]
-        if self.segment_vocab_size > 0:
-            inputs.append(self.input_layer("Input-Segment"))
-        if self.custom_position_ids:
-            inputs.append(self.input_layer("Input-Position"))
-        return inputs
-
-    def input_layer(self, name):
-        """An id input [B, sequence_length] named ``prefix + name``, of Keras's floatx as in
-        bert4keras (so that a loss may do arithmetic on ``inputs[1]``; the embeddings cast
-        the ids to integers)."""
-        return keras.Input(shape=(self.sequence_length,), dtype=keras.config.floatx(), name=self.prefixed(name))
-
     def rms_norm(self, x, name):
         return self.apply(x, LayerNormalization, zero_mean=False, scale=False, offset=False,
                           epsilon=self.layer_norm_epsilon, name=name)
