@@ -146,3 +146,17 @@ def test_mlm_quality_reports_the_probes(tmp_path):
     row = next(r for r in _table_rows(stdout) if r["measure"].startswith("probes"))
     figures = json.loads((tmp_path / "q.json").read_text())
     assert figures["probes"]["total"] >= 20 and row["value"].startswith(f"{figures['probes']['hits']}/")
+
+
+def test_encoders_quick_run_prints_every_model_against_bert():
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "encoders.py"), "--quick", "--modes", "train"],
+                            capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr[-4000:]
+    rows = {row["model"]: row for row in _table_rows(result.stdout)}
+    assert {"GAU-α", "RoFormerV2", "RoFormer", "BERT"} <= set(rows)
+    assert float(rows["BERT"]["time / BERT"]) == 1.0
+    for row in rows.values():
+        assert row["batch×L"] == "2×32" and float(row["ms"]) > 0 and float(row["peak MiB"]) > 0, row
+    bad = subprocess.run([sys.executable, str(BENCHMARKS / "encoders.py"), "--shapes", "8x"],
+                         capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert bad.returncode != 0 and "--shapes" in bad.stderr
