@@ -504,3 +504,16 @@ def test_one_mask_for_the_whole_batch_broadcasts():
     x = np.ones((2, 3, 1), "float32")
     got = keras.ops.convert_to_numpy(B.sequence_masking(x, np.array([[1, 1, 0]]), value=0))
     np.testing.assert_array_equal(got[..., 0], [[1, 1, 0], [1, 1, 0]])
+
+
+def test_shape_items_reshape_inside_a_compiled_loss():
+    """``K.reshape(x, (K.shape(x)[0], -1))`` in a loss that Keras compiles (a jit on JAX, where K.shape
+    gives concrete sizes)."""
+    def flat_mse(y_true, y_pred):
+        y_pred = K.reshape(y_pred, (K.shape(y_pred)[0], -1))
+        return K.mean(K.square(K.reshape(y_true, (K.shape(y_true)[0], -1)) - y_pred))
+
+    x = keras.layers.Input(shape=(3, 4))
+    model = keras.models.Model(x, keras.layers.Dense(4, kernel_initializer="zeros")(x))
+    model.compile(loss=flat_mse, optimizer="adam")
+    assert model.evaluate(np.ones((2, 3, 4)), np.full((2, 3, 4), 2.0), verbose=0) == pytest.approx(4.0)

@@ -17,6 +17,8 @@ INTERNALS = [
      "bert4keras/jax_training.py: weight-reading metrics on JAX"),
     ("keras.src.backend.common.symbolic_scope", "in_symbolic_scope", "bert4keras/keras2_backend.py: K.get_value"),
     ("keras.src.backend", "rnn", "bert4keras/keras2_backend.py: K.rnn"),
+    ("keras.src.backend", "get_keras_mask", "bert4keras/model.py: Keras2FunctionMetric"),
+    ("keras.src.losses.loss", "apply_mask", "bert4keras/model.py: Keras2FunctionMetric"),
     ("keras.src.activations", "ALL_OBJECTS_DICT", "backend.py: set_gelu"),
     ("keras.src.trainers.data_adapters.data_adapter", "DataAdapter", "snippets/_keras_stream.py: DataGenerator.forfit"),
     ("keras.src.trainers.data_adapters.data_adapter_utils", "get_tensor_spec", "snippets/_keras_stream.py"),

@@ -143,10 +143,14 @@ def int_shape(x):
 
 
 def shape(x):
-    """The shape as an int32 tensor (Keras 2), or a tuple for a KerasTensor with unknown axes."""
+    """The shape as an int32 tensor (Keras 2), or a tuple for a KerasTensor with unknown axes.
+    On JAX, whose traced shapes are always known, an int32 numpy array: its items stay
+    concrete under ``jit``, so ``K.reshape(x, (K.shape(x)[0], -1))`` works in a compiled loss."""
     dims = ops.shape(x)
     if builtins.any(d is None for d in dims):
         return dims
+    if keras.backend.backend() == "jax":
+        return np.asarray(dims, dtype="int32")
     return ops.convert_to_tensor(list(dims), dtype="int32")
 
 

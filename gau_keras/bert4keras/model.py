@@ -25,6 +25,8 @@ import warnings
 import keras
 import numpy as np
 from keras import ops
+from keras.src.backend import get_keras_mask  # Keras's own reader of a tensor's mask
+from keras.src.losses.loss import apply_mask  # the mask folded into a sample weight, as Keras's metrics do
 
 from gau_keras.bert4keras import PORTING, saving
 from gau_keras.registration import PACKAGE
@@ -102,6 +104,32 @@ class Keras2Only(AttributeError, NotImplementedError):
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
+class Keras2FunctionMetric(keras.metrics.MeanMetricWrapper):
+    """A metric function as Keras 2 compiled it: the mean of its values, weighted by the
+    output's mask; a function that reduces to a number itself (``K.sum(loss * mask) /
+    K.sum(mask)``) is averaged as it is, where Keras 3 would spread the [B, L] mask over
+    that number and fail."""
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        values = self._fn(y_true, y_pred, **self._fn_kwargs)
+        if len(values.shape) > 0:
+            sample_weight = apply_mask(sample_weight, get_keras_mask(y_pred), dtype=self.dtype, reduction="sum")
+        return keras.metrics.Mean.update_state(self, values, sample_weight=sample_weight)
+
+
+def _keras2_metrics(metrics):
+    """``metrics`` (a list, a dict of lists, nested) with plain functions wrapped in
+    ``Keras2FunctionMetric`` under their own names; names and Metric objects unchanged."""
+    if isinstance(metrics, dict):
+        return {key: _keras2_metrics(value) for key, value in metrics.items()}
+    if isinstance(metrics, (list, tuple)):
+        return type(metrics)(_keras2_metrics(m) for m in metrics)
+    if callable(metrics) and not isinstance(metrics, (keras.metrics.Metric, type)):
+        return Keras2FunctionMetric(metrics, name=getattr(metrics, "__name__", None))
+    return metrics
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
 class Model(keras.Model):
     """A ``keras.Model`` with Keras 2's calls (module docstring). Built like any
     functional model: ``Model(inputs, outputs, name=...)``."""
@@ -168,6 +196,19 @@ class Model(keras.Model):
         return self.predict(generator, steps=steps, callbacks=callbacks, verbose=verbose)
 
     # ------------------------------------------------------------ losses
+    def compile(self, *args, metrics=None, weighted_metrics=None, **kwargs):
+        """Keras 3's ``compile``; a plain function among the metrics runs as Keras 2 ran it
+        (``Keras2FunctionMetric``: one that already reduces to a number is averaged as it is)."""
+        return super().compile(*args, metrics=_keras2_metrics(metrics),
+                               weighted_metrics=_keras2_metrics(weighted_metrics), **kwargs)
+
+    def compile_from_config(self, config):
+        """What Keras's ``compile_from_config`` does (it skips models that override ``compile``):
+        compile with the saved arguments, then create the optimizer's variables."""
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if hasattr(self, "optimizer") and self.built:
+            self.optimizer.build(self.trainable_variables)
+
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         return super().compute_loss(x=x, y=_cast_like(y, y_pred), y_pred=y_pred, sample_weight=sample_weight,
                                     training=training)
