@@ -27,12 +27,7 @@ def model_files(model_dir):
                          f"bert_model.ckpt.*, vocab.txt)")
     if not os.path.isdir(model_dir):
         raise FileNotFoundError(f"model directory {model_dir!r} does not exist")
-    config = os.path.join(model_dir, "bert_config.json")
-    if not os.path.isfile(config):
-        alternative = os.path.join(model_dir, "config.json")
-        if not os.path.isfile(alternative):
-            raise FileNotFoundError(f"{model_dir!r} has no bert_config.json (nor config.json)")
-        config = alternative
+    config = _config_file(model_dir)
     vocab = os.path.join(model_dir, "vocab.txt")
     if not os.path.isfile(vocab):
         raise FileNotFoundError(f"{model_dir!r} has no vocab.txt")
@@ -40,6 +35,22 @@ def model_files(model_dir):
     if not os.path.isfile(prefix + ".index"):
         prefix = checkpoints.resolve_checkpoint(model_dir)
     return config, prefix, vocab
+
+
+def _config_file(model_dir):
+    """bert_config.json, config.json, or the one other ``*config*.json`` of the folder (albert_zh's
+    ``albert_config.json``, ELECTRA's ``*_discriminator_config.json``); an error naming the folder
+    when there is none, and the candidates when there are several."""
+    for name in ("bert_config.json", "config.json"):
+        if os.path.isfile(os.path.join(model_dir, name)):
+            return os.path.join(model_dir, name)
+    candidates = sorted(name for name in os.listdir(model_dir) if name.endswith(".json") and "config" in name)
+    if len(candidates) == 1:
+        return os.path.join(model_dir, candidates[0])
+    if not candidates:
+        raise FileNotFoundError(f"{model_dir!r} has no bert_config.json (nor config.json, nor another *config*.json)")
+    raise ValueError(f"{model_dir!r} has several config files {candidates} and no bert_config.json: "
+                     f"rename the one of the model to bert_config.json")
 
 
 #: the special tokens every use of a model directory needs ([MASK] too for an MLM head)

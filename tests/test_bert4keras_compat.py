@@ -272,3 +272,30 @@ def test_keras2_training_internals_name_the_porting_section():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         model.train_function = None          # Keras resets it this way: allowed
+
+
+def _masked_model():
+    tokens = keras.Input((10,))
+    hidden = keras.layers.Embedding(20, 4, mask_zero=True)(tokens)
+    return Model(tokens, keras.layers.Dense(1)(hidden))
+
+
+def test_function_metrics_count_as_keras2_counted_them():
+    """A metric that reduces to a number counts with its batch's mask total (Keras 2: (1·1 + 3·9) / 10);
+    a per-token metric is weighted by the mask; metric names are Keras's."""
+    def batch_label(y_true, y_pred):
+        return K.mean(y_true)
+
+    def per_token(y_true, y_pred):
+        return y_true[..., 0]
+
+    model = _masked_model()
+    model.compile(loss="mse", metrics=[batch_label, per_token, keras.losses.MeanSquaredError()])
+    x = np.zeros((2, 10))
+    x[0, 0], x[1, :9] = 5, 5
+    y = np.stack([np.full((10, 1), 1.0), np.full((10, 1), 3.0)])
+    y[1, 9] = 100.0                       # a padded position: left out of the per-token mean
+    logs = model.evaluate(x, y, batch_size=1, verbose=0, return_dict=True)
+    assert logs["batch_label"] == pytest.approx((1 * 1 + (3 * 9 + 100) / 10 * 9) / 10, rel=1e-5)
+    assert logs["per_token"] == pytest.approx((1 + 3 * 9) / 10, rel=1e-5)
+    assert "mean_squared_error" in logs

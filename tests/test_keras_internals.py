@@ -19,6 +19,7 @@ INTERNALS = [
     ("keras.src.backend", "rnn", "bert4keras/keras2_backend.py: K.rnn"),
     ("keras.src.backend", "get_keras_mask", "bert4keras/model.py: Keras2FunctionMetric"),
     ("keras.src.losses.loss", "apply_mask", "bert4keras/model.py: Keras2FunctionMetric"),
+    ("keras.src.utils.naming", "get_object_name", "bert4keras/model.py: the names of function metrics"),
     ("keras.src.activations", "ALL_OBJECTS_DICT", "backend.py: set_gelu"),
     ("keras.src.trainers.data_adapters.data_adapter", "DataAdapter", "snippets/_keras_stream.py: DataGenerator.forfit"),
     ("keras.src.trainers.data_adapters.data_adapter_utils", "get_tensor_spec", "snippets/_keras_stream.py"),

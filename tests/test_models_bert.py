@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gau_keras import build_transformer_model, checkpoints
-from gau_keras.models import BACKBONES, ALBERT_Unshared, Backbone, BertBackbone, GAUAlphaBackbone, NezhaBackbone
+from gau_keras.models import BACKBONES, BERT, ALBERT_Unshared, Backbone, BertBackbone, GAUAlphaBackbone, NezhaBackbone
 from gau_keras.models.config import read_config
 from tests.model_utils import TINY, random_checkpoint, write_config
 
@@ -149,3 +149,67 @@ def test_from_preset_takes_the_bundled_name_or_a_model_directory(tmp_path):
                                reference.predict([IDS, SEGMENTS], verbose=0), atol=1e-6)
     with pytest.raises(ValueError, match=r"'nope' is neither a preset of this class \(\['gau_alpha_tiny'\]\)"):
         GAUAlphaBackbone.from_preset("nope")
+
+
+def test_checkpoint_hints_name_the_model_the_checkpoint_fits(tmp_path):
+    config, roformer = random_checkpoint(str(tmp_path / "roformer"), model="roformer")
+    with pytest.raises(checkpoints.CheckpointError, match=r"no position embeddings: load it with model='roformer' "
+                                                          r"or model='nezha'"):
+        build_transformer_model(config, roformer)            # BERT wants bert/embeddings/position_embeddings
+    config, v2 = random_checkpoint(str(tmp_path / "v2"), model="roformer_v2")
+    with pytest.raises(checkpoints.CheckpointError, match=r"without LayerNorm: load it with model='roformer_v2'"):
+        build_transformer_model(config, v2, model="roformer", hidden_act="gelu")
+    _, bert = random_checkpoint(str(tmp_path / "bert"), model="bert")
+
+    class MyBERT(BERT):
+        pass
+
+    with pytest.raises(checkpoints.CheckpointError) as error:     # a shape error, and no advice for one's own class
+        build_transformer_model({**TINY["bert"], "hidden_size": 8}, bert, model=MyBERT)
+    assert "has shape" in str(error.value) and "load it with" not in str(error.value)
+
+
+def test_a_backbone_config_keeps_weighted_compound_tokens(tmp_path):
+    compound = [[3, 4], ([5, 6], [0.25, 0.75])]
+    backbone = BertBackbone(**read_config(TINY["bert"]), compound_tokens=compound)
+    config = json.loads(json.dumps(backbone.get_config()))
+    again = BertBackbone.from_config(config)
+    assert again.transformer.compound_tokens == compound
+    _, ckpt = random_checkpoint(str(tmp_path), model="bert")
+    again.transformer.load_weights_from_checkpoint(ckpt)
+    rows = keras.ops.convert_to_numpy(again.get_layer("Embedding-Token").embeddings)
+    table = checkpoints.CheckpointReader(ckpt).get("bert/embeddings/word_embeddings")
+    np.testing.assert_allclose(rows[-1], 0.25 * table[5] + 0.75 * table[6], atol=1e-6)
+
+
+def test_options_bert4keras_accepts_as_off_are_accepted():
+    build_transformer_model(**TINY["bert"], model="electra", with_nsp=False)
+    build_transformer_model(**TINY["bert"], model="nezha", hierarchical_position=False)
+    with pytest.raises(ValueError, match="ELECTRA has no next-sentence head"):
+        build_transformer_model(**TINY["bert"], model="electra", with_nsp=True)
+
+
+def test_heads_compute_in_float32_under_mixed_precision():
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        model = build_transformer_model(**TINY["bert"], with_nsp=True, with_mlm="linear")
+        electra = build_transformer_model(**TINY["electra"], model="electra", with_discriminator=True)
+    finally:
+        keras.config.set_dtype_policy("float32")
+    assert [output.dtype for output in model.outputs] == ["float32", "float32"]
+    assert model.get_layer("MLM-Bias").output.dtype == "float32" and electra.output.dtype == "float32"
+
+
+def test_a_release_folder_with_its_own_config_name_is_read(tmp_path):
+    from gau_keras.models import AlbertBackbone
+    from gau_keras.pretrained import model_files
+
+    directory = tmp_path / "albert_tiny_zh"
+    random_checkpoint(str(directory), model="albert")
+    (directory / "bert_config.json").rename(directory / "albert_config.json")     # albert_zh's name
+    (directory / "vocab.txt").write_text("\n".join(f"t{i}" for i in range(60)) + "\n", encoding="utf-8")
+    assert model_files(directory)[0].endswith("albert_config.json")
+    assert isinstance(AlbertBackbone.from_preset(str(directory)), AlbertBackbone)
+    (directory / "other_config.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"several config files \['albert_config.json', 'other_config.json'\]"):
+        model_files(directory)

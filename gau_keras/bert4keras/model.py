@@ -27,6 +27,7 @@ import numpy as np
 from keras import ops
 from keras.src.backend import get_keras_mask  # Keras's own reader of a tensor's mask
 from keras.src.losses.loss import apply_mask  # the mask folded into a sample weight, as Keras's metrics do
+from keras.src.utils.naming import get_object_name  # the name Keras's compile gives a function metric
 
 from gau_keras.bert4keras import PORTING, saving
 from gau_keras.registration import PACKAGE
@@ -106,14 +107,15 @@ class Keras2Only(AttributeError, NotImplementedError):
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class Keras2FunctionMetric(keras.metrics.MeanMetricWrapper):
     """A metric function as Keras 2 compiled it: the mean of its values, weighted by the
-    output's mask; a function that reduces to a number itself (``K.sum(loss * mask) /
-    K.sum(mask)``) is averaged as it is, where Keras 3 would spread the [B, L] mask over
-    that number and fail."""
+    output's mask (and the sample weights); a function that reduces to a number itself
+    (``K.sum(loss * mask) / K.sum(mask)``) counts with the total of those weights, as Keras 2
+    counted it, where Keras 3 would spread the [B, L] mask over that number and fail."""
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         values = self._fn(y_true, y_pred, **self._fn_kwargs)
-        if len(values.shape) > 0:
-            sample_weight = apply_mask(sample_weight, get_keras_mask(y_pred), dtype=self.dtype, reduction="sum")
+        sample_weight = apply_mask(sample_weight, get_keras_mask(y_pred), dtype=self.dtype, reduction="sum")
+        if len(values.shape) == 0 and sample_weight is not None:
+            sample_weight = ops.sum(sample_weight)
         return keras.metrics.Mean.update_state(self, values, sample_weight=sample_weight)
 
 
@@ -125,7 +127,7 @@ def _keras2_metrics(metrics):
     if isinstance(metrics, (list, tuple)):
         return type(metrics)(_keras2_metrics(m) for m in metrics)
     if callable(metrics) and not isinstance(metrics, (keras.metrics.Metric, type)):
-        return Keras2FunctionMetric(metrics, name=getattr(metrics, "__name__", None))
+        return Keras2FunctionMetric(metrics, name=get_object_name(metrics))
     return metrics
 
 

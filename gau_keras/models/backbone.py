@@ -40,6 +40,15 @@ def _plain(value):
     return value
 
 
+def _compound_item(item):
+    """A ``compound_tokens`` item for a JSON config: a list of ids stays a list (equal weights);
+    bert4keras's ``(ids, weights)`` tuple, which JSON would turn into a list, becomes a dict."""
+    if isinstance(item, tuple):
+        ids, weights = item
+        return {"ids": _plain(ids), "weights": _plain(weights)}
+    return _plain(item)
+
+
 class Backbone(Model):
     """The model of one architecture; subclasses set ``transformer_class`` and ``presets``
     (``{name: model directory}``). Constructor arguments are the builder's (``vocab_size``,
@@ -55,13 +64,21 @@ class Backbone(Model):
         transformer.model = self
         transformer.built = True
         self.transformer = transformer
-        self._backbone_config = {key: _plain(value) for key, value in config.items()}
+        self._backbone_config = {key: value if key == "compound_tokens" else _plain(value)
+                                 for key, value in config.items()}
 
     def get_config(self):
-        return {"name": self.name, "trainable": self.trainable, **self._backbone_config}
+        config = dict(self._backbone_config)
+        if config.get("compound_tokens") is not None:
+            config["compound_tokens"] = [_compound_item(item) for item in config["compound_tokens"]]
+        return {"name": self.name, "trainable": self.trainable, **config}
 
     @classmethod
     def from_config(cls, config):
+        config = dict(config)
+        if config.get("compound_tokens") is not None:
+            config["compound_tokens"] = [item if isinstance(item, list) else (item["ids"], item["weights"])
+                                         for item in config["compound_tokens"]]
         return cls(**config)
 
     @classmethod

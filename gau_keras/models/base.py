@@ -143,7 +143,7 @@ class Transformer(CheckpointMapping):
         if with_nsp and not self.supports_nsp:
             raise ValueError(f"with_nsp={with_nsp!r}: {model} has no next-sentence head (GAU-alpha and "
                              f"RoFormerV2 were pretrained without NSP); use with_pool and a Dense(2) of your own")
-        if hierarchical_position is not None and not self.supports_hierarchical_position:
+        if hierarchical_position and not self.supports_hierarchical_position:
             raise ValueError(f"hierarchical_position={hierarchical_position!r} decomposes BERT's absolute "
                              f"position embeddings; {model} has none (it uses relative or rotary positions, "
                              f"which need no decomposition to run past max_position)")

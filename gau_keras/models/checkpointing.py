@@ -138,7 +138,7 @@ class CheckpointMapping:
                 if self.ignore_invalid_weights:
                     logger.warning("%s; ignored (ignore_invalid_weights=True)", message)
                     continue
-                raise checkpoints.CheckpointError(message)
+                raise checkpoints.CheckpointError(message + self.checkpoint_hint(reader))
             assignments.append((weight, value))
         if absent:
             warnings.warn(f"checkpoint {reader.path!r} has no " + "; ".join(
@@ -186,30 +186,36 @@ class CheckpointMapping:
         return checkpoints.save_checkpoint(filename, values, dtype=dtype)
 
 
-#: (checkpoint name pattern, the model it marks, what marks it), most specific first
+#: (what marks a checkpoint, the model names it fits, the sign as the message says it), most specific first
+_LAYER_NORM = "bert/encoder/layer_0/attention/output/LayerNorm/gamma"
 _CHECKPOINT_SIGNS = (
-    (re.compile(r"^GAU_alpha/"), "gau_alpha", "GAU_alpha/* variables"),
-    (re.compile(r"^electra/"), "electra", "electra/* variables"),
-    (re.compile(r"^bert/encoder/transformer/group_0/"), "albert", "ALBERT's shared layer group"),
-    (re.compile(r"^bert/encoder/layer_0/attention/output/LayerNorm/"), "bert",
-     "BERT's attention LayerNorm"),
-    (re.compile(r"^bert/encoder/layer_0/attention/self/query/kernel$"), "roformer_v2",
+    (lambda names: any(n.startswith("GAU_alpha/") for n in names), ("gau_alpha",), "GAU_alpha/* variables"),
+    (lambda names: any(n.startswith("electra/") for n in names), ("electra",), "electra/* variables"),
+    (lambda names: any(n.startswith("bert/encoder/transformer/group_0/") for n in names),
+     ("albert", "albert_unshared"), "ALBERT's shared layer group"),
+    (lambda names: _LAYER_NORM in names and "bert/embeddings/position_embeddings" in names,
+     ("bert",), "BERT's LayerNorms and position embeddings"),
+    (lambda names: _LAYER_NORM in names, ("roformer", "nezha"), "BERT's LayerNorms but no position embeddings"),
+    (lambda names: "bert/encoder/layer_0/attention/self/query/kernel" in names, ("roformer_v2",),
      "bias-free attention without LayerNorm"),
 )
 
 
 def checkpoint_hint(names, model_class):
-    """' (it looks like a ... checkpoint: pass model=...)' for the first sign found in the
-    checkpoint ``names`` that names a model other than ``model_class``, else ''."""
+    """' (the checkpoint has ...: load it with model=...)' when the checkpoint ``names`` look like
+    those of models other than ``model_class``; '' when they fit it or look like nothing known. A
+    class of one's own fits the models it subclasses."""
     from gau_keras.models.builder import MODELS
 
-    for pattern, model, sign in _CHECKPOINT_SIGNS:
-        if any(pattern.search(name) for name in names):
-            family = model_class.__name__.lower()
-            if MODELS.get(model) is model_class or family.startswith(model.split("_")[0]) or (
-                    model == "bert" and family in ("nezha", "roformer")):
-                return ""
-            return f" (the checkpoint has {sign}: load it with model={model!r})"
+    names = set(names)
+    registered = model_class in MODELS.values()
+    for fits, models, sign in _CHECKPOINT_SIGNS:
+        if not fits(names):
+            continue
+        classes = [MODELS[m] for m in models]
+        if any(cls is model_class or (not registered and issubclass(model_class, cls)) for cls in classes):
+            return ""
+        return f" (the checkpoint has {sign}: load it with " + " or ".join(f"model={m!r}" for m in models) + ")"
     return ""
 
 

@@ -76,12 +76,17 @@ class BERT(Transformer):
                            output_dim=self.embedding_size, merge_mode="add", hierarchical=self.hierarchical_position,
                            embeddings_initializer=self.initializer, custom_position_ids=self.custom_position_ids,
                            name="Embedding-Position")
-        x = self.layer_norm(x, "Embedding-Norm", self.embedding_norm_epsilon)
+        x = self.layer_norm(x, "Embedding-Norm", self.norm_epsilon(self.embedding_norm_epsilon))
         x = self.apply(x, keras.layers.Dropout, rate=self.dropout_rate, name="Embedding-Dropout")
         if self.embedding_size != self.hidden_size:
             x = self.apply(x, keras.layers.Dense, units=self.hidden_size, kernel_initializer=self.initializer,
                            name="Embedding-Mapping")
         return x
+
+    def norm_epsilon(self, default):
+        """The config's ``layer_norm_epsilon`` (``layer_norm_eps``) when it gives one, else bert4keras's
+        epsilon of that norm (bert4keras itself ignores the config's)."""
+        return self.layer_norm_epsilon or default
 
     # ------------------------------------------------------------------ blocks
     def block_name(self, index):
@@ -96,7 +101,7 @@ class BERT(Transformer):
         """Dropout -> Add -> LayerNorm (post-norm) around a sub-layer output."""
         y = self.apply(y, keras.layers.Dropout, rate=self.dropout_rate, name=f"{name}-Dropout")
         x = self.apply([x, y], Add, name=f"{name}-Add")
-        return self.layer_norm(x, f"{name}-Norm", self.block_norm_epsilon)
+        return self.layer_norm(x, f"{name}-Norm", self.norm_epsilon(self.block_norm_epsilon))
 
     def apply_main_layers(self, x, index):
         block = self.block_name(index)
@@ -121,7 +126,7 @@ class BERT(Transformer):
         if self.with_pool:
             pooled = self.apply_pooler(x)
             if self.with_nsp:
-                pooled = self.apply(pooled, keras.layers.Dense, units=2, activation="softmax",
+                pooled = self.apply(pooled, keras.layers.Dense, units=2, activation="softmax", dtype="float32",
                                     kernel_initializer=self.initializer, name="NSP-Proba")
             outputs.append(pooled)
         if self.with_mlm:
@@ -137,9 +142,10 @@ class BERT(Transformer):
         (hidden_act) -> MLM-Norm -> the tied token embedding -> MLM-Bias."""
         x = self.apply(hidden, keras.layers.Dense, units=self.embedding_size, activation=self.hidden_act,
                        kernel_initializer=self.initializer, name="MLM-Dense")
-        x = self.layer_norm(x, "MLM-Norm", 1e-12)
+        x = self.layer_norm(x, "MLM-Norm", self.norm_epsilon(1e-12))
         x = self.apply(x, Embedding, arguments={"mode": "dense"}, name="Embedding-Token")
-        return self.apply(x, ScaleOffset, scale=False, name="MLM-Bias")
+        # float32 under mixed precision: the tied embedding's logits are float32 (mode='dense')
+        return self.apply(x, ScaleOffset, scale=False, dtype="float32", name="MLM-Bias")
 
     # -------------------------------------------------------------- checkpoint
     def variable_mapping(self):

@@ -19,10 +19,13 @@ class ELECTRA(BERT):
     has_mlm_head = False
 
     def __init__(self, *args, with_discriminator=False, **kwargs):
-        for name in ("with_pool", "with_mlm", "with_nsp"):
+        for name in ("with_pool", "with_mlm"):
             if name in kwargs:
-                raise TypeError(f"ELECTRA got an unexpected keyword argument {name!r}: ELECTRA has no pooler, "
-                                f"next-sentence or MLM head (use with_discriminator)")
+                raise TypeError(f"ELECTRA got an unexpected keyword argument {name!r}: ELECTRA has no pooler "
+                                f"or MLM head (use with_discriminator)")
+        if kwargs.get("with_nsp"):     # bert4keras takes it and builds no head: refused rather than dropped
+            raise ValueError(f"with_nsp={kwargs['with_nsp']!r}: ELECTRA has no next-sentence head "
+                             f"(use with_discriminator)")
         if kwargs.get("application", "encoder") != "encoder":
             raise ValueError(f"application={kwargs['application']!r}: ELECTRA can not be used as an "
                              f"{kwargs['application']!r} model (it has no MLM head)")
@@ -35,7 +38,7 @@ class ELECTRA(BERT):
         activation = "sigmoid" if self.with_discriminator is True else self.with_discriminator
         x = self.apply(x, keras.layers.Dense, units=self.hidden_size, activation=self.hidden_act,
                        kernel_initializer=self.initializer, name="Discriminator-Dense")
-        return self.apply(x, keras.layers.Dense, units=1, activation=activation,
+        return self.apply(x, keras.layers.Dense, units=1, activation=activation, dtype="float32",
                           kernel_initializer=self.initializer, name="Discriminator-Prediction")
 
     def variable_mapping(self):
