@@ -110,7 +110,7 @@ def test_missing_model_dir_and_bad_arguments_are_errors(tmp_path, capsys):
     assert runner.run("tnews", argv + ["--model-dir", str(tmp_path / "nowhere")]) == 2
     assert "nowhere" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        runner.run("tnews", argv + ["--model", "bert"])
+        runner.run("tnews", argv + ["--model", "gpt2"])
 
 
 def test_labels_outside_the_label_set_stop_the_run_naming_the_line(tmp_path, capsys):
