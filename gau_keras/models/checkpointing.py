@@ -121,24 +121,19 @@ class CheckpointMapping:
                 if ckpt_name in self.optional_variables():
                     absent.setdefault(layer_name, []).append(ckpt_name)
                     continue
-                message = (f"layer {layer_name!r} (weight {weight.path}, shape {expected}): checkpoint "
-                           f"variable {ckpt_name!r} is missing from {reader.path!r}")
-                if self.ignore_invalid_weights:
-                    logger.warning("%s; ignored (ignore_invalid_weights=True)", message)
-                    continue
-                raise checkpoints.CheckpointError(message + self.checkpoint_hint(reader))
+                self._invalid_weight(f"layer {layer_name!r} (weight {weight.path}, shape {expected}): checkpoint "
+                                     f"variable {ckpt_name!r} is missing from {reader.path!r}", reader)
+                continue
             value = reader.get(ckpt_name)
             if ckpt_name in self.transposed_variable_names():
                 value = np.transpose(value)
             if ckpt_name in self.embedding_variable_names():
                 value = self.load_embeddings(value, f"{ckpt_name!r} of {reader.path!r}")
             if tuple(value.shape) != expected:
-                message = (f"layer {layer_name!r} (weight {weight.path}) has shape {expected} but checkpoint "
-                           f"variable {ckpt_name!r} in {reader.path!r} has shape {tuple(value.shape)}")
-                if self.ignore_invalid_weights:
-                    logger.warning("%s; ignored (ignore_invalid_weights=True)", message)
-                    continue
-                raise checkpoints.CheckpointError(message + self.checkpoint_hint(reader))
+                self._invalid_weight(f"layer {layer_name!r} (weight {weight.path}) has shape {expected} but "
+                                     f"checkpoint variable {ckpt_name!r} in {reader.path!r} has shape "
+                                     f"{tuple(value.shape)}", reader)
+                continue
             assignments.append((weight, value))
         if absent:
             warnings.warn(f"checkpoint {reader.path!r} has no " + "; ".join(
@@ -148,6 +143,13 @@ class CheckpointMapping:
         for weight, value in assignments:
             weight.assign(value)
         return len(assignments)
+
+    def _invalid_weight(self, message, reader):
+        """A variable that cannot be loaded: logged and skipped with ``ignore_invalid_weights`` (the
+        weight keeps its initial value, as in bert4keras), else an error with the checkpoint's hint."""
+        if not self.ignore_invalid_weights:
+            raise checkpoints.CheckpointError(message + self.checkpoint_hint(reader))
+        logger.warning("%s; ignored (ignore_invalid_weights=True)", message)
 
     def _check_unused(self, reader, mapping, action):
         """Warns about / refuses checkpoint variables that ``mapping`` does not name."""
