@@ -123,7 +123,6 @@ def test_additional_input_layers():
     ("hierarchical_position", 0.4, "rotary positions"),
     ("shared_segment_embeddings", True, "first-segment"),
     ("residual_attention_scores", True, "RealFormer"),
-    ("autoresize_weights", True, "both shapes"),
     ("layer_norm_cond", "anything", "parameter-free"),
     ("attention_caches", {"x": 1}, "recomputes the prefix"),
     ("unused_checkpoint_variables", "maybe", "'warn', 'error', 'ignore'"),

@@ -213,3 +213,44 @@ def test_a_release_folder_with_its_own_config_name_is_read(tmp_path):
     (directory / "other_config.json").write_text("{}")
     with pytest.raises(ValueError, match=r"several config files \['albert_config.json', 'other_config.json'\]"):
         model_files(directory)
+
+
+#: run by the original bert4keras: a small random BERT saved as a checkpoint, then loaded into a wider
+#: and deeper-FFN one with autoresize_weights=True; ``outputs``: the small checkpoint's variables and
+#: the resized model's MLM logits on ``inputs``
+AUTORESIZE = """
+import os
+import tempfile
+
+from bert4keras.models import build_transformer_model
+
+small = build_transformer_model(None, model='bert', with_mlm='linear', return_keras_model=False, **%(small)r)
+noise = np.random.RandomState(3)
+K.batch_set_value([(w, v + 0.05 * noise.randn(*v.shape).astype(v.dtype))
+                   for w, v in zip(small.model.weights, K.batch_get_value(small.model.weights))])
+with tempfile.TemporaryDirectory() as folder:
+    prefix = os.path.join(folder, 'bert_model.ckpt')
+    small.save_weights_as_checkpoint(prefix)
+    reader = tf.train.load_checkpoint(prefix)
+    for name in reader.get_variable_to_shape_map():
+        outputs['ckpt:' + name] = reader.get_tensor(name)
+    big = build_transformer_model(None, prefix, model='bert', with_mlm='linear', autoresize_weights=True,
+                                  **%(big)r)
+outputs['logits'] = big.predict([inputs['token_ids'], inputs['segment_ids']])
+"""
+
+
+@pytest.mark.parametrize("hidden_act", ["gelu", "relu"])
+def test_autoresize_weights_equals_bert4keras(hidden_act):
+    from tests.reference.harness import run_bert4keras_code
+
+    small = dict(vocab_size=60, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                 hidden_act=hidden_act, max_position=32)
+    big = dict(small, hidden_size=32, intermediate_size=48)
+    ids = np.array([[2, 5, 7, 9, 3, 0, 0, 0], [2, 4, 3, 8, 11, 13, 17, 3]], "float32")
+    segments = np.array([[0, 0, 0, 1, 1, 0, 0, 0], [0, 0, 0, 0, 1, 1, 1, 1]], "float32")
+    reference = run_bert4keras_code(AUTORESIZE % {"small": small, "big": big},
+                                    {"token_ids": ids, "segment_ids": segments}, graph=True, seed=3)
+    checkpoint = {name[len("ckpt:"):]: value for name, value in reference.items() if name.startswith("ckpt:")}
+    ours = build_transformer_model(None, checkpoint, with_mlm="linear", autoresize_weights=True, **big)
+    np.testing.assert_allclose(ours.predict([ids, segments], verbose=0), reference["logits"], atol=1e-4)

@@ -81,8 +81,7 @@ class Transformer(CheckpointMapping):
                              f"got {unused_checkpoint_variables!r}")
         self.application = application
         self._refuse_bert_only_options(with_pool, with_nsp, custom_position_ids, hierarchical_position,
-                                       shared_segment_embeddings, residual_attention_scores,
-                                       autoresize_weights)
+                                       shared_segment_embeddings, residual_attention_scores)
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         self.num_hidden_layers = num_hidden_layers
@@ -131,7 +130,7 @@ class Transformer(CheckpointMapping):
         self.built = False
 
     def _refuse_bert_only_options(self, with_pool, with_nsp, custom_position_ids, hierarchical_position,
-                                  shared_segment_embeddings, residual_attention_scores, autoresize_weights):
+                                  shared_segment_embeddings, residual_attention_scores):
         """bert4keras accepts these for every model and some of its models ignore
         them; here an option the model cannot honour is an error saying why."""
         model = type(self).__name__
@@ -156,9 +155,6 @@ class Transformer(CheckpointMapping):
             raise ValueError(f"residual_attention_scores=True with application={self.application!r}: the "
                              f"scores of the previous layer cannot be added to the boolean LM/UniLM mask "
                              f"(bert4keras 0.11.5 fails there too); use application='encoder'")
-        if autoresize_weights:
-            raise ValueError(f"autoresize_weights=True is not supported by {model}: a checkpoint of another "
-                             f"size is an error naming the variable and both shapes")
 
     # ------------------------------------------------------------------ build
     def build(self, attention_caches=None, layer_norm_cond=None, layer_norm_cond_hidden_size=None,

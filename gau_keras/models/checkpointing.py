@@ -129,6 +129,8 @@ class CheckpointMapping:
                 value = np.transpose(value)
             if ckpt_name in self.embedding_variable_names():
                 value = self.load_embeddings(value, f"{ckpt_name!r} of {reader.path!r}")
+            if tuple(value.shape) != expected and self.autoresize_weights and value.ndim == len(expected):
+                value = self._autoresized(layer_name, weight, value)
             if tuple(value.shape) != expected:
                 self._invalid_weight(f"layer {layer_name!r} (weight {weight.path}) has shape {expected} but "
                                      f"checkpoint variable {ckpt_name!r} in {reader.path!r} has shape "
@@ -143,6 +145,29 @@ class CheckpointMapping:
         for weight, value in assignments:
             weight.assign(value)
         return len(assignments)
+
+    def _autoresized(self, layer_name, weight, value):
+        """bert4keras's ``autoresize_weights``: ``value`` orthogonally resized to the weight's shape
+        (``snippets.orthogonally_resize``), then rescaled so that the layer's outputs keep their
+        scale: an attention's q and k weights by (new / old head width) ** 0.25 (the scores are
+        divided by sqrt(key_size)), a feed-forward's input weights by sqrt(new / old width) and its
+        output weights by sqrt(old / new input width) (all of them the latter for relu, as
+        bert4keras). The weight's place in the layer's trainable weights decides, as there."""
+        from gau_keras.layers import FeedForward, MultiHeadAttention
+        from gau_keras.snippets import orthogonally_resize
+
+        layer = self.layers[self.prefixed(layer_name)]
+        new, old = tuple(weight.shape), value.shape
+        value = orthogonally_resize(np.asarray(value), new)
+        index = next(i for i, w in enumerate(layer.trainable_weights) if w is weight)
+        if isinstance(layer, MultiHeadAttention):
+            count = 4 if layer.use_bias else 2
+            if layer.attention_scale and index < count:
+                value = value * (new[-1] / old[-1]) ** 0.25
+        elif isinstance(layer, FeedForward):
+            count = (2 if layer.use_bias else 1) - (2 if self.hidden_act in ("relu", "leaky_relu") else 0)
+            value = value * (np.sqrt(new[-1] / old[-1]) if index < count else np.sqrt(old[0] / new[0]))
+        return value
 
     def _invalid_weight(self, message, reader):
         """A variable that cannot be loaded: logged and skipped with ``ignore_invalid_weights`` (the
