@@ -26,6 +26,7 @@ import pytest
 
 from tests.conftest import SHARED_DATA
 from tests.reference.harness import run_bert4keras_code
+from tests.test_bert4keras_scripts import assert_finite_history, assert_probabilities
 
 SCRIPTS = pathlib.Path(__file__).resolve().parent / "bert4keras_scripts"
 sys.path.insert(0, str(SCRIPTS))    # the scripts import their shared prologue (prologue.py) as a sibling
@@ -127,16 +128,6 @@ def run_script(name, folder, variable="BERT_DIR", skip_main=False, **kwargs):
     assert namespace["config_path"] == str(folder / "bert_config.json")
     keras.utils.set_random_seed(1234)
     return namespace, None if skip_main else namespace["main"](**kwargs)
-
-
-def assert_finite_history(history, key="loss"):
-    assert history[key] and np.all(np.isfinite(history[key])), history
-
-
-def assert_probabilities(probas, shape):
-    assert probas.shape == shape
-    np.testing.assert_allclose(probas.sum(axis=-1), 1.0, rtol=1e-4)
-    assert np.all(probas >= 0)
 
 
 @pytest.mark.parametrize("model", ["bert", "albert"])

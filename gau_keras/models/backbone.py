@@ -49,6 +49,13 @@ def _compound_item(item):
     return _plain(item)
 
 
+def _config_value(key, value):
+    """A constructor argument as the JSON config holds it."""
+    if key == "compound_tokens" and value is not None:
+        return [_compound_item(item) for item in value]
+    return _plain(value)
+
+
 class Backbone(Model):
     """The model of one architecture; subclasses set ``transformer_class`` and ``presets``
     (``{name: model directory}``). Constructor arguments are the builder's (``vocab_size``,
@@ -64,14 +71,10 @@ class Backbone(Model):
         transformer.model = self
         transformer.built = True
         self.transformer = transformer
-        self._backbone_config = {key: value if key == "compound_tokens" else _plain(value)
-                                 for key, value in config.items()}
+        self._backbone_config = {key: _config_value(key, value) for key, value in config.items()}
 
     def get_config(self):
-        config = dict(self._backbone_config)
-        if config.get("compound_tokens") is not None:
-            config["compound_tokens"] = [_compound_item(item) for item in config["compound_tokens"]]
-        return {"name": self.name, "trainable": self.trainable, **config}
+        return {"name": self.name, "trainable": self.trainable, **self._backbone_config}
 
     @classmethod
     def from_config(cls, config):

@@ -12,6 +12,8 @@ import keras
 import numpy as np
 
 from gau_keras import checkpoints
+from gau_keras.layers import FeedForward, MultiHeadAttention
+from gau_keras.snippets.arrays import orthogonally_resize
 
 logger = logging.getLogger(__name__)
 
@@ -153,9 +155,6 @@ class CheckpointMapping:
         divided by sqrt(key_size)), a feed-forward's input weights by sqrt(new / old width) and its
         output weights by sqrt(old / new input width) (all of them the latter for relu, as
         bert4keras). The weight's place in the layer's trainable weights decides, as there."""
-        from gau_keras.layers import FeedForward, MultiHeadAttention
-        from gau_keras.snippets import orthogonally_resize
-
         layer = self.layers[self.prefixed(layer_name)]
         new, old = tuple(weight.shape), value.shape
         value = orthogonally_resize(np.asarray(value), new)
