@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from gau_keras import ops as gops
+from gau_keras.layers import attention as attention_module
 from gau_keras.layers import (
     AttentionBias,
     Embedding,
@@ -183,9 +184,26 @@ def test_mha_fused_attention_equals_the_spelled_out_one(rng, application, monkey
     for a, b in zip(grads_fused, grads_plain):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     monkeypatch.undo()
+    assert layer.fusable(None, training=False) is False           # no fused kernel on this CPU: spelled out
+    monkeypatch.setattr(attention_module, "fused_attention_device", lambda: True)
     assert layer.fusable(None, training=False) is True
     assert layer.fusable(None, training=True) is False            # attention dropout in training: spelled out
     assert layer.fusable(keras.ops.zeros((1, L, L)), training=False) is False   # an additive bias
+
+
+def test_fused_attention_only_where_a_fused_kernel_runs(monkeypatch):
+    """Keras's ops.dot_product_attention runs a fused kernel only on JAX on a GPU; elsewhere its
+    XLA computation keeps float32 scores for the backward pass, and the layer spells it out."""
+    import sys
+    import types
+
+    assert attention_module.fused_attention_device() is False     # this machine: a CPU (or TensorFlow)
+    if keras.backend.backend() == "jax":
+        fake = types.SimpleNamespace(default_backend=lambda: "gpu")
+        monkeypatch.setitem(sys.modules, "jax", fake)
+        assert attention_module.fused_attention_device() is True
+        fake.default_backend = lambda: "tpu"
+        assert attention_module.fused_attention_device() is False
 
 
 def test_mha_float16_runs_on_every_backend_and_device(rng):

@@ -198,14 +198,19 @@ class GatedAttentionUnit(_AttentionBase):
         return config
 
 
-def _float16_on_jax_cpu(dtype):
-    """JAX's XLA attention asks a CPU for float16 products with float32 results, which
-    XLA's CPU dot does not take ("precision 'F16_F16_F32'"): spelled out there."""
-    if dtype != "float16" or keras.backend.backend() != "jax":
+def fused_attention_device():
+    """Whether ``ops.dot_product_attention`` can run a fused kernel where this program runs:
+    JAX on a GPU, where Keras picks cuDNN's flash attention when the shapes allow (and its
+    XLA computation when they do not). Everywhere else (TensorFlow, a CPU, a TPU, whose
+    Splash kernel Keras skips for a traced mask such as a padding mask in a jitted step)
+    Keras would run its XLA computation, which keeps float32 logits, float32 softmax
+    outputs and the broadcast mask for the backward pass: the spelled-out attention with
+    ``masked_softmax`` is the same computation with half its temporary memory there."""
+    if keras.backend.backend() != "jax":
         return False
     import jax
 
-    return jax.default_backend() == "cpu"
+    return jax.default_backend() == "gpu"
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -220,9 +225,10 @@ class MultiHeadAttention(_AttentionBase):
     [B|1, L, key_size] (key_size must be even); ``'typical_relative'``:
     NEZHA's relative embeddings [Lq, Lk, key_size]. ``return_attention_scores`` also returns
     the scaled scores before masking and normalisation, [B, heads, Lq, Lk].
-    A softmax call without attention dropout (``fusable``) runs as Keras's
-    ``ops.dot_product_attention``, which uses fused (flash / cuDNN) attention
-    where the platform has it; the others spell the attention out.
+    On JAX on a GPU, a softmax call without attention dropout (``fusable``)
+    runs as Keras's ``ops.dot_product_attention``, which uses fused (flash /
+    cuDNN) attention where the shapes allow; the others, and every call on
+    other devices and on TensorFlow, spell the attention out.
     """
 
     position_biases = (None, "rotary", "typical_relative")
@@ -287,14 +293,14 @@ class MultiHeadAttention(_AttentionBase):
         return [o, a] if self.return_attention_scores else o
 
     def fusable(self, bias, training):
-        """Whether this call can run as Keras's fused ``ops.dot_product_attention`` (flash /
-        cuDNN attention on a GPU where the shapes allow, XLA's elsewhere): softmax
-        normalisation, no attention dropout in this call, keys and values of one head
-        size, no scores to return, and no additive (float) bias."""
+        """Whether this call runs as Keras's fused ``ops.dot_product_attention`` (flash /
+        cuDNN attention): on a device with a fused kernel (``fused_attention_device``),
+        softmax normalisation, no attention dropout in this call, keys and values of one
+        head size, no scores to return, and no additive (float) bias."""
         dropout = bool(training) and self.attention_dropout > 0
         return (self.normalization == "softmax" and not dropout and not self.return_attention_scores
                 and self.key_size == self.head_size and (bias is None or bias.dtype == "bool")
-                and not _float16_on_jax_cpu(self.compute_dtype))
+                and fused_attention_device())
 
     def _fused_attention(self, qw, kw, vw, key_mask, bias):
         """[B, Lq, heads, d] of the fused attention; ``key_mask`` [B, Lk] and the bool ``bias``
