@@ -9,6 +9,9 @@ Adam update on the MSE of the encoder's hidden states against random targets:
 * ``RoFormerV2``: ``--layers`` layers of ``--heads`` heads × ``--head-size`` and FFN ``--intermediate``
   (its attention through Keras's ``ops.dot_product_attention``, fused where the platform has it);
 * ``GAU-α``: twice the layers, GAU e = 2·hidden, s = ``--key-size`` (the release's ratio);
+* ``GAU-α plain JAX``: the same GAU-α maths written directly in JAX (``gau_plain_jax.py``: bf16 products,
+  float32 master weights, norms and softmax; no Keras), from the same initial weights: the yardstick
+  our GAU-α's layers are measured against;
 * ``keras-hub RoFormerV2``: keras_hub's ``RoformerV2Backbone`` of RoFormerV2's size, where keras_hub is installed.
 
 Dropout is 0 (both models' attention then takes the same path in training and inference). For each
@@ -36,7 +39,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # _common
 import _common  # noqa: E402  (path set above)
 import numpy as np  # noqa: E402
 
-MODELS = ("RoFormerV2", "GAU-α", "keras-hub RoFormerV2")
+MODELS = ("RoFormerV2", "GAU-α", "GAU-α plain JAX", "keras-hub RoFormerV2")
+GAU = ("GAU-α", "GAU-α plain JAX")
 
 
 def parse_ints(text):
@@ -130,7 +134,7 @@ def build(name, args, policy):
                 max_wavelength=10000)
             ids = keras.Input((None,), dtype="int32")
             segments = keras.Input((None,), dtype="int32")
-            out = backbone({"token_ids": ids, "segment_ids": segments, "padding_mask": keras.ops.ones_like(ids)})
+            out = backbone({"token_ids": ids, "segment_ids": segments})    # its padding mask: ids != 0
             return keras.Model([ids, segments], out)
         from gau_keras import build_transformer_model
 
@@ -224,19 +228,21 @@ def table(records, peak):
     by_length = {}
     for r in records:
         by_length.setdefault(r["length"], {})[r["model"]] = r
-    lines += ["", "| L | GAU-α / RoFormerV2 time | GAU-α / RoFormerV2 temp memory | keras-hub / ours |",
-              "|---|---|---|---|"]
+    lines += ["", "| L | GAU-α / RoFormerV2 time | GAU-α / RoFormerV2 temp memory | GAU-α / plain JAX time "
+              "| GAU-α / plain JAX GB accessed | keras-hub / ours |", "|---" * 6 + "|"]
     for length, row in by_length.items():
         gau, rof, hub = row.get("GAU-α"), row.get("RoFormerV2"), row.get("keras-hub RoFormerV2")
+        plain = row.get("GAU-α plain JAX")
         ratio = lambda a, b, key: f"{a[key] / b[key]:.3g}" if a and b and b[key] else ""  # noqa: E731
         lines.append(f"| {length} | {ratio(gau, rof, 'ms')} | {ratio(gau, rof, 'temp_bytes')} | "
-                     f"{ratio(hub, rof, 'ms')} |")
+                     f"{ratio(gau, plain, 'ms')} | {ratio(gau, plain, 'bytes_accessed')} | {ratio(hub, rof, 'ms')} |")
     return "\n".join(lines)
 
 
 def main(argv=None):
     args = arguments(argv)
     os.environ.setdefault("KERAS_BACKEND", "jax")
+    import gau_plain_jax
     import jax
     import jax.numpy as jnp
     import keras
@@ -262,7 +268,11 @@ def main(argv=None):
         batch = args.tokens // length
         steps, facts = {}, {}
         for name in names:
-            run, jitted, example = train_step(build(name, args, policy), batch, length)
+            if name == "GAU-α plain JAX":
+                params = gau_plain_jax.params_from_model(build("GAU-α", args, policy), 2 * args.layers)
+                run, jitted, example = gau_plain_jax.train_step(params, batch, length, dtype)
+            else:
+                run, jitted, example = train_step(build(name, args, policy), batch, length)
             facts[name] = compiled_facts(jitted, example)
             if args.compile_only:
                 steps[name] = None
@@ -277,7 +287,7 @@ def main(argv=None):
         timed = ({name: float("nan") for name in steps} if args.compile_only
                  else _common.interleaved_medians(steps, args.rounds, args.steps, jax.block_until_ready))
         for name, ms in timed.items():
-            flops = 3 * forward_flops("GAU-α" if name == "GAU-α" else "RoFormerV2", args, batch, length)
+            flops = 3 * forward_flops("GAU-α" if name in GAU else "RoFormerV2", args, batch, length)
             record = {"model": name, "length": length, "batch": batch, "dtype": dtype, "ms": ms,
                       "mfu": flops / (ms / 1e3) / peak, **facts[name]}
             records.append(record)

@@ -17,11 +17,13 @@ def test_tiny_run_reports_every_model_and_length(tmp_path):
                          capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
     assert run.returncode == 0, run.stderr[-4000:]
     records = [json.loads(line) for line in lines.read_text().splitlines()]
-    assert {(r["model"], r["length"]) for r in records} >= {(m, n) for m in ("RoFormerV2", "GAU-α") for n in (16, 32)}
+    models = ("RoFormerV2", "GAU-α", "GAU-α plain JAX")
+    assert {(r["model"], r["length"]) for r in records} >= {(m, n) for m in models for n in (16, 32)}
     for r in records:
         assert r["ms"] > 0 and 0 < r["mfu"] and r["temp_bytes"] > 0 and r["bytes_accessed"] > 0 and r["fusions"] > 0
         assert r["batch"] * r["length"] == 64 and r["dtype"] == "float32"
     assert "matrix rate measured" in run.stdout and "| 32 (2) | GAU-α |" in run.stdout
+    assert "| 32 (2) | GAU-α plain JAX |" in run.stdout and "GAU-α / plain JAX time" in run.stdout
 
 
 @pytest.mark.parametrize("argv, flag", [(["--lengths", "100"], "--lengths"), (["--tokens", "0"], "--tokens"),
@@ -31,3 +33,21 @@ def test_bad_options_are_refused_by_name(argv, flag):
     run = subprocess.run([sys.executable, str(SCRIPT), "--tiny", *argv], capture_output=True, text=True, timeout=120,
                          cwd=REPO_ROOT)
     assert run.returncode == 2 and flag in run.stderr, run.stderr
+
+
+def test_keras_hub_backbone_gets_the_token_and_segment_ids():
+    """The keras-hub row is keras-hub's RoformerV2Backbone on the same ids (its padding mask: ids != 0)."""
+    pytest.importorskip("keras_hub", reason="keras-hub is optional (the benchmark leaves its row out without it)")
+    import numpy as np
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    import gpu_train_step
+
+    args = gpu_train_step.arguments(["--tiny"])
+    model = gpu_train_step.build("keras-hub RoFormerV2", args, "float32")
+    backbone = [layer for layer in model.layers if type(layer).__name__ == "RoformerV2Backbone"][0]
+    ids = np.random.default_rng(0).integers(1, 128, (2, 16)).astype("int32")
+    ids[1, 10:] = 0
+    segments = (np.arange(16)[None] >= 8).astype("int32").repeat(2, 0)
+    direct = backbone({"token_ids": ids, "segment_ids": segments})
+    np.testing.assert_allclose(np.asarray(model([ids, segments])), np.asarray(direct), rtol=1e-6, atol=1e-6)
