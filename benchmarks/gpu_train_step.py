@@ -21,7 +21,9 @@ against the matrix rate measured in the same process: a bf16 (GPU/TPU) or float3
 ``--peak-size``³), and from the compiled program: XLA's temporary bytes, the bytes its cost analysis
 says a step reads and writes, the number of fusions, and the number of float32 ⇄ bfloat16 conversions
 (``convert`` ops between the two: round trips around the matrix products). ``--trace DIR`` also writes a
-``jax.profiler`` trace of a few steps per model (open it in TensorBoard or Perfetto for a per-op table).
+``jax.profiler`` trace of a few steps per model and prints their per-op time table (``xla_profile.py``:
+by category, by model code and pass, and the largest instructions; TensorBoard or Perfetto open the
+traces themselves).
 JSON lines (one per measurement) go to stdout and ``--json``; the table comes last.
 """
 import argparse
@@ -41,6 +43,7 @@ import numpy as np  # noqa: E402
 
 MODELS = ("RoFormerV2", "GAU-α", "GAU-α plain JAX", "keras-hub RoFormerV2")
 GAU = ("GAU-α", "GAU-α plain JAX")
+TRACED_STEPS = 3
 
 
 def parse_ints(text):
@@ -87,6 +90,8 @@ def arguments(argv=None):
     for key, value in (tiny if args.tiny else full).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if args.trace and args.compile_only:
+        parser.error("--trace runs steps and --compile-only runs none: give one of them")
     if args.hidden % args.heads:
         parser.error(f"--hidden {args.hidden} is not a multiple of --heads {args.heads}")
     for length in args.lengths:
@@ -182,7 +187,8 @@ def train_step(model, batch, length, seed=0):
 def compiled_facts(jitted, example):
     """What XLA makes of a step: temp bytes, bytes accessed and fusions of the compiled program;
     f32⇄bf16 converts of the program as traced (StableHLO, before XLA's own passes: what the
-    model's code asks for, the same on every platform; a CPU adds its own around bf16 ops)."""
+    model's code asks for, the same on every platform; a CPU adds its own around bf16 ops); and
+    the compiled program's text."""
     lowered = jitted.lower(*example)
     traced = lowered.as_text()
     compiled = lowered.compile()
@@ -196,7 +202,7 @@ def compiled_facts(jitted, example):
     return {"temp_bytes": int(getattr(memory, "temp_size_in_bytes", 0) or 0),
             "bytes_accessed": float((cost or {}).get("bytes accessed", float("nan"))),
             "fusions": len(re.findall(r" fusion\([^\n]*\bcalls=", text)),
-            "f32_bf16_converts": converts}
+            "f32_bf16_converts": converts}, text
 
 
 def matmul_rate(args, dtype):
@@ -243,6 +249,7 @@ def main(argv=None):
     args = arguments(argv)
     os.environ.setdefault("KERAS_BACKEND", "jax")
     import gau_plain_jax
+    import xla_profile
     import jax
     import jax.numpy as jnp
     import keras
@@ -263,7 +270,7 @@ def main(argv=None):
         names.remove("keras-hub RoFormerV2")
         print("keras_hub is not installed: its RoformerV2Backbone is left out", flush=True)
     out = open(args.json, "w", encoding="utf-8") if args.json else None
-    records = []
+    records, profiles = [], []
     for length in args.lengths:
         batch = args.tokens // length
         steps, facts = {}, {}
@@ -273,7 +280,7 @@ def main(argv=None):
                 run, jitted, example = gau_plain_jax.train_step(params, batch, length, dtype)
             else:
                 run, jitted, example = train_step(build(name, args, policy), batch, length)
-            facts[name] = compiled_facts(jitted, example)
+            facts[name], hlo_text = compiled_facts(jitted, example)
             if args.compile_only:
                 steps[name] = None
                 continue
@@ -281,9 +288,12 @@ def main(argv=None):
             jax.block_until_ready(run())  # and settles the donated buffers' layout
             steps[name] = run
             if args.trace:
-                with jax.profiler.trace(os.path.join(args.trace, f"{name.replace(' ', '_')}-L{length}")):
-                    for _ in range(3):
+                where = os.path.join(args.trace, f"{name.replace(' ', '_')}-L{length}")
+                with jax.profiler.trace(where):
+                    for _ in range(TRACED_STEPS):
                         jax.block_until_ready(run())
+                profiles.append(xla_profile.table(xla_profile.op_times(where, hlo_text, TRACED_STEPS),
+                                                  f"{name}, L {length} (batch {batch})"))
         timed = ({name: float("nan") for name in steps} if args.compile_only
                  else _common.interleaved_medians(steps, args.rounds, args.steps, jax.block_until_ready))
         for name, ms in timed.items():
@@ -298,6 +308,9 @@ def main(argv=None):
         out.close()
     print()
     print(table(records, peak))
+    for profile in profiles:
+        print()
+        print(profile)
 
 
 if __name__ == "__main__":

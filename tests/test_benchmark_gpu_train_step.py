@@ -28,7 +28,8 @@ def test_tiny_run_reports_every_model_and_length(tmp_path):
 
 @pytest.mark.parametrize("argv, flag", [(["--lengths", "100"], "--lengths"), (["--tokens", "0"], "--tokens"),
                                         (["--hidden", "30", "--heads", "4"], "--hidden"),
-                                        (["--dtype", "float16"], "--dtype")])
+                                        (["--dtype", "float16"], "--dtype"),
+                                        (["--trace", "t", "--compile-only"], "--trace")])
 def test_bad_options_are_refused_by_name(argv, flag):
     run = subprocess.run([sys.executable, str(SCRIPT), "--tiny", *argv], capture_output=True, text=True, timeout=120,
                          cwd=REPO_ROOT)
@@ -51,3 +52,21 @@ def test_keras_hub_backbone_gets_the_token_and_segment_ids():
     segments = (np.arange(16)[None] >= 8).astype("int32").repeat(2, 0)
     direct = backbone({"token_ids": ids, "segment_ids": segments})
     np.testing.assert_allclose(np.asarray(model([ids, segments])), np.asarray(direct), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.jax_only
+def test_trace_gives_a_per_op_table_that_accounts_for_the_step(tmp_path):
+    """--trace: the jax.profiler trace of each model is read back into a per-op time table whose
+    instructions are attributed to categories and to the model code (layer numbers folded)."""
+    run = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--lengths", "32", "--rounds", "1", "--steps", "1",
+                          "--trace", str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert {p.name for p in tmp_path.iterdir()} >= {"GAU-α-L32", "RoFormerV2-L32"}
+    sections = run.stdout.split("### ")[1:]
+    titles = [s.splitlines()[0] for s in sections]
+    assert any(t.startswith("GAU-α, L 32 (batch 2)") for t in titles), titles
+    gau = next(s for s in sections if s.startswith("GAU-α, L 32"))
+    assert "| matrix product |" in gau and "GatedAttentionUnit" in gau and "(backward)" in gau, gau
+    shares = [int(line.rsplit("|", 2)[-2].strip().rstrip("%")) for line in gau.split("| share |")[1].split(
+        "\n\n")[0].splitlines()[2:]]
+    assert 97 <= sum(shares) <= 103, shares          # the categories account for the whole step
