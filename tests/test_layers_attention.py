@@ -152,64 +152,135 @@ def test_mha_bert4keras_defaults_and_attention_scores(rng):
     assert_keras_round_trip(keras.Model(ids, [o, a]), IDS)
 
 
-@pytest.mark.parametrize("application", ["encoder", "lm", "unilm"])
-def test_mha_fused_attention_equals_the_spelled_out_one(rng, application, monkeypatch):
-    """A softmax call without dropout runs ops.dot_product_attention (flash/cuDNN on GPUs);
-    it gives the spelled-out attention's outputs and gradients (padding, rotary, LM/UniLM masks)."""
-    B, L, H, heads = 2, 7, 16, 4
+def _attention_case(rng, application):
+    """(layer, inputs, call arguments, masks, keep [B, L]) of a rotary MHA call with padding and an
+    encoder / LM / UniLM visibility mask."""
+    B, L, H, heads = 2, 8, 16, 4
     layer = MultiHeadAttention(heads=heads, head_size=H // heads, use_bias=False, attention_dropout=0.1)
     x = rng.normal(size=(B, L, H)).astype("float32")
     keep = np.ones((B, L), bool)
     keep[1, 5:] = False
-    segments = np.array([[0, 0, 0, 1, 1, 1, 1], [0, 0, 1, 1, 1, 0, 0]])
+    segments = np.array([[0, 0, 0, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 0, 0, 0]])
     bias = {"encoder": None, "lm": gops.causal_attention_bias(L),
             "unilm": gops.unilm_attention_bias(segments)}[application]
     sinusoidal = gops.sinusoidal_embeddings(np.arange(L)[None], H // heads)
     inputs = [x, x, x] + ([bias] if bias is not None else []) + [sinusoidal]
     arguments = {"a_bias": bias is not None, "p_bias": "rotary"}
     mask = [keras.ops.convert_to_tensor(keep)] * 3 + [None] * (len(inputs) - 3)
+    return layer, inputs, arguments, mask, keep
+
+
+def _outputs_and_gradients(layer, inputs, arguments, mask, keep):
+    out = layer(inputs, mask=mask, **arguments)
+    weights = [v.value for v in layer.trainable_variables]
+    frozen = [v.value for v in layer.non_trainable_variables]
+    outputs = lambda w: layer.stateless_call(list(w), frozen, inputs, mask=mask, **arguments)[0]  # noqa: E731
+    loss = lambda *w: keras.ops.sum(outputs(w) * keras.ops.convert_to_tensor(keep[..., None], "float32"))  # noqa: E731
+    return keras.ops.convert_to_numpy(out), [keras.ops.convert_to_numpy(g) for g in gradients(loss, weights)]
+
+
+@pytest.mark.parametrize("application", ["encoder", "lm", "unilm"])
+def test_mha_fused_attention_equals_the_spelled_out_one(rng, application, monkeypatch):
+    """A softmax call without dropout runs jax.nn.dot_product_attention on a GPU (cuDNN); its
+    masks and scale (here through JAX's XLA implementation, the same call) give the spelled-out
+    attention's outputs and gradients (padding, rotary, LM/UniLM masks)."""
+    if keras.backend.backend() != "jax":
+        pytest.skip("the fused attention is JAX's (cuDNN on a GPU); TensorFlow spells it out")
+    layer, inputs, arguments, mask, keep = _attention_case(rng, application)
 
     def run(fused):
         monkeypatch.setattr(MultiHeadAttention, "fusable", lambda self, bias, training: fused)
-        out = layer(inputs, mask=mask, **arguments)
-        weights = [v.value for v in layer.trainable_variables]
-        frozen = [v.value for v in layer.non_trainable_variables]
-        outputs = lambda w: layer.stateless_call(list(w), frozen, inputs, mask=mask, **arguments)[0]  # noqa: E731
-        loss = lambda *w: keras.ops.sum(outputs(w) * keras.ops.convert_to_tensor(keep[..., None], "float32"))  # noqa: E731
-        return keras.ops.convert_to_numpy(out), [keras.ops.convert_to_numpy(g) for g in gradients(loss, weights)]
+        if fused:
+            plain = attention_module.MultiHeadAttention._fused_attention
+
+            def through_xla(self, *args):
+                calls.append(plain(self, *args, implementation="xla"))
+                return calls[-1]
+
+            monkeypatch.setattr(MultiHeadAttention, "_fused_attention", through_xla)
+        return _outputs_and_gradients(layer, inputs, arguments, mask, keep)
+
+    calls = []
 
     out_fused, grads_fused = run(True)
+    assert calls and all(c is not None for c in calls)     # the fused call ran (JAX took its masks)
+    monkeypatch.undo()
     out_plain, grads_plain = run(False)
     np.testing.assert_allclose(out_fused[keep], out_plain[keep], rtol=1e-5, atol=1e-6)
     for a, b in zip(grads_fused, grads_plain):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
-    monkeypatch.undo()
-    assert layer.fusable(None, training=False) is False           # no fused kernel on this CPU: spelled out
+
+
+def test_a_call_cudnn_refuses_is_spelled_out(rng, monkeypatch):
+    """Where cuDNN's checks refuse a call when it is traced (here: no GPU, no cuDNN), the layer
+    spells the attention out instead of failing or taking Keras's XLA attention."""
+    if keras.backend.backend() != "jax":
+        pytest.skip("the fused attention is JAX's")
+    layer, inputs, arguments, mask, keep = _attention_case(rng, "encoder")
+    expected = keras.ops.convert_to_numpy(layer(inputs, mask=mask, **arguments))
+    qw = keras.ops.ones((2, 8, 4, 4))
+    assert layer._fused_attention(qw, qw, qw, keras.ops.convert_to_tensor(keep), None) is None
+    monkeypatch.setattr(attention_module, "fused_attention_device", lambda: True)
+    assert layer.fusable(None, training=False) is True
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(layer(inputs, mask=mask, **arguments)), expected)
+
+
+def test_fused_attention_only_on_a_gpu_and_only_for_calls_it_can_take(monkeypatch):
+    """cuDNN's fused attention is tried only on JAX on a GPU (not after
+    keras.config.disable_flash_attention()) and for calls it can take: softmax, no attention
+    dropout in training, no additive bias, no scores returned."""
+    on_gpu = False
+    if keras.backend.backend() == "jax":
+        import jax
+
+        on_gpu = jax.default_backend() == "gpu"
+    assert attention_module.fused_attention_device() is on_gpu
+    layer = MultiHeadAttention(heads=2, head_size=4, use_bias=False, attention_dropout=0.1)
+    assert layer.fusable(None, training=False) is on_gpu
+    if keras.backend.backend() == "jax":
+        import jax
+
+        monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+        assert attention_module.fused_attention_device() is True
+        with monkeypatch.context() as patch:      # keras.config.disable_flash_attention(), undone after
+            patch.setattr(keras.config, "is_flash_attention_enabled", lambda: False)
+            assert attention_module.fused_attention_device() is False
+        monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+        assert attention_module.fused_attention_device() is False
     monkeypatch.setattr(attention_module, "fused_attention_device", lambda: True)
     assert layer.fusable(None, training=False) is True
     assert layer.fusable(None, training=True) is False            # attention dropout in training: spelled out
-    assert layer.fusable(keras.ops.zeros((1, L, L)), training=False) is False   # an additive bias
+    assert layer.fusable(keras.ops.zeros((1, 4, 4)), training=False) is False   # an additive bias
+    scored = MultiHeadAttention(heads=2, head_size=4, return_attention_scores=True)
+    assert scored.fusable(None, training=False) is False
 
 
-def test_fused_attention_only_where_a_fused_kernel_runs(monkeypatch):
-    """Keras's ops.dot_product_attention runs a fused kernel only on JAX on a GPU; elsewhere its
-    XLA computation keeps float32 scores for the backward pass, and the layer spells it out."""
-    import sys
-    import types
+def test_cudnn_runs_a_padded_bfloat16_call_on_a_gpu(rng):
+    """On a GPU (skipped elsewhere): a bfloat16 call with a padding mask compiles to cuDNN's fused
+    attention (the mask broadcast to [B, 1, Lq, Lk]; cuDNN refuses a [B, 1, 1, Lk] one)."""
+    if keras.backend.backend() != "jax":
+        pytest.skip("the fused attention is JAX's")
+    import jax
 
-    assert attention_module.fused_attention_device() is False     # this machine: a CPU (or TensorFlow)
-    if keras.backend.backend() == "jax":
-        fake = types.SimpleNamespace(default_backend=lambda: "gpu")
-        monkeypatch.setitem(sys.modules, "jax", fake)
-        assert attention_module.fused_attention_device() is True
-        fake.default_backend = lambda: "tpu"
-        assert attention_module.fused_attention_device() is False
+    if jax.default_backend() != "gpu":
+        pytest.skip("needs a GPU")
+    layer = MultiHeadAttention(heads=2, head_size=64, use_bias=False, dtype="mixed_bfloat16")
+    x = rng.normal(size=(2, 128, 128)).astype("float32")
+    keep = np.ones((2, 128), bool)
+    keep[1, 100:] = False
+    layer([x, x, x])
+
+    def call(x, keep):
+        return layer([x, x, x], mask=[None, None, keep])
+
+    text = jax.jit(call).lower(x, keep).compile().as_text()
+    assert "__cudnn$fmha" in text
 
 
 def test_mha_float16_runs_on_every_backend_and_device(rng):
-    """mixed_float16 attention on this CPU: JAX's fused XLA attention asks XLA's CPU dot for
-    float16 products with float32 results, which it refuses, so the call is spelled out there;
-    the outputs match float32's within float16's precision."""
+    """mixed_float16 attention, spelled out on this CPU (Keras's XLA attention on JAX asked XLA's
+    CPU dot for float16 products with float32 results, which it refuses): the outputs match
+    float32's within float16's precision."""
     B, L, H = 2, 6, 8
     x = rng.normal(size=(B, L, H)).astype("float32")
     exact = MultiHeadAttention(heads=2, head_size=4, use_bias=False)

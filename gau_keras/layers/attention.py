@@ -199,14 +199,14 @@ class GatedAttentionUnit(_AttentionBase):
 
 
 def fused_attention_device():
-    """Whether ``ops.dot_product_attention`` can run a fused kernel where this program runs:
-    JAX on a GPU, where Keras picks cuDNN's flash attention when the shapes allow (and its
-    XLA computation when they do not). Everywhere else (TensorFlow, a CPU, a TPU, whose
-    Splash kernel Keras skips for a traced mask such as a padding mask in a jitted step)
-    Keras would run its XLA computation, which keeps float32 logits, float32 softmax
-    outputs and the broadcast mask for the backward pass: the spelled-out attention with
-    ``masked_softmax`` is the same computation with half its temporary memory there."""
-    if keras.backend.backend() != "jax":
+    """Whether this program runs where cuDNN's fused (flash) attention may: JAX on a GPU, unless
+    ``keras.config.disable_flash_attention()`` was called. Everywhere else (TensorFlow, a CPU,
+    a TPU) MultiHeadAttention spells its attention out: Keras's ``ops.dot_product_attention``
+    would run its XLA computation there (on a TPU too whenever a mask is traced, as a padding
+    mask in a jitted step is), which keeps float32 logits, float32 probabilities and the
+    broadcast mask for the backward pass, where ``masked_softmax`` keeps one compute-dtype
+    tensor. The choice is made when the call is traced, from JAX's default backend."""
+    if keras.backend.backend() != "jax" or keras.config.is_flash_attention_enabled() is False:
         return False
     import jax
 
@@ -226,9 +226,9 @@ class MultiHeadAttention(_AttentionBase):
     NEZHA's relative embeddings [Lq, Lk, key_size]. ``return_attention_scores`` also returns
     the scaled scores before masking and normalisation, [B, heads, Lq, Lk].
     On JAX on a GPU, a softmax call without attention dropout (``fusable``)
-    runs as Keras's ``ops.dot_product_attention``, which uses fused (flash /
-    cuDNN) attention where the shapes allow; the others, and every call on
-    other devices and on TensorFlow, spell the attention out.
+    runs as cuDNN's fused (flash) attention where cuDNN takes it (bfloat16 or
+    float16, its head sizes and lengths); the others, and every call on other
+    devices and on TensorFlow, spell the attention out.
     """
 
     position_biases = (None, "rotary", "typical_relative")
@@ -273,8 +273,9 @@ class MultiHeadAttention(_AttentionBase):
         if p_bias == "rotary":
             qw, kw = gops.apply_rotary(position, qw), gops.apply_rotary(position, kw)
         relative = ops.cast(position, qw.dtype) if p_bias == "typical_relative" else None
-        if relative is None and self.fusable(bias, training):
-            o = self._fused_attention(qw, kw, vw, masks[2], bias)
+        o = self._fused_attention(qw, kw, vw, masks[2], bias) if relative is None and self.fusable(
+            bias, training) else None
+        if o is not None:
             shape = ops.shape(o)
             return self.o_dense(ops.reshape(o, [shape[0], shape[1], self.heads * self.head_size]))
         a = ops.einsum("bjhd,bkhd->bhjk", qw, kw)
@@ -293,26 +294,36 @@ class MultiHeadAttention(_AttentionBase):
         return [o, a] if self.return_attention_scores else o
 
     def fusable(self, bias, training):
-        """Whether this call runs as Keras's fused ``ops.dot_product_attention`` (flash /
-        cuDNN attention): on a device with a fused kernel (``fused_attention_device``),
-        softmax normalisation, no attention dropout in this call, keys and values of one
-        head size, no scores to return, and no additive (float) bias."""
+        """Whether this call may run as cuDNN's fused attention (``_fused_attention``): on a
+        device that has it (``fused_attention_device``), softmax normalisation, no attention
+        dropout in this call, keys and values of one head size, no scores to return, and no
+        additive (float) bias."""
         dropout = bool(training) and self.attention_dropout > 0
         return (self.normalization == "softmax" and not dropout and not self.return_attention_scores
                 and self.key_size == self.head_size and (bias is None or bias.dtype == "bool")
                 and fused_attention_device())
 
-    def _fused_attention(self, qw, kw, vw, key_mask, bias):
-        """[B, Lq, heads, d] of the fused attention; ``key_mask`` [B, Lk] and the bool ``bias``
-        [B|1, Lq, Lk] become one boolean mask [B|1, 1, Lq|1, Lk] (True = may attend)."""
+    def _fused_attention(self, qw, kw, vw, key_mask, bias, implementation="cudnn"):
+        """[B, Lq, heads, d] of ``jax.nn.dot_product_attention`` (cuDNN's fused attention), or
+        None where it refuses this call when traced (a float32 call, a head size or length it
+        does not take, an older GPU): the caller then spells the attention out. ``key_mask``
+        [B, Lk] and the bool ``bias`` [B|1, Lq, Lk] become one boolean mask broadcast to
+        [B, 1, Lq, Lk] (True = may attend): cuDNN takes no mask of length 1 on the query axis."""
+        import jax
+
         mask = None
         if key_mask is not None:
             mask = ops.expand_dims(ops.expand_dims(ops.cast(key_mask, "bool"), 1), 1)
         if bias is not None:
             bias = ops.expand_dims(bias, 1)
             mask = bias if mask is None else ops.logical_and(mask, bias)
+        if mask is not None:
+            mask = ops.broadcast_to(mask, (ops.shape(qw)[0], 1, ops.shape(qw)[1], ops.shape(kw)[1]))
         scale = 1.0 / self.key_size ** 0.5 if self.attention_scale else 1.0
-        return ops.dot_product_attention(qw, kw, vw, mask=mask, scale=scale)
+        try:
+            return jax.nn.dot_product_attention(qw, kw, vw, mask=mask, scale=scale, implementation=implementation)
+        except (ValueError, NotImplementedError, RuntimeError, TypeError):   # JAX's checks of what cuDNN takes
+            return None
 
     def compute_output_shape(self, input_shape):
         q_shape, k_shape = input_shape[0], input_shape[1]
