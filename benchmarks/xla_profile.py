@@ -12,6 +12,8 @@ import collections
 import pathlib
 import re
 
+COMMENT = re.compile(r"/\*.*?\*/")          # XLA prints /*index=5*/ inside long tuples
+HEADER = re.compile(r"^\s*(?:ENTRY\s+)?%?(?P<name>[\w.\-]+)\s+\(.*\)\s*->\s*.*\{\s*$")
 INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<shape>\([^=]*?\)|\S+)\s+"
                          r"(?P<opcode>[\w\-]+)\((?P<rest>.*)$")
 OP_NAME = re.compile(r'op_name="([^"]*)"')
@@ -23,7 +25,7 @@ DOT_KINDS = ("dot", "convolution")
 def instructions(hlo_text):
     """{instruction name: (opcode, fusion kind or custom-call target, op_name)} of a compiled program."""
     found = {}
-    for line in hlo_text.splitlines():
+    for line in _lines(hlo_text):
         match = INSTRUCTION.match(line)
         if not match:
             continue
@@ -38,22 +40,33 @@ def instructions(hlo_text):
 def fusions_with_products(hlo_text):
     """Names of the fusion instructions whose fused computation holds a dot or convolution."""
     computations, current = {}, None
-    for line in hlo_text.splitlines():
-        header = re.match(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$", line)
-        if header and "=" not in line.split("{")[0]:
-            current = computations.setdefault(header.group(1), [])
+    for line in _lines(hlo_text):
+        header = HEADER.match(line)
+        if header:
+            current = computations.setdefault(header["name"], [])
+        elif line.strip() == "}":
+            current = None
         elif current is not None:
             current.append(line)
     with_products = {name for name, body in computations.items()
                      if any(re.search(rf"\s({'|'.join(DOT_KINDS)})\(", b) for b in body)}
     fusions = set()
-    for line in hlo_text.splitlines():
+    for line in _lines(hlo_text):
         match = INSTRUCTION.match(line)
         if match and match["opcode"] == "fusion":
             called = re.search(r"calls=%?([\w.\-]+)", match["rest"])
             if called and called.group(1) in with_products:
                 fusions.add(match["name"])
     return fusions
+
+
+def _lines(hlo_text):
+    return [COMMENT.sub("", line) for line in hlo_text.splitlines()]
+
+
+def module_name(hlo_text):
+    match = re.search(r"^HloModule\s+([^\s,]+)", hlo_text, re.M)
+    return match.group(1) if match else None
 
 
 def category(opcode, detail, has_product):
@@ -96,24 +109,32 @@ def newest_trace(trace_dir):
     return files[-1]
 
 
-def op_events(path):
-    """{hlo_op: total ns} over the trace's device planes (their stream lines), or the host's when the
-    program ran on the CPU."""
+def op_events(path, module=None):
+    """{hlo_op: total ns} of the events of XLA module ``module`` (any, if None) on the trace's device
+    planes (a GPU's stream lines), or on the host's when the program ran on the CPU."""
     from jax.profiler import ProfileData
 
     data = ProfileData.from_file(str(path))
-    planes = [p for p in data.planes if p.name.startswith("/device:")]
-    device = any(True for p in planes for line in p.lines for e in line.events if _stat(e, "hlo_op"))
-    if not device:
-        planes = [p for p in data.planes if p.name.startswith("/host:")]
+    device = [p for p in data.planes if p.name.startswith("/device:")]
+    totals = _op_events(device, module, streams_only=True) if device else collections.Counter()
+    if not totals and not device:
+        totals = _op_events([p for p in data.planes if p.name.startswith("/host:")], module, streams_only=False)
+    if not totals:
+        where = "its device planes" if device else "its host planes"
+        raise ValueError(f"{path}: no event of {module or 'any module'} in {where} names its XLA instruction "
+                         "(hlo_op); on a GPU, XLA_FLAGS=--xla_gpu_enable_command_buffer= keeps kernels apart")
+    return totals
+
+
+def _op_events(planes, module, streams_only):
     totals = collections.Counter()
     for plane in planes:
         for line in plane.lines:
-            if device and plane.name.startswith("/device:GPU") and not line.name.startswith("Stream"):
+            if streams_only and plane.name.startswith("/device:GPU") and not line.name.startswith("Stream"):
                 continue       # a GPU's derived lines (XLA Ops, XLA Modules) repeat its streams' kernels
             for event in line.events:
-                op = _stat(event, "hlo_op")
-                if op:
+                op, of = _stat(event, "hlo_op"), _stat(event, "hlo_module")
+                if op and (module is None or of is None or of == module):
                     totals[op] += event.duration_ns
     return totals
 
@@ -130,7 +151,7 @@ def op_times(trace_dir, hlo_text, steps):
     first; ``steps`` = the steps the trace holds."""
     known, with_products = instructions(hlo_text), fusions_with_products(hlo_text)
     rows = []
-    for op, ns in op_events(newest_trace(trace_dir)).items():
+    for op, ns in op_events(newest_trace(trace_dir), module_name(hlo_text)).items():
         opcode, detail, op_name = known.get(op, ("?", "", ""))
         phase, where = source(op_name)
         rows.append({"op": op, "category": category(opcode, detail, op in with_products), "pass": phase,
@@ -141,7 +162,8 @@ def op_times(trace_dir, hlo_text, steps):
 def table(rows, title, top=15):
     """Markdown: time by category, by model code and pass, and the ``top`` instructions."""
     total = sum(r["ms"] for r in rows) or float("nan")
-    lines = [f"### {title}: {total:.3g} ms a step in {len(rows)} instructions", ""]
+    lines = [f"### {title}: {total:.3g} ms a step summed over {len(rows)} instructions (concurrent ones "
+             "add up: not the step's wall time)", ""]
     for key, header in (("category", "category"), (("source", "pass"), "model code (pass)")):
         sums = collections.Counter()
         for r in rows:

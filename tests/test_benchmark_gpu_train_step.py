@@ -67,6 +67,7 @@ def test_trace_gives_a_per_op_table_that_accounts_for_the_step(tmp_path):
     assert any(t.startswith("GAU-α, L 32 (batch 2)") for t in titles), titles
     gau = next(s for s in sections if s.startswith("GAU-α, L 32"))
     assert "| matrix product |" in gau and "GatedAttentionUnit" in gau and "(backward)" in gau, gau
-    shares = [int(line.rsplit("|", 2)[-2].strip().rstrip("%")) for line in gau.split("| share |")[1].split(
-        "\n\n")[0].splitlines()[2:]]
-    assert 97 <= sum(shares) <= 103, shares          # the categories account for the whole step
+    categories = {line.split("|")[1].strip(): int(line.rsplit("|", 2)[-2].strip().rstrip("%"))
+                  for line in gau.split("| share |")[1].split("\n\n")[0].splitlines()[2:]}
+    assert categories.get("?", 0) <= 2, categories     # (almost) every profiled instruction found in the program
+    assert categories["matrix product"] >= 20, categories
