@@ -7,8 +7,7 @@ On the JAX backend, for each sequence length L (batch = tokens / L), each step o
 Adam update on the MSE of the encoder's hidden states against random targets:
 
 * ``RoFormerV2``: ``--layers`` layers of ``--heads`` heads × ``--head-size`` and FFN ``--intermediate``
-  (its attention on a GPU through Keras's ``ops.dot_product_attention``, cuDNN's fused attention where
-  the shapes allow; spelled out on other devices);
+  (its attention on a GPU cuDNN's fused attention where cuDNN takes the call, spelled out elsewhere);
 * ``GAU-α``: twice the layers, GAU e = 2·hidden, s = ``--key-size`` (the release's ratio);
 * ``GAU-α plain JAX``: the same GAU-α maths written directly in JAX (``gau_plain_jax.py``: bf16 products,
   float32 master weights, norms and softmax; no Keras), from the weights of a GAU-α of the same configuration: the yardstick
