@@ -10,8 +10,8 @@ Adam update on the MSE of the encoder's hidden states against random targets:
   (its attention on a GPU cuDNN's fused attention where cuDNN takes the call, spelled out elsewhere);
 * ``GAU-α``: twice the layers, GAU e = 2·hidden, s = ``--key-size`` (the release's ratio);
 * ``GAU-α plain JAX``: the same GAU-α maths written directly in JAX (``gau_plain_jax.py``: bf16 products,
-  float32 master weights, norms and softmax; no Keras), from the weights of a GAU-α of the same configuration: the yardstick
-  our GAU-α's layers are measured against;
+  float32 master weights, norms and softmax; no Keras), from the weights of a GAU-α of the same
+  configuration: the yardstick our GAU-α's layers are measured against;
 * ``keras-hub RoFormerV2``: keras_hub's ``RoformerV2Backbone`` of RoFormerV2's size, where keras_hub is installed.
 
 Dropout is 0 (both models' attention then takes the same path in training and inference). For each
@@ -249,10 +249,10 @@ def main(argv=None):
     args = arguments(argv)
     os.environ.setdefault("KERAS_BACKEND", "jax")
     import gau_plain_jax
-    import xla_profile
     import jax
     import jax.numpy as jnp
     import keras
+    import xla_profile
 
     if keras.backend.backend() != "jax":
         raise SystemExit(f"gpu_train_step.py runs on the JAX backend; KERAS_BACKEND is {keras.backend.backend()!r}")

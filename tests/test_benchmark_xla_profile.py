@@ -34,7 +34,7 @@ ENTRY %main.9 (Arg_0.1: bf16[8,512,768]) -> (bf16[8,512,3200], f32[768], f32[768
   %cublas-gemm.5 = (f32[768,768]{1,0}, s8[4194304]{0}) custom-call(%x, %y), custom_call_target="__cublas$gemm"
   ROOT %copy.6 = f32[768]{0} copy(%z), metadata={op_name="jit(step)/adam/mul"}
 }
-"""
+"""  # noqa: E501  (XLA's own long lines)
 
 
 def test_instructions_are_attributed_to_category_pass_and_model_code():
@@ -46,7 +46,8 @@ def test_instructions_are_attributed_to_category_pass_and_model_code():
         opcode, detail, op_name = known[op]
         return (xla_profile.category(opcode, detail, op in products), *xla_profile.source(op_name))
 
-    assert attribute("gemm_fusion.3") == ("matrix product", "forward", "Transformer-*-GatedAttentionUnit/i_dense/dot_general")
+    assert attribute("gemm_fusion.3") == ("matrix product", "forward",
+                                          "Transformer-*-GatedAttentionUnit/i_dense/dot_general")
     assert attribute("loop_fusion.7") == ("element-wise / reduction fusion", "backward",
                                           "Transformer-*-GatedAttentionUnit/i_dense/silu")
     assert attribute("custom-call.4")[:2] == ("fused attention", "forward")

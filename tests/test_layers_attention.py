@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from gau_keras import ops as gops
-from gau_keras.layers import attention as attention_module
 from gau_keras.layers import (
     AttentionBias,
     Embedding,
@@ -12,6 +11,7 @@ from gau_keras.layers import (
     MultiHeadAttention,
     SinusoidalPositionEmbedding,
 )
+from gau_keras.layers import attention as attention_module
 from tests import numpy_reference as ref
 from tests.layer_utils import assert_keras_round_trip, gradients
 
