@@ -13,6 +13,7 @@ files named on the command line run whole on any backend.
 import importlib.util
 import os
 import pathlib
+import textwrap
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -21,6 +22,30 @@ import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = pathlib.Path(os.environ.get("GAU_KERAS_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+NO_TENSORFLOW = textwrap.dedent('''
+    import sys
+
+    class _NoTensorFlow:
+        """Fails every import of tensorflow (and tf_keras) as an absent package does."""
+
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("tensorflow", "tf_keras"):
+                raise ModuleNotFoundError(f"No module named {name!r}")
+            return None
+
+    sys.meta_path.insert(0, _NoTensorFlow())
+''')
+
+
+def without_tensorflow_env(folder):
+    """Environment of a subprocess on a JAX host without TensorFlow (a GPU image, the device machine):
+    KERAS_BACKEND=jax on the CPU, and a ``sitecustomize`` in ``folder`` that makes ``import
+    tensorflow`` (and tf_keras) fail as it fails where TensorFlow is absent."""
+    (folder / "sitecustomize.py").write_text(NO_TENSORFLOW, encoding="utf-8")
+    path = os.pathsep.join([str(folder), str(REPO_ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    return dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=path)
 
 
 def load_benchmark(name):

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, without_tensorflow_env
 
 SCRIPT = REPO_ROOT / "benchmarks" / "gpu_train_step.py"
 
@@ -57,11 +57,14 @@ def test_keras_hub_backbone_gets_the_token_and_segment_ids():
 @pytest.mark.jax_only
 def test_trace_gives_a_per_op_table_that_accounts_for_the_step(tmp_path):
     """--trace: the jax.profiler trace of each model is read back into a per-op time table whose
-    instructions are attributed to categories and to the model code (layer numbers folded)."""
+    instructions are attributed to categories and to the model code (layer numbers folded). Run as
+    on a GPU image, where TensorFlow is not installed: nothing on the way may import it."""
+    env = without_tensorflow_env(tmp_path)
+    traces = tmp_path / "traces"
     run = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--lengths", "32", "--rounds", "1", "--steps", "1",
-                          "--trace", str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+                          "--trace", str(traces)], capture_output=True, text=True, timeout=600, cwd=REPO_ROOT, env=env)
     assert run.returncode == 0, run.stderr[-4000:]
-    assert {p.name for p in tmp_path.iterdir()} >= {"GAU-α-L32", "RoFormerV2-L32"}
+    assert {p.name for p in traces.iterdir()} >= {"GAU-α-L32", "RoFormerV2-L32"}
     sections = run.stdout.split("### ")[1:]
     titles = [s.splitlines()[0] for s in sections]
     assert any(t.startswith("GAU-α, L 32 (batch 2)") for t in titles), titles

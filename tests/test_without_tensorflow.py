@@ -9,30 +9,15 @@ checkpoint, the TFRecord input, SavedModel export) says so in one line that
 names the package to install.
 """
 import json
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, without_tensorflow_env
 
 pytestmark = pytest.mark.jax_only
-
-BLOCKER = textwrap.dedent('''
-    import sys
-
-    class _NoTensorFlow:
-        """Fails every import of tensorflow (and tf_keras) as an absent package does."""
-
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in ("tensorflow", "tf_keras"):
-                raise ModuleNotFoundError(f"No module named {name!r}")
-            return None
-
-    sys.meta_path.insert(0, _NoTensorFlow())
-''')
 
 CHECKS = textwrap.dedent('''
     import json, sys, tempfile
@@ -77,10 +62,7 @@ CHECKS = textwrap.dedent('''
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("no_tensorflow")
-    (folder / "sitecustomize.py").write_text(BLOCKER, encoding="utf-8")
-    path = os.pathsep.join([str(folder), str(REPO_ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
-    return dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=path)
+    return without_tensorflow_env(tmp_path_factory.mktemp("no_tensorflow"))
 
 
 @pytest.fixture(scope="module")
