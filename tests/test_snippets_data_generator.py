@@ -260,3 +260,57 @@ def test_a_reader_that_rewinds_in_iter_is_read_again_without_duplicates():
 
     rows = Rows(Reader([1, 2, 3, 4, 5]), batch_size=2)
     assert list(rows) == list(rows) == [1, 2, 3, 4, 5]
+
+
+# ---------------------------------------------------------------- issue 51: an endless generator under tf.data
+
+def endless_corpus():
+    """GAU-alpha's corpus(): ``while True`` over the documents, never used up."""
+    while True:
+        yield from ([1, 2, 3], [4, 5], [6, 7, 8, 9], [3])
+
+
+class MaskedSamples(DataGenerator):
+    """One sample at a time, (token ids, segment ids, labels), as GAU-alpha's train.py yields them."""
+
+    def __iter__(self, random=False):
+        for _, ids in self.sample(random):
+            yield ids, [0] * len(ids), ids
+
+
+def loss_layer_model():
+    from gau_keras.layers import Loss
+
+    class TokenLoss(Loss):
+        def compute_loss(self, inputs, mask=None):
+            y_true, y_pred = inputs
+            return keras.ops.mean(keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True))
+
+    token = keras.Input((None,), name="Input-Token")
+    segment = keras.Input((None,), name="Input-Segment")
+    label = keras.Input((None,), name="Input-Label")
+    hidden = keras.layers.Embedding(10, 8)(keras.ops.cast(token + segment, "int32"))
+    logits = keras.layers.Dense(10)(hidden)
+    model = keras.Model([token, segment, label], TokenLoss(1)([label, logits]))
+    model.compile(optimizer="adam")
+    return model
+
+
+@pytest.mark.both_backends
+def test_an_endless_generator_trains_epoch_after_epoch_through_to_dataset():
+    """tf.data calls the dataset's generator function again for each iterator (each epoch here);
+    an endless generator is read on where it was, not refused as used up (issue 51)."""
+    generator = MaskedSamples(endless_corpus(), batch_size=2)
+    dataset = generator.to_dataset(types=("float32", "float32", "float32"), shapes=([None], [None], [None]),
+                                   names=("Input-Token", "Input-Segment", "Input-Label"), padded_batch=True)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+            model = loss_layer_model()
+    else:
+        model = loss_layer_model()
+    history = model.fit(dataset, steps_per_epoch=3, epochs=2, verbose=0)
+    assert len(history.history["loss"]) == 2 and np.all(np.isfinite(history.history["loss"]))
+    next(iter(dataset))                # a new iterator: tf.data calls the generator function again
+    assert generator._passes >= 2

@@ -26,6 +26,7 @@ that ``forfit`` / ``fortest`` absorb, so the code above works unchanged:
 Iterated directly (``next(gen.forfit())``) they yield the batches exactly as
 ``__iter__`` makes them, as in bert4keras.
 """
+import inspect
 import types
 
 import numpy as np
@@ -70,8 +71,11 @@ class DataGenerator:
 
         ``random``: a random permutation of a list; for a stream, samples are
         drawn at random from a buffer of ``buffer_size`` (numpy's global RNG).
+        A generator is read on where the last pass left it (tf.data and an
+        endless ``while True`` corpus start a pass per iterator, as bert4keras
+        lets them); only one that is used up is refused.
         """
-        if self._passes and isinstance(self.data, types.GeneratorType):
+        if self._passes and _used_up(self.data):
             raise ValueError(self._one_shot_message())
         self._passes += 1
         if not random:
@@ -162,6 +166,11 @@ class DataGenerator:
         signature = _map_leaves(lambda t, s: tf.TensorSpec(s, tf.as_dtype(t)), types, shapes)
         dataset = tf.data.Dataset.from_generator(generator, output_signature=signature)
         return dataset.batch(self.batch_size)
+
+
+def _used_up(data):
+    """Whether ``data`` is a generator that has run to its end (or was closed)."""
+    return isinstance(data, types.GeneratorType) and inspect.getgeneratorstate(data) == inspect.GEN_CLOSED
 
 
 def _named(names, values):
