@@ -174,11 +174,11 @@ def test_malformed_lines_are_reported_skipped_and_counted(tmp_path):
         json.dumps([1, 2]),                                    # not an object
         json.dumps({"id": 7, "sentence": 5, "label": "101"}),  # sentence not a string
         json.dumps({"id": 8, "sentence": "中", "label": "116"}),
-    ])
+    ] + [json.dumps({"id": i, "sentence": "好", "label": "100"}) for i in range(9, 13)])  # 5 of 11 malformed
     with pytest.warns(MalformedRecordWarning) as caught:
         examples, stats = load_task("tnews", "train", tmp_path)
-    assert [(e.id, e.label) for e in examples] == [(1, 7), (8, 14)]
-    assert (stats.malformed, stats.records, stats.skipped["blank lines"]) == (5, 7, 1)
+    assert [(e.id, e.label) for e in examples] == [(1, 7), (8, 14)] + [(i, 0) for i in range(9, 13)]
+    assert (stats.malformed, stats.records, stats.skipped["blank lines"]) == (5, 11, 1)
     messages = [str(w.message) for w in caught]
     for lineno, reason in [(2, "invalid JSON"), (3, "missing field 'sentence'"), (5, "not UTF-8"),
                            (6, "expected a JSON object"), (7, "field 'sentence' is int")]:
@@ -235,11 +235,12 @@ def test_malformed_task_records(tmp_path, task, record, reason):
 def test_c3_damaged_documents(tmp_path):
     docs = [[["对话"], [{"question": "问", "choice": ["甲", "乙"], "answer": "乙"}], "m-1"],
             ["not a document"],
-            [["对话"], [{"question": "问", "choice": ["甲", "乙"]}], "m-3"]]
+            [["对话"], [{"question": "问", "choice": ["甲", "乙"]}], "m-3"],
+            [["对话"], [{"question": "问", "choice": ["甲", "乙"], "answer": "甲"}] * 2, "m-4"]]   # 2 of 5 malformed
     (tmp_path / "dev.json").write_text(json.dumps(docs, ensure_ascii=False), encoding="utf-8")
     with pytest.warns(MalformedRecordWarning) as caught:
         examples, stats = load_task("c3", "dev", tmp_path)
-    assert [(e.id, e.label) for e in examples] == [("m-1-0", 1)]
+    assert [(e.id, e.label) for e in examples] == [("m-1-0", 1), ("m-4-0", 0), ("m-4-1", 0)]
     assert stats.malformed == 2
     assert any("document 1" in str(w.message) for w in caught)
     assert any("document 2 (m-3) question 0: missing field 'answer'" in str(w.message) for w in caught)
@@ -249,6 +250,76 @@ def test_c3_damaged_documents(tmp_path):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", MalformedRecordWarning)
             load_task("c3", "dev", tmp_path)
+
+
+TNEWS_RECORD = {"label": "102", "label_desc": "news_entertainment", "sentence": "新片上映", "keywords": "", "id": 0}
+
+
+@pytest.mark.parametrize("task, records, labelled, message", [
+    # afqmc's / bustm's pairs given to tnews, whose labels are not checked before the missing 'sentence'
+    ("tnews", [{"id": 0, "sentence1": "a", "sentence2": "b", "label": "0"}] * 3, True,
+     "no record has the fields tnews expects ('sentence', 'label'; not iflytek's 'label_des'); found 'id', "
+     "'label', 'sentence1', 'sentence2': the fields of afqmc, bustm, cmnli, ocnli, ocnli_full"),
+    # tnews's records given to iflytek: their codes 100..116 are iflytek labels too
+    ("iflytek", [TNEWS_RECORD] * 3, True, "no record has the fields iflytek expects ('sentence', 'label'; not "
+     "tnews's 'label_desc', 'keywords'); found 'id', 'keywords', 'label', 'label_desc', 'sentence': the fields of "
+     "tnews"),
+    ("iflytek", [{"id": 0, "sentence": "新片上映", "keywords": ""}] * 3, False,     # tnews's test file
+     "no record has the fields iflytek expects ('sentence'; not tnews's"),
+    ("tnews", [{"id": 0, "sentence": "x", "label": "110", "label_des": "游戏"}] * 3, True,
+     "found 'id', 'label', 'label_des', 'sentence': the fields of iflytek"),
+    ("cluewsc", [{"text": "北京", "label": {"address": {"北京": [[0, 1]]}}}] * 3, True,
+     "expects ('text', 'target', 'label'); found 'label', 'text': the fields of cluener"),
+])
+def test_another_tasks_file_is_refused_naming_the_file_the_task_and_the_fields(tmp_path, task, records, labelled,
+                                                                               message):
+    path = write(tmp_path / "train.json", [json.dumps(r, ensure_ascii=False) for r in records])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # refused without a warning per line first
+        with pytest.raises(clue.DataFileError, match=re.escape(f"{path}: ") + ".*" + re.escape(message)):
+            load_file(task, path, labelled=labelled)
+
+
+def test_a_record_of_another_task_among_this_tasks_is_malformed(tmp_path):
+    good = {"id": 1, "sentence": "x", "label": "110", "label_des": "游戏"}
+    path = write(tmp_path / "train.json", [json.dumps(r, ensure_ascii=False) for r in (good, TNEWS_RECORD, good)])
+    with pytest.warns(MalformedRecordWarning, match=re.escape(f"{path}:2: field 'label_desc' marks a record "
+                                                              f"of tnews, not of iflytek")):
+        examples, stats = load_file("iflytek", path)
+    assert (len(examples), stats.malformed) == (2, 1)
+
+
+def test_a_file_mostly_malformed_is_refused_naming_the_count_and_the_first_problems(tmp_path):
+    good = json.dumps({"id": 0, "sentence": "x", "label": "100"})
+    path = write(tmp_path / "train.json", [good, '{"id": 1', json.dumps({"id": 2, "sentence": 3, "label": "100"}),
+                                           "", good, b"\xff\n"])
+    with pytest.raises(clue.DataFileError, match=re.escape(
+            f"{path}: 3 of 5 records are malformed, more than half: is it a tnews file? First problems: line 2: "
+            "invalid JSON (Expecting ',' delimiter, column 1); line 3: field 'sentence' is int, expected str; "
+            "line 6: not UTF-8 (invalid start byte at byte 0)")):
+        load_file("tnews", path)
+    path.write_text("\n".join([good, '{"id": 1', good, "[]"]) + "\n")     # half: read, the rest warned about
+    with pytest.warns(MalformedRecordWarning):
+        examples, stats = load_file("tnews", path)
+    assert (len(examples), stats.malformed) == (2, 2)
+
+
+@pytest.mark.parametrize("task, record, texts", [
+    ("tnews", {"sentence": " ", "label": "100"}, "text"),
+    ("bustm", {"sentence1": "a", "sentence2": "", "label": "1"}, "text_a, text_b"),
+])
+def test_empty_texts_are_refused_when_all_and_warned_about_when_some(tmp_path, task, record, texts):
+    empty = [dict(record, id=i) for i in range(3)]
+    path = write(tmp_path / "train.json", [json.dumps(r) for r in empty])
+    with pytest.raises(clue.DataFileError, match=re.escape(f"{path}: every one of its 3 {task} examples has an "
+                                                           f"empty text ({texts})")):
+        load_file(task, path)
+    full = {key: "好" if key.startswith("sentence") else value for key, value in record.items()}
+    write(path, [json.dumps(r) for r in empty[:2]] + [json.dumps(dict(full, id=i)) for i in range(3, 6)])
+    with pytest.warns(clue.EmptyTextWarning, match=re.escape(f"{path}: 2 of 5 {task} examples have an empty text "
+                                                             f"({texts}), the first of them record 0; they are kept")):
+        examples, stats = load_file(task, path)
+    assert (len(examples), stats.empty_texts) == (5, 2) and "2 with an empty text" in stats.summary()
 
 
 def test_single_json_files_with_bad_json_name_the_line(tmp_path):

@@ -3,6 +3,7 @@ is in use, an interrupted run, a bad --predict-split, --epochs 0; every
 artefact reaches its final name whole or not at all."""
 import json
 import os
+import pathlib
 
 import pytest
 
@@ -89,3 +90,30 @@ def test_an_out_dir_in_use_or_not_writable_is_refused_before_any_work(setup, tmp
         assert f"out_dir {out_dir} {cause}" in capsys.readouterr().err
     assert runner.run("tnews", _argv(setup, tmp_path / "out", "--predict-split", "tset")) == 2
     assert "predict_split tset: tnews: no tset.json in" in capsys.readouterr().err
+
+
+def _no_work(*args, **kwargs):
+    raise AssertionError("the run started working")
+
+
+def _record(i, **fields):
+    return json.dumps({"id": i, "sentence": TEXTS[i % 6], "label": LABELS[i % 6], **fields}, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("task, lines, message", [
+    # tnews's records (codes 100..116, iflytek labels too) given to iflytek
+    ("iflytek", [_record(i, label_desc="news_story", keywords="") for i in range(6)],
+     "no record has the fields iflytek expects ('sentence', 'label'; not tnews's 'label_desc', 'keywords')"),
+    ("tnews", [_record(0), '{"id": 1', _record(2), "[3]", _record(4), '{"id": 5, "label": "100"}', "\x00\x01"],
+     "4 of 7 records are malformed, more than half: is it a tnews file? First problems: line 2: invalid JSON"),
+    ("tnews", [_record(i, sentence=" ") for i in range(4)], "every one of its 4 tnews examples has an empty text"),
+])
+def test_a_train_file_of_another_task_mostly_malformed_or_without_text_is_refused_before_training(
+        setup, tmp_path, capsys, monkeypatch, task, lines, message):
+    monkeypatch.setattr(runner, "build_transformer", _no_work)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (data / "dev.json").write_text((pathlib.Path(setup[0]) / "dev.json").read_text(encoding="utf-8"), encoding="utf-8")
+    assert runner.run(task, _argv(setup, tmp_path / "out", "--data-dir", str(data))) == 2
+    assert f"error: {data / 'train.json'}: {message}" in capsys.readouterr().err

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from gau_keras import flags
 from gau_keras.data.tfrecord import load_dataset
 from gau_keras.training.pretrain import prepare_corpus
 from tests.conftest import REPO_ROOT
@@ -272,3 +273,53 @@ def _split_at_sep(ids, sep=3):
         else:
             current.append(token)
     return pieces
+
+
+def test_a_folder_among_the_inputs_is_read_recursively_in_sorted_order(tmp_path, capsys):
+    folder = tmp_path / "corpus"
+    (folder / "b").mkdir(parents=True)
+    (folder / ".git").mkdir()
+    (folder / ".git" / "HEAD").write_text("ref: refs/heads/main\n")       # names starting with "." are left out
+    (folder / ".notes.txt").write_text("private\n")
+    (folder / "a.txt").write_text(SENTENCES[0] + "\n", encoding="utf-8")
+    (folder / "b" / "z.jsonl").write_text(json.dumps({"text": SENTENCES[1]}, ensure_ascii=False) + "\n"
+                                          + json.dumps({"body": SENTENCES[3]}, ensure_ascii=False) + "\n",
+                                          encoding="utf-8")
+    loose = tmp_path / "loose.txt"
+    loose.write_text(SENTENCES[2] + "\n", encoding="utf-8")
+    summary = prepare_corpus.main(_argv(tmp_path, [folder, loose], "out"))
+    assert summary["inputs"] == [str(folder / "a.txt"), str(folder / "b" / "z.jsonl"), str(loose)]
+    # z.jsonl read as JSON lines, as a file given by name is: its line without "text" is skipped, not a document
+    assert (summary["documents_used"], summary["skipped_by_reason"]["no_text_key"]) == (3, 1)
+    empty = tmp_path / "empty"
+    (empty / "sub").mkdir(parents=True)
+    (empty / ".DS_Store").write_text("x")
+    with pytest.raises(SystemExit) as stopped:
+        prepare_corpus.parse_args(_argv(tmp_path, [loose, empty], "out"))
+    assert stopped.value.code == 2
+    assert f"input {str(empty)!r}: a folder with no file in it (names starting with '.' left out)" in \
+        capsys.readouterr().err
+
+
+def _no_work(*args, **kwargs):
+    raise AssertionError("the run started working")
+
+
+def test_an_unwritable_output_dir_is_one_line_naming_it_before_any_work(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(prepare_corpus, "run", _no_work)
+    (tmp_path / "a_file").write_text("x")
+    argv = _argv(tmp_path, _corpus(tmp_path), "a_file/sub")
+    assert flags.command_status(prepare_corpus.main, argv) == 2
+    assert capsys.readouterr().err == (f"prepare_corpus: --output-dir {tmp_path / 'a_file' / 'sub'} is not writable "
+                                       "(Not a directory)\n")
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_read_only_output_dir_is_one_line_naming_it_before_any_work(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(prepare_corpus, "run", _no_work)
+    read_only = tmp_path / "read_only"
+    read_only.mkdir(mode=0o555)
+    for out in ("read_only", "read_only/sub"):
+        assert flags.command_status(prepare_corpus.main, _argv(tmp_path, _corpus(tmp_path), out)) == 2
+        assert capsys.readouterr().err == (f"prepare_corpus: --output-dir {tmp_path / out} is not writable "
+                                           "(Permission denied)\n")

@@ -22,6 +22,15 @@ import numpy as np
 
 from gau_keras.tokenizers import is_special
 
+#: an input file more than this share of whose lines (records) are unusable is refused rather than read for the rest:
+#: prepare_corpus for a corpus, the CLUE readers for each task file
+MAX_SKIPPED_SHARE = 0.5
+
+
+def mostly_unusable(bad, total):
+    """Whether ``bad`` of ``total`` lines is more than `MAX_SKIPPED_SHARE` of them (the input is then refused)."""
+    return bad > MAX_SKIPPED_SHARE * total
+
 
 def is_special_token(token):
     """``[CLS]``-style and ``<S>``-style tokens: never used as random replacements."""

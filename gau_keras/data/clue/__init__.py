@@ -23,6 +23,8 @@ from gau_keras.data.clue.examples import (
     WSCExample,
 )
 from gau_keras.data.clue.readers import (
+    DataFileError,
+    EmptyTextWarning,
     LoadStats,
     MalformedRecordWarning,
     find_split_files,
@@ -35,6 +37,7 @@ from gau_keras.data.clue.tasks import CLUENER_TYPES, HEADS, TASKS, TaskSpec, get
 __all__ = [
     "BLANK", "OTHER_BLANK", "Answer", "ChoiceExample", "ClozeExample", "Entity", "KeywordsExample",
     "NERExample", "PairExample", "Span", "SpanQAExample", "TextExample", "WSCExample",
-    "LoadStats", "MalformedRecordWarning", "find_split_files", "load_file", "load_task",
+    "DataFileError", "EmptyTextWarning", "LoadStats", "MalformedRecordWarning", "find_split_files", "load_file",
+    "load_task",
     "write_predictions", "CLUENER_TYPES", "HEADS", "TASKS", "TaskSpec", "get_task",
 ]

@@ -9,7 +9,12 @@ A task (``tasks.TASKS``) names its form; ``FORMS[form]`` is a ``Form``:
   forms stored as one JSON document (cmrc2018, c3);
 * ``render(spec, ids, predictions)`` -> the text of ``<task>_predict.json``;
 * ``context(path, labelled, answer_path)`` -> what ``parse`` needs beside the
-  record (chid's answer file).
+  record (chid's answer file);
+* ``fields`` / ``label_fields``: the fields every record (a question, for
+  cmrc2018 and c3) has, and those a labelled one adds: a file where no record
+  has them is another task's (the readers refuse it);
+* ``texts``: the example's text attributes (a file whose texts are all empty
+  is refused, one where some are is warned about).
 
 Adding a task of an existing form is one ``TaskSpec`` in ``tasks.py``; a new
 form is one ``Form`` here (finetune/README.md shows both).
@@ -19,7 +24,7 @@ import operator
 import pathlib
 import re
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 from gau_keras.data.clue import examples as ex
 from gau_keras.data.clue.records import Malformed, class_label, field, record_id, string_list
@@ -302,15 +307,28 @@ class Form:
     parse: Optional[Callable] = None
     read: Optional[Callable] = None
     context: Optional[Callable] = None
+    fields: Tuple[str, ...] = ()
+    label_fields: Tuple[str, ...] = ("label",)
+    texts: Tuple[str, ...] = ("text",)
+
+    def expected_fields(self, labelled):
+        """The fields a record of this form has (labelled: with its label's)."""
+        return self.fields + (self.label_fields if labelled else ())
 
 
 FORMS = {form.name: form for form in (
-    Form("text", ex.TextExample, _render_labels, parse=_parse_text),
-    Form("pair", ex.PairExample, _render_labels, parse=_parse_pair),
-    Form("keywords", ex.KeywordsExample, _render_labels, parse=_parse_keywords),
-    Form("wsc", ex.WSCExample, _render_labels, parse=_parse_wsc),
-    Form("cmrc2018", ex.SpanQAExample, _render_cmrc2018, read=_read_cmrc2018),
-    Form("c3", ex.ChoiceExample, _render_c3, read=_read_c3),
-    Form("chid", ex.ClozeExample, _render_chid, parse=_parse_chid, context=_chid_context),
-    Form("cluener", ex.NERExample, _render_cluener, parse=_parse_cluener),
+    Form("text", ex.TextExample, _render_labels, parse=_parse_text, fields=("sentence",)),
+    Form("pair", ex.PairExample, _render_labels, parse=_parse_pair, fields=("sentence1", "sentence2"),
+         texts=("text_a", "text_b")),
+    Form("keywords", ex.KeywordsExample, _render_labels, parse=_parse_keywords, fields=("abst", "keyword"),
+         texts=("abstract",)),
+    Form("wsc", ex.WSCExample, _render_labels, parse=_parse_wsc, fields=("text", "target")),
+    Form("cmrc2018", ex.SpanQAExample, _render_cmrc2018, read=_read_cmrc2018, fields=("id", "question"),
+         label_fields=("answers",), texts=("context", "question")),
+    Form("c3", ex.ChoiceExample, _render_c3, read=_read_c3, fields=("question", "choice"),
+         label_fields=("answer",), texts=("question",)),
+    # the answers of labelled chid records are an "answer" field (FewCLUE) or a file of their own (CLUE)
+    Form("chid", ex.ClozeExample, _render_chid, parse=_parse_chid, context=_chid_context,
+         fields=("content", "candidates"), label_fields=(), texts=()),
+    Form("cluener", ex.NERExample, _render_cluener, parse=_parse_cluener, fields=("text",)),
 )}

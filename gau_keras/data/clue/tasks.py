@@ -27,6 +27,9 @@ class TaskSpec:
         folders: sub-folders of a data dir that may hold the task's files.
         no_label_marker: a label value meaning "annotators disagreed": such
             records are skipped and counted (the '-' of cmnli/ocnli).
+        marks: fields only this task's files carry among the tasks of its
+            form (tnews's label_desc, iflytek's label_des): a record holding
+            another task's mark is that task's, and malformed here.
         head: the fine-tuning head kind (one of HEADS), None when not fine-tuned.
         defaults: epochs, batch_size, maxlen and lr of its fine-tuning command.
         budget: what ``gau-keras compare`` overrides for its small CPU protocol.
@@ -37,6 +40,7 @@ class TaskSpec:
     labels: Optional[Tuple[str, ...]] = None
     folders: Tuple[str, ...] = ()
     no_label_marker: Optional[str] = None
+    marks: Tuple[str, ...] = ()
     head: Optional[str] = None
     defaults: Mapping = field(default_factory=dict, compare=False)
     budget: Mapping = field(default_factory=dict, compare=False)
@@ -70,10 +74,11 @@ _WSC = "Input: ``[CLS] marked text [SEP]`` (span 1 in < >, the pronoun in [ ]); 
 _OCNLI_BUDGET = dict(epochs=6, maxlen=64, max_train_examples=3000, max_eval_examples=1000)
 
 TASKS = dict([
-    _spec("tnews", "text", TNEWS_LABELS, head="classification", defaults=_defaults(3, 32, 64),
-          budget=dict(epochs=10), about='Input: ``[CLS] title [SEP]``; label: the tnews code ("100".."116").'),
-    _spec("iflytek", "text", IFLYTEK_LABELS, head="classification", defaults=_defaults(3, 16, 256),
-          budget=dict(epochs=8, maxlen=128, batch_size=32),
+    _spec("tnews", "text", TNEWS_LABELS, marks=("label_desc", "keywords"), head="classification",
+          defaults=_defaults(3, 32, 64), budget=dict(epochs=10),
+          about='Input: ``[CLS] title [SEP]``; label: the tnews code ("100".."116").'),
+    _spec("iflytek", "text", IFLYTEK_LABELS, marks=("label_des",), head="classification",
+          defaults=_defaults(3, 16, 256), budget=dict(epochs=8, maxlen=128, batch_size=32),
           about='Input: ``[CLS] description [SEP]`` (long descriptions are cut at maxlen); label "0".."118".'),
     _spec("eprstmt", "text", ("Negative", "Positive"), head="classification", defaults=_defaults(5, 32, 128),
           budget=dict(epochs=10), about='Input: ``[CLS] review [SEP]``; label "Negative"/"Positive".'),

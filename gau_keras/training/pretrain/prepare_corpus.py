@@ -3,7 +3,9 @@
     python3 pretrain/prepare_corpus.py corpus.txt --vocab vocab.txt --output-dir data/mlm \
         --shards 8 --workers 4 --seed 0 [--segmenter lac] [--dynamic-mask]
 
-Input: text (one document per line) or JSON lines (``--text-key``). Bad lines
+Input: text (one document per line) or JSON lines (``--text-key``): files,
+globs or folders (every file under a folder, recursively, in sorted order;
+names starting with "." are left out, as a shell glob leaves them). Bad lines
 (undecodable bytes, invalid JSON, no text, empty, no tokens) are skipped,
 counted per reason and listed as ``file:line: reason`` in ``skipped.log``.
 Output, in ``--output-dir``: ``shard-XXXXX-of-YYYYY.tfrecord``, ``summary.json``
@@ -25,13 +27,14 @@ import json
 import multiprocessing
 import os
 import sys
+import tempfile
 import time
 
 import numpy as np
 from tqdm import tqdm
 
 from gau_keras import flags, tf_free_children
-from gau_keras.data.mlm import MaskStats, SequencePacker, WholeWordMLM
+from gau_keras.data.mlm import MaskStats, SequencePacker, WholeWordMLM, mostly_unusable
 from gau_keras.segmenters import SEGMENTERS, get_segmenter, lac_model_dir, restore_default_sigterm
 from gau_keras.tokenizers import Tokenizer, load_vocab
 
@@ -39,13 +42,13 @@ SHARD_GLOB = "shard-*-of-*.tfrecord"  # = tfrecord.SHARD_PATTERN (not imported h
 SKIP_REASONS = ("binary", "undecodable", "invalid_json", "no_text_key", "empty", "no_tokens")
 #: the files a run writes besides its shards
 SUMMARY, SKIPPED_LOG = "summary.json", "skipped.log"
-#: a run whose input is mostly unusable fails (exit status 2 from the command line) after writing its summary
-MAX_SKIPPED_SHARE = 0.5
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("inputs", nargs="+", help="corpus files or globs, one document per line")
+    parser.add_argument("inputs", nargs="+",
+                        help="corpus files, globs or folders (a folder: every file under it, recursively, sorted; "
+                             "names starting with '.' left out), one document per line")
     parser.add_argument("--vocab", required=True, help="vocab.txt of the tokenizer")
     parser.add_argument("--output-dir", required=True, help="folder for the shards (local or gs://)")
     parser.add_argument("--format", choices=("auto", "text", "jsonl"), default="auto",
@@ -86,6 +89,7 @@ def parse_args(argv=None):
         except ImportError as e:
             parser.error(f"--segmenter lac: {e}")
     args.files = expand_inputs(args.inputs, parser)
+    check_writable(args.output_dir)
     return args
 
 
@@ -96,13 +100,51 @@ def masking_args(args):
 
 
 def expand_inputs(patterns, parser):
+    """The files to read: each pattern's matches in sorted order, a folder's files as `files_under` lists them."""
     files = []
     for pattern in patterns:
         matches = sorted(glob.glob(pattern))
         if not matches:
             parser.error(f"input {pattern!r}: no such file")
-        files.extend(path for path in matches if os.path.isfile(path))
+        for path in matches:
+            if os.path.isdir(path):
+                found = files_under(path)
+                if not found:
+                    parser.error(f"input {path!r}: a folder with no file in it (names starting with '.' left out)")
+                files.extend(found)
+            elif os.path.isfile(path):
+                files.append(path)
+            else:
+                parser.error(f"input {path!r}: not a regular file or a folder")
     return files
+
+
+def files_under(folder):
+    """The regular files under ``folder``, recursively, sorted; names starting with "." (.git, .DS_Store) are
+    left out, as a shell glob leaves them; a linked folder is read once."""
+    files, seen = [], {os.path.realpath(folder)}
+    for root, dirs, names in os.walk(folder, followlinks=True):
+        kept = [d for d in sorted(dirs) if not d.startswith(".")]
+        real = [os.path.realpath(os.path.join(root, d)) for d in kept]
+        dirs[:] = [d for d, r in zip(kept, real) if r not in seen and not seen.add(r)]
+        files.extend(os.path.join(root, n) for n in names
+                     if not n.startswith(".") and os.path.isfile(os.path.join(root, n)))
+    return sorted(files)
+
+
+def check_writable(output_dir):
+    """Before any work: a local ``output_dir`` must be a folder this process can write (it is created if
+    missing); a one-line SystemExit names it otherwise. Remote (``gs://``) folders are checked when written."""
+    if "://" in output_dir:
+        return
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise SystemExit(f"prepare_corpus: --output-dir {output_dir} is a file, not a folder")
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        with tempfile.TemporaryFile(dir=output_dir):
+            pass
+    except OSError as e:
+        raise SystemExit(f"prepare_corpus: --output-dir {output_dir} is not writable ({e.strerror or e})") from None
 
 
 # -- reading (main process) ---------------------------------------------------
@@ -338,11 +380,13 @@ def run(args):
 
 
 def usable_input_problem(summary):
-    """Why the input was unusable (None when it was fine)."""
+    """Why the input was unusable (None when it was fine): no usable line, or mostly unusable lines
+    (`gau_keras.data.mlm.mostly_unusable`, the threshold of the CLUE readers too). The run then fails (exit
+    status 2 from the command line) after writing its summary."""
     read, used = summary["documents_read"], summary["documents_used"]
     if used == 0:
         return f"no usable document in {read} line(s) read"
-    if summary["documents_skipped"] > MAX_SKIPPED_SHARE * read:
+    if mostly_unusable(summary["documents_skipped"], read):
         reasons = ", ".join(f"{r} {n}" for r, n in summary["skipped_by_reason"].items() if n)
         return (f"{summary['documents_skipped']} of {read} lines ({summary['documents_skipped'] / read:.0%}) were "
                 f"skipped ({reasons}): is the input a text corpus (one document per line, UTF-8)?")
