@@ -145,6 +145,50 @@ def test_y_true_meets_the_loss_in_the_outputs_dtype():
     assert seen and set(seen) == {"float32"}
 
 
+def test_y_true_meets_a_metric_function_in_the_outputs_dtype():
+    """A GlobalPointer-style F1 multiplies y_true by a float32 prediction; a generator's float64
+    targets (sequence_padding's) reach it as float32, as in Keras 2; a plain keras.Model is unchanged."""
+    def pointer_f1(y_true, y_pred):
+        y_pred = K.cast(K.greater(y_pred, 0.3), K.floatx())
+        return 2 * K.sum(y_true * y_pred) / (K.sum(y_true + y_pred) + K.epsilon())
+
+    x, y = batch(8)
+
+    def batches(inputs=list):
+        while True:
+            yield inputs(x), y.astype("float64")
+
+    model = tiny_model()
+    model.compile(keras.optimizers.SGD(0.1), "categorical_crossentropy", metrics=[pointer_f1])
+    logs = model.fit(batches(), steps_per_epoch=2, epochs=1, verbose=0).history
+    scores = model.evaluate(batches(), steps=1, verbose=0)
+    assert np.isfinite(logs["pointer_f1"][0]) and np.isfinite(scores[1])
+    seen = []
+    plain = tiny_model(keras.Model)
+    plain.compile(keras.optimizers.SGD(0.1), "categorical_crossentropy",
+                  metrics=[lambda t, p: seen.append(keras.backend.standardize_dtype(t.dtype)) or K.mean(p)])
+    plain.evaluate(batches(tuple), steps=1, verbose=0)
+    assert set(seen) == {"float64" if keras.backend.backend() == "tensorflow" else "float32"}  # JAX: no x64
+
+
+@pytest.mark.parametrize("label", [np.int64(1), np.int32(1), np.float32(1.0), np.bool_(True), 1])
+def test_nested_lists_of_numpy_scalars_and_arrays_are_read_as_keras2_read_them(label):
+    """model.predict([[token_ids], [segment_ids], [[label]]]) with the label a numpy scalar (an argmax)."""
+    a, b, c = (keras.Input((None,), name="a"), keras.Input((None,), name="b"), keras.Input((1,), name="c"))
+    pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Reshape((-1, 1))(Add()([a, b])))
+    model = Model([a, b, c], keras.layers.Dense(2)(keras.layers.Concatenate()([pooled, c])))
+    token_ids, segment_ids = [2, 5, 7], [0, 0, 1]
+    expected = model.predict([np.array([token_ids]), np.array([segment_ids]), np.array([[float(label)]])],
+                             verbose=0)
+    for x in ([[token_ids], [segment_ids], [[label]]],
+              [[np.array(token_ids)], [np.int64(segment_ids)], [[label]]],   # mixed lists and arrays
+              [np.array([token_ids]), [list(map(np.int64, segment_ids))], [np.array([label])]]):
+        np.testing.assert_allclose(model.predict(x, verbose=0), expected, rtol=1e-6)
+        np.testing.assert_allclose(model.predict_on_batch(x), expected, rtol=1e-5)
+    model.compile("sgd", "mse")
+    model.train_on_batch([[token_ids], [segment_ids], [[label]]], [[np.float32(1), np.int64(0)]])
+
+
 def test_generator_methods_equal_fit_evaluate_predict_and_warn_about_workers():
     x, y = batch(8)
 

@@ -8,9 +8,9 @@ is untouched. Over Keras 3 it adds:
   signatures, run by ``fit`` / ``evaluate`` / ``predict`` on the same data;
 * nested Python lists as data (``model.predict([[token_ids], [segment_ids]])``)
   in ``fit``, ``evaluate``, ``predict`` and the ``*_on_batch`` calls;
-* ``y_true`` cast to the output's dtype before a compiled loss sees it
-  (Keras 2's ``match_dtype_and_rank``: a float64 target meets a float32 output
-  as float32, an int64 one an int32 output as int32);
+* ``y_true`` cast to the output's dtype before a compiled loss or metric sees
+  it (Keras 2's ``match_dtype_and_rank``: a float64 target meets a float32
+  output as float32, an int64 one an int32 output as int32);
 * ``save`` and ``save_weights`` under any name (``'best_model.model'``,
   ``'x.h5'``, ``'best_model.weights'``): Keras 3's formats, written
   atomically, and ``load_weights`` that reads them back (and Keras 2's HDF5
@@ -39,11 +39,15 @@ __all__ = ["Model", "as_arrays"]
 _QUEUE_DEFAULTS = {"max_queue_size": 10, "workers": 1, "use_multiprocessing": False}
 
 
+#: what Keras 2 read as one number of inline data: Python's and numpy's scalars (np.int64 from argmax ...)
+_SCALARS = (int, float, bool, np.generic)
+
+
 def _is_nested_list(x):
-    """A Python list/tuple holding numbers or further lists (data written inline), not arrays."""
+    """A Python list/tuple of inline data: numbers (numpy scalars too), arrays or further such lists."""
     if not isinstance(x, (list, tuple)):
         return False
-    return all(isinstance(item, (list, tuple, int, float, np.number)) for item in x)
+    return all(isinstance(item, _SCALARS + (np.ndarray,)) or _is_nested_list(item) for item in x)
 
 
 def as_arrays(x, n_inputs):
@@ -54,7 +58,7 @@ def as_arrays(x, n_inputs):
         return x
     if n_inputs > 1 and isinstance(x, (list, tuple)) and len(x) == n_inputs:
         return [np.asarray(item) if _is_nested_list(item) else item for item in x]
-    if n_inputs == 1 and _is_nested_list(x) and x and not isinstance(x[0], (int, float, np.number)):
+    if n_inputs == 1 and _is_nested_list(x) and x and all(isinstance(item, (list, tuple)) for item in x):
         return np.asarray(x)
     return x
 
@@ -214,6 +218,11 @@ class Model(keras.Model):
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         return super().compute_loss(x=x, y=_cast_like(y, y_pred), y_pred=y_pred, sample_weight=sample_weight,
                                     training=training)
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        """Keras's ``compute_metrics`` on ``y`` cast as for the loss (a float64 target from
+        ``sequence_padding`` meets a float32 metric function as float32, as in Keras 2)."""
+        return super().compute_metrics(x, _cast_like(y, y_pred), y_pred, sample_weight=sample_weight)
 
     # ------------------------------------------------------------ saving
     def save(self, filepath, overwrite=True, include_optimizer=True, save_format=None, **kwargs):
