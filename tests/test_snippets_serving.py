@@ -126,12 +126,50 @@ def test_listens_on_the_loopback_interface_by_default():
 
 
 def test_a_body_over_the_limit_gets_413_without_being_read(server):
+    status, answer, _ = _raw(server, _post("/echo_post", b"text=" + b"a" * (MAX_BODY - 5)))
+    assert status == 200 and answer["data"]["n"] == 1                   # max_body bytes: read
     status, answer, _ = _raw(server, _post("/echo_post", b"text=" + b"a" * (2 * MAX_BODY)))
     assert status == 413 and answer["code"] == 1 and str(MAX_BODY) in answer["desc"], answer
     # announced far over the limit, 6 bytes sent: refused at once, not waited for
     status, answer, elapsed = _raw(server, b"POST /echo_post HTTP/1.1\r\nHost: x\r\n"
                                            b"Content-Length: 100000000\r\n\r\ntext=a")
     assert status == 413 and answer["code"] == 1 and elapsed < 5
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_client_sending_64_mb_reads_the_413_instead_of_a_reset(server, chunked):
+    """An ordinary client sends its whole body, then reads: the server refuses a 64 MB body
+    (from its Content-Length, or once the chunks pass the limit), then reads and throws away
+    the rest, so that the client's sending ends without a reset and it reads the answer."""
+    block, blocks = b"a" * 2 ** 20, 64
+    head = b"POST /echo_post HTTP/1.1\r\nHost: x\r\n" + (
+        b"Transfer-Encoding: chunked\r\n\r\n" if chunked else b"Content-Length: %d\r\n\r\n" % (blocks * len(block)))
+    framed = b"%x\r\n%s\r\n" % (len(block), block) if chunked else block
+    failed = []
+
+    def send():
+        try:
+            sock.sendall(head)
+            for _ in range(blocks):
+                sock.sendall(framed)
+            sock.sendall(b"0\r\n\r\n" if chunked else b"")
+        except OSError as e:                                    # a reset (the bug), or the timeout
+            failed.append(e)
+
+    with socket.create_connection(("127.0.0.1", _port(server)), timeout=10) as sock:
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        sender.join(20)
+        assert not sender.is_alive() and not failed, failed
+        received = b""
+        while b"}" not in received and len(received) < 10000:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413 "), received
+    assert json.loads(body)["desc"] == f"the body is over the limit of {MAX_BODY} bytes"
 
 
 @pytest.mark.parametrize("length", [b"-1", b"abc", b"1e3"])

@@ -21,7 +21,9 @@ import email.parser
 import email.policy
 import json
 import logging
+import socket
 import threading
+import time
 import urllib.parse
 import warnings
 
@@ -31,6 +33,10 @@ LOG = logging.getLogger("gau_keras.serving")
 
 #: the default request-body limit (bytes)
 MAX_BODY = 4 * 2 ** 20
+#: after refusing a request (e.g. a body over the limit, refused from its Content-Length before it is read), what the
+#: client still sends is read and thrown away, up to these many bytes and seconds, so that it sees the answer and
+#: not a connection reset while it is sending; a client silent for ``channel_timeout`` is closed sooner
+DRAIN_BYTES, DRAIN_SECONDS = 2 ** 28, 10
 _METHODS = ("GET", "POST")
 _FORM = "application/x-www-form-urlencoded"
 _BOTTLE_SERVERS = ("paste", "waitress", "auto")
@@ -123,7 +129,8 @@ class WebServing:
             _Application(self.routes, self.max_body), host=self.host, port=self.port, threads=self.threads,
             channel_timeout=self.channel_timeout, connection_limit=self.connection_limit, backlog=self.backlog,
             cleanup_interval=max(1, int(self.channel_timeout // 2)),      # when idle channels are looked at
-            max_request_body_size=self.max_body, expose_tracebacks=False, ident="gau_keras",
+            # waitress refuses a body of this size or more, from its Content-Length before reading it
+            max_request_body_size=self.max_body + 1, expose_tracebacks=False, ident="gau_keras",
             asyncore_loop_timeout=0.2)
         _answer_errors_in_json(self.httpd)
         self.port = int(getattr(self.httpd, "effective_port", None) or self.httpd.effective_listen[0][1])
@@ -276,7 +283,8 @@ def _multipart_fields(content_type, body):
 
 def _answer_errors_in_json(httpd):
     """waitress answers what it refuses itself (a malformed Content-Length, a body over the
-    limit) in text; these servers answer it in the same JSON as the rest."""
+    limit) in text, then closes the connection; these servers answer it in the same JSON as the
+    rest, then half-close and drain the connection (``DRAIN_BYTES``, ``DRAIN_SECONDS``)."""
     from waitress.channel import HTTPChannel
     from waitress.server import BaseWSGIServer
     from waitress.task import ErrorTask
@@ -284,18 +292,46 @@ def _answer_errors_in_json(httpd):
     class JsonErrorTask(ErrorTask):
         def execute(self):
             error = self.request.error
-            body = _answer(1, f"{error.reason}: {error.body}").encode("utf-8")
+            desc = (f"the body is over the limit of {self.channel.adj.max_request_body_size - 1} bytes"
+                    if error.code == 413 else f"{error.reason}: {error.body}")
+            body = _answer(1, desc).encode("utf-8")
             self.status = f"{error.code} {error.reason}"
             self.response_headers.extend([("Content-Type", "application/json; charset=utf-8"),
                                           ("Content-Length", str(len(body))), ("Connection", "close")])
             self.set_close_on_finish()
             self.content_length = len(body)
             self.write(body)
+            self.channel.refused = True
 
     class JsonChannel(HTTPChannel):
         error_task_class = JsonErrorTask
+        refused, drain_until, drained = False, None, 0
+
+        def handle_close(self):
+            """Once a refusal is sent: half-closes, then reads on (closing at once would reset
+            the connection under a client still sending, which may then never read the answer)."""
+            if self.refused and self.drain_until is None and self.connected and not self.total_outbufs_len:
+                try:
+                    self.socket.shutdown(socket.SHUT_WR)
+                    self.drain_until, self.will_close = time.monotonic() + DRAIN_SECONDS, False
+                    return
+                except OSError:
+                    pass
+            super().handle_close()
+
+        def handle_read(self):
+            if self.drain_until is None:
+                return super().handle_read()
+            try:
+                data = self.socket.recv(2 ** 18)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            self.drained, self.last_activity = self.drained + len(data), time.time()   # silence: channel_timeout
+            if not data or self.drained > DRAIN_BYTES or time.monotonic() > self.drain_until:
+                super().handle_close()
 
     for server in [httpd, *getattr(httpd, "map", {}).values()]:
         if isinstance(server, BaseWSGIServer):
             server.channel_class = JsonChannel
-
