@@ -3,6 +3,8 @@ import re
 
 import numpy as np
 
+from gau_keras import input_checks
+
 MASK = "[MASK]"
 #: vocab entries that are markers, not text: [PAD] [UNK] [CLS] [SEP] [MASK] [unused1] ...
 SPECIAL_TOKEN = re.compile(r"^\[[^\[\]]+\]$")
@@ -33,10 +35,20 @@ def encode_with_masks(tokenizer, text, maxlen=512):
             positions.append(len(tokens))
             tokens.append(tokenizer.token_mask)
     tokens.append(tokenizer.token_end)
-    if len(tokens) > maxlen:
-        raise ValueError(f"fill-mask: the text has {len(tokens)} tokens, more than maxlen={maxlen}")
+    if maxlen is not None and len(tokens) > maxlen:
+        raise ValueError(f"fill-mask: the text has {len(tokens)} tokens, more than the model's {maxlen} positions "
+                         f"(maxlen={maxlen}, its max_position_embeddings)")
     token_ids = tokenizer.tokens_to_ids(tokens)
     return token_ids, [0] * len(token_ids), positions
+
+
+def check_tokenizer(model, tokenizer):
+    """Refuses a tokenizer whose vocabulary is larger than the model's token table (a vocab.txt
+    of another model): its ids past the table would be garbage (NaN on JAX), not an answer."""
+    size, key = input_checks.id_bounds(model).get("Input-Token", (None, None))
+    if size is not None and tokenizer.vocab_size > size:
+        raise ValueError(f"fill-mask: the tokenizer has {tokenizer.vocab_size} tokens but the model's token table "
+                         f"has {size} rows ({key}={size}): the vocab does not belong to this model")
 
 
 def fill_mask(model, tokenizer, text, top_k=5):
@@ -46,7 +58,9 @@ def fill_mask(model, tokenizer, text, top_k=5):
     of (token, probability) pairs, most probable first; special tokens
     ([UNK], [PAD], [CLS], [SEP], [MASK], [unused...]) are left out.
     """
-    token_ids, segment_ids, positions = encode_with_masks(tokenizer, text)
+    check_tokenizer(model, tokenizer)
+    # RoPE models (GAU-alpha, RoFormerV2) have no position table and no length limit
+    token_ids, segment_ids, positions = encode_with_masks(tokenizer, text, maxlen=input_checks.max_length(model))
     probs = model.predict([np.array([token_ids]), np.array([segment_ids])], verbose=0)[0]
     special = special_token_ids(tokenizer)
     results = []

@@ -11,6 +11,9 @@ is untouched. Over Keras 3 it adds:
 * ``y_true`` cast to the output's dtype before a compiled loss or metric sees
   it (Keras 2's ``match_dtype_and_rank``: a float64 target meets a float32
   output as float32, an int64 one an int32 output as int32);
+* the ids and lengths of array inputs checked against the model's embedding
+  and position tables (``gau_keras.input_checks``): an error naming the input,
+  not NaN on JAX or a negative id reading the table from its end;
 * ``save`` and ``save_weights`` under any name (``'best_model.model'``,
   ``'x.h5'``, ``'best_model.weights'``): Keras 3's formats, written
   atomically, and ``load_weights`` that reads them back (and Keras 2's HDF5
@@ -29,6 +32,7 @@ from keras.src.backend import get_keras_mask  # Keras's own reader of a tensor's
 from keras.src.losses.loss import apply_mask  # the mask folded into a sample weight, as Keras's metrics do
 from keras.src.utils.naming import get_object_name  # the name Keras's compile gives a function metric
 
+from gau_keras import input_checks
 from gau_keras.bert4keras import PORTING, saving
 from gau_keras.registration import PACKAGE
 from gau_keras.snippets import data_generator
@@ -149,30 +153,37 @@ class Model(keras.Model):
         outputs = getattr(self, "outputs", None)
         return len(outputs) if isinstance(outputs, (list, tuple)) else 1
 
+    def _arrays(self, x, where):
+        """``x`` with nested lists made arrays (``as_arrays``), its ids and lengths checked
+        against the model's tables (``gau_keras.input_checks``)."""
+        x = as_arrays(x, self._n_inputs())
+        input_checks.check_inputs(self, x, where)
+        return x
+
     def fit(self, x=None, y=None, *args, **kwargs):
-        x = _stream(as_arrays(x, self._n_inputs()), data_generator._as_fit_batch)
+        x = _stream(self._arrays(x, "fit"), data_generator._as_fit_batch)
         if "validation_data" in kwargs:
             kwargs["validation_data"] = _stream(kwargs["validation_data"], data_generator._as_fit_batch)
         return super().fit(x, as_arrays(y, self._n_outputs()), *args, **kwargs)
 
     def evaluate(self, x=None, y=None, *args, **kwargs):
-        x = _stream(as_arrays(x, self._n_inputs()), data_generator._as_fit_batch)
+        x = _stream(self._arrays(x, "evaluate"), data_generator._as_fit_batch)
         return super().evaluate(x, as_arrays(y, self._n_outputs()), *args, **kwargs)
 
     def predict(self, x, *args, **kwargs):
-        x = _stream(as_arrays(x, self._n_inputs()), _predict_batch)
+        x = _stream(self._arrays(x, "predict"), _predict_batch)
         return super().predict(x, *args, **kwargs)
 
     def train_on_batch(self, x, y=None, *args, **kwargs):
-        x, y = as_arrays(x, self._n_inputs()), as_arrays(y, self._n_outputs())
+        x, y = self._arrays(x, "train_on_batch"), as_arrays(y, self._n_outputs())
         return super().train_on_batch(x, y, *args, **kwargs)
 
     def test_on_batch(self, x, y=None, *args, **kwargs):
-        x, y = as_arrays(x, self._n_inputs()), as_arrays(y, self._n_outputs())
+        x, y = self._arrays(x, "test_on_batch"), as_arrays(y, self._n_outputs())
         return super().test_on_batch(x, y, *args, **kwargs)
 
     def predict_on_batch(self, x):
-        return super().predict_on_batch(as_arrays(x, self._n_inputs()))
+        return super().predict_on_batch(self._arrays(x, "predict_on_batch"))
 
     # ------------------------------------------------------------ Keras 2's generator methods
     def fit_generator(self, generator, steps_per_epoch=None, epochs=1, verbose=1, callbacks=None,
