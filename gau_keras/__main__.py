@@ -3,15 +3,16 @@
     gau-keras fill-mask [--model-dir DIR] "今天天气很[MASK]。"
     gau-keras export (--model-dir DIR | --keras FILE) --output DIR
     gau-keras prepare-corpus corpus.txt --vocab vocab.txt --output-dir data/mlm ...
+    gau-keras build-vocab corpus.txt --base-vocab vocab.txt --output small_vocab.txt
     gau-keras pretrain --config pretrain/configs/tiny.json ...
     gau-keras finetune TASK --data-dir ../shared/data/clue ...
     gau-keras compare --data-dir ../shared/data/clue --out-dir runs/compare --variant bundled= ...
 
-``prepare-corpus``, ``pretrain``, ``finetune TASK`` and ``compare`` run
-``gau_keras.training.pretrain.prepare_corpus``, ``gau_keras.training.pretrain.pretrain``,
-``gau_keras.training.finetune.runner`` and ``gau_keras.training.finetune.compare``
-(``--help`` lists their options); TASK is a task of ``gau_keras.data.clue.TASKS``
-that has a head.
+``prepare-corpus``, ``build-vocab``, ``pretrain``, ``finetune TASK`` and ``compare`` run
+``gau_keras.training.pretrain.prepare_corpus``, ``gau_keras.training.pretrain.build_vocab``,
+``gau_keras.training.pretrain.pretrain``, ``gau_keras.training.finetune.runner`` and
+``gau_keras.training.finetune.compare`` (``--help`` lists their options); TASK is a task of
+``gau_keras.data.clue.TASKS`` that has a head. ``gau-keras --help`` lists every subcommand.
 """
 import argparse
 import os
@@ -21,7 +22,16 @@ from gau_keras import cli_env, flags
 
 #: subcommands handled by another module's own argument parser
 DELEGATED = {"prepare-corpus": "gau_keras.training.pretrain.prepare_corpus",
+             "build-vocab": "gau_keras.training.pretrain.build_vocab",
              "pretrain": "gau_keras.training.pretrain.pretrain", "compare": "gau_keras.training.finetune.compare"}
+#: every subcommand and its line in ``gau-keras --help`` (the delegated ones are handed to their own parsers)
+COMMANDS = {"fill-mask": "predict the tokens at [MASK] positions",
+            "export": "write a TensorFlow SavedModel for serving",
+            "prepare-corpus": "corpus -> whole-word-MLM TFRecord shards",
+            "build-vocab": "a smaller vocab: the base vocab's tokens a corpus uses",
+            "pretrain": "masked-LM pretraining on TFRecord shards (--config)",
+            "finetune": "fine-tune on a CLUE task: finetune TASK (--help: the tasks)",
+            "compare": "fine-tune several starting points, tabulate dev metrics"}
 
 
 def _fill_mask(args):
@@ -46,11 +56,14 @@ def _export(args):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="gau-keras", description=__doc__.split("\n\n")[0],
-                                     epilog="also: prepare-corpus, pretrain, finetune TASK, compare "
-                                            "(each with its own --help)")
-    commands = parser.add_subparsers(dest="command", required=True)
-    fill = commands.add_parser("fill-mask", help="predict the tokens at [MASK] positions")
+    parser = argparse.ArgumentParser(prog="gau-keras", usage="gau-keras [-h] COMMAND ...",
+                                     description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="commands:\n" + "".join(f"  {name:<16}{text}\n" for name, text in
+                                                                    COMMANDS.items()) +
+                                     "\neach has its own --help (gau-keras COMMAND --help)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS)
+    fill = commands.add_parser("fill-mask", help=COMMANDS["fill-mask"])
     fill.add_argument("texts", nargs="+", help="texts containing one or more [MASK]")
     fill.add_argument("--model-dir", default=None,
                       help="directory with bert_config.json, bert_model.ckpt.* and vocab.txt "
@@ -60,14 +73,20 @@ def build_parser():
     fill.add_argument("--softmax-plus-min-len", type=flags.positive_int, default=None,
                       help="floor of softmax_plus's n (16 default; 1 = the released model's training code)")
     fill.set_defaults(run=_fill_mask)
-    export = commands.add_parser("export", help="write a TensorFlow SavedModel for serving")
+    export = commands.add_parser("export", help=COMMANDS["export"])
     source = export.add_mutually_exclusive_group(required=True)
     source.add_argument("--model-dir", help="a model directory in the released layout (exports its MLM head)")
     source.add_argument("--keras", help="a .keras file, e.g. a fine-tuning run's <task>_best.keras")
     flags.add_model_option(export, help="with --model-dir: its encoder")
     export.add_argument("--output", required=True, help="folder of the SavedModel (for TF Serving: .../NAME/1)")
-    export.add_argument("--overwrite", action="store_true", help="replace a non-empty --output")
+    export.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier export at --output (a folder holding only a SavedModel)")
+    export.add_argument("--labels", default=None,
+                        help="a classifier's label names, one a line in label-id order: the label_names output "
+                             "(default: those of the fine-tuning run that wrote --keras, when known)")
     export.set_defaults(run=_export)
+    for name in [name for name in COMMANDS if name not in commands.choices]:    # main() hands them on
+        commands.add_parser(name, add_help=False)
     return parser
 
 
@@ -92,7 +111,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (FileNotFoundError, FileExistsError, ValueError) as e:
+    except (OSError, ValueError, ImportError) as e:    # FileNotFoundError, PermissionError, no TensorFlow ...
         print(f"error: {e}", file=sys.stderr)
         return 2
 

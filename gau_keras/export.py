@@ -15,13 +15,26 @@ the input: a negative id would otherwise index the embeddings from the end),
 and get a dict:
 
 * a model directory (MLM head): ``probabilities`` [B, L, V];
-* a classifier (logits [B, C]): ``logits``, ``probabilities`` (softmax) and
-  ``labels`` (argmax, int32 [B]);
+* a classifier (logits [B, C]): ``logits``, ``probabilities`` (softmax),
+  ``labels`` (argmax, int32 [B]) and, when its label names are known,
+  ``label_names`` (string [B]): read from ``--labels FILE`` (one name per line,
+  in label-id order) or, for a fine-tuning run's ``<task>_best.keras``, from the
+  task named in the run's ``<task>_metrics.json``;
 * any other head (spans, GlobalPointer, ...): ``logits`` as the model outputs them.
 
 SRU++ layers are traced with their XLA loops (plain TensorFlow ops), not the
-native CPU kernel, which a serving binary would not have.
+native CPU kernel, which a serving binary would not have. On JAX the model is
+converted by jax2tf (Keras's export for that backend); the id checks and the
+label names are TensorFlow ops around it, so both backends write the same signature.
+
+``--output`` is checked before any work: it must be a new folder, an empty one,
+or (with ``--overwrite``) an earlier export, i.e. a folder holding a SavedModel
+and nothing else; "", ".", the working directory or a folder above it, and a
+folder holding the source are refused. The SavedModel is written into a fresh
+temporary folder next to ``--output`` and renamed into place when complete; only
+what the run made is removed.
 """
+import json
 import os
 import re
 
@@ -50,14 +63,24 @@ def serving_outputs(model, outputs):
 
     if _outputs_probabilities(model):
         return {"probabilities": outputs}
-    if len(outputs.shape) == 2:
+    if is_classifier(model):
         return {"logits": outputs, "probabilities": ops.softmax(ops.cast(outputs, "float32"), axis=-1),
                 "labels": ops.cast(ops.argmax(outputs, axis=-1), "int32")}
     return {"logits": outputs}
 
 
-def export_saved_model(model, output):
-    """Writes ``model`` (a functional ``keras.Model``) as a SavedModel at ``output``."""
+def is_classifier(model):
+    """Whether the export of ``model`` has a ``labels`` output (logits [B, C])."""
+    return not _outputs_probabilities(model) and len(model.output.shape) == 2
+
+
+#: the endpoint that runs the model; serving_default wraps it (id checks, label names), so it is no signature
+_MODEL_ENDPOINT = "model_outputs"
+
+
+def export_saved_model(model, output, label_names=None):
+    """Writes ``model`` (a functional ``keras.Model``) as a SavedModel at ``output``; ``label_names``
+    (a classifier's, in label-id order) add the ``label_names`` output. Returns the input names."""
     import keras
 
     from gau_keras import optional
@@ -73,20 +96,44 @@ def export_saved_model(model, output):
     names = [spec.name for spec in specs]
     if len(set(names)) != len(names):
         raise ValueError(f"export: the model's inputs map to clashing signature names {names}")
-
     bounds = id_bounds(model, names)
 
-    def serve(*inputs):
-        checks = [_check_ids(x, name, *bounds[name]) for x, name in zip(inputs, names) if name in bounds]
-        with tf.control_dependencies(checks):
-            inputs = [tf.cast(x, tf.as_dtype(spec.dtype)) for x, spec in zip(inputs, model.inputs)]
-        return serving_outputs(model, model(list(inputs), training=False))
+    def outputs(*inputs):       # backend ops only: traced by TensorFlow, or converted from JAX by jax2tf
+        inputs = [keras.ops.cast(x, spec.dtype) for x, spec in zip(inputs, model.inputs)]
+        return serving_outputs(model, model(inputs, training=False))
 
     archive = keras.export.ExportArchive()
     archive.track(model)
-    archive.add_endpoint(name="serving_default", fn=serve, input_signature=specs)
+    options = {"jax2tf_kwargs": {"polymorphic_shapes": polymorphic_shapes(specs, layer_names)}} \
+        if keras.backend.backend() == "jax" else {}
+    run_model = archive.add_endpoint(_MODEL_ENDPOINT, outputs, input_signature=specs, **options)
+    archive._endpoint_names.remove(_MODEL_ENDPOINT)     # saved as serve's callee, not as a signature of its own
+
+    @tf.function(input_signature=specs, autograph=False)
+    def serve(*inputs):
+        checks = [_check_ids(x, name, *bounds[name]) for x, name in zip(inputs, names) if name in bounds]
+        with tf.control_dependencies(checks):
+            inputs = [tf.identity(x) for x in inputs]
+        result = dict(run_model(*inputs))
+        if label_names:
+            result["label_names"] = tf.gather(tf.constant(list(label_names)), result["labels"])
+        return result
+
+    serve.get_concrete_function()
+    archive.add_endpoint(name="serving_default", fn=serve)
     archive.write_out(output, verbose=False)
     return names
+
+
+def polymorphic_shapes(specs, layer_names):
+    """jax2tf's shapes of the inputs: one batch and one length for the id inputs (their shapes must agree
+    where the model adds their embeddings), a dimension of its own for anything else."""
+    shapes = []
+    for i, (spec, name) in enumerate(zip(specs, layer_names)):
+        dims = ["batch", "length" if name.endswith(ID_INPUTS) else f"d{i}_1"] + [f"d{i}_{j}" for j in
+                                                                                range(2, len(spec.shape))]
+        shapes.append(f"({', '.join(dims[:len(spec.shape)])})")
+    return shapes
 
 
 def id_bounds(model, names):
@@ -119,51 +166,216 @@ def load_for_export(model_dir=None, keras_file=None, model="gau_alpha"):
     """The model to export: the MLM model of a model directory, or a .keras file."""
     os.environ["GAU_KERAS_SRU_KERNEL"] = "xla"      # plain TF ops in the graph, no custom op
     if keras_file:
-        import zipfile
-
-        import keras
-
-        if not os.path.isfile(keras_file):
-            raise FileNotFoundError(f"export: no .keras file {keras_file!r}")
-        if not zipfile.is_zipfile(keras_file):
-            raise ValueError(f"export: --keras {keras_file} is not a .keras archive, or truncated")
-        try:
-            return keras.saving.load_model(keras_file)
-        except (zipfile.BadZipFile, OSError, EOFError) as e:
-            raise ValueError(f"export: --keras {keras_file} is not a .keras archive, or truncated "
-                             f"({e})") from None
+        return _load_keras(keras_file)
+    from gau_keras.models.builder import resolve_model_class
     from gau_keras.pretrained import load_pretrained
 
+    if not resolve_model_class(model).has_mlm_head:
+        raise ValueError(f"export: --model {model} has no MLM head to export from --model-dir {model_dir}: "
+                         f"fine-tune it (gau-keras finetune TASK --model {model} --model-dir {model_dir}) and "
+                         f"export the run's <task>_best.keras with --keras")
     return load_pretrained(model_dir, model=model, with_mlm=True)[0]
 
 
-def check_output(output, overwrite):
-    """``--output`` must be a folder that is absent, empty, or replaced (``overwrite``)."""
+#: the members every .keras archive holds (its weights: model.weights.h5 or .npz)
+KERAS_MEMBERS = ("metadata.json", "config.json")
+
+
+def _load_keras(path):
+    """``keras.saving.load_model(path)``; a missing, empty, truncated or damaged file is one error naming it."""
+    import zipfile
+
+    import keras
+
+    if os.path.isdir(path):
+        raise ValueError(f"export: --keras {path} is a folder, not a .keras file")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"export: no .keras file {path!r}")
+    broken = f"export: --keras {path} is not a .keras archive, or truncated"
+    if not zipfile.is_zipfile(path):
+        raise ValueError(broken)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = set(archive.namelist())
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        raise ValueError(f"{broken} ({e})") from None
+    missing = [m for m in KERAS_MEMBERS if m not in members] + \
+        ([] if members & {"model.weights.h5", "model.weights.npz"} else ["model.weights.h5"])
+    if missing:
+        raise ValueError(f"{broken} (it lacks {', '.join(missing)})")
+    try:
+        return keras.saving.load_model(path)
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        raise ValueError(f"{broken} ({e})") from None
+    except (ValueError, KeyError, TypeError) as e:     # a damaged config.json, an unknown layer ...
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"export: --keras {path} could not be loaded: {first}") from None
+
+
+def read_label_names(labels_file=None, keras_file=None):
+    """``(names, where)``: the label names of ``--labels FILE`` (one a line), or of the fine-tuning run
+    that wrote ``keras_file`` (the task its ``<task>_metrics.json`` names); ``(None, None)`` if unknown."""
+    if labels_file:
+        try:
+            with open(labels_file, encoding="utf-8") as f:
+                names = [line.rstrip("\r\n") for line in f]
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"export: --labels {labels_file} cannot be read ({e})") from None
+        while names and not names[-1]:
+            names.pop()
+        if not names or not all(names):
+            raise ValueError(f"export: --labels {labels_file} must hold one non-empty label name a line")
+        return names, labels_file
+    if not keras_file or not keras_file.endswith("_best.keras"):
+        return None, None
+    metrics = keras_file[:-len("_best.keras")] + "_metrics.json"
+    try:
+        with open(metrics, encoding="utf-8") as f:
+            task = json.load(f).get("task")
+        from gau_keras.data.clue import TASKS
+    except (OSError, ValueError, AttributeError, ImportError):
+        return None, None
+    spec = TASKS.get(task) if isinstance(task, str) else None
+    return (list(spec.labels), f"task {task} ({metrics})") if spec is not None and spec.labels else (None, None)
+
+
+def label_names_for(model, labels_file=None, keras_file=None):
+    """The ``label_names`` of ``model``'s export, or None (a note says why when a classifier has none)."""
+    names, where = read_label_names(labels_file, keras_file)
+    if not is_classifier(model):
+        if labels_file:
+            raise ValueError(f"export: --labels {labels_file} given, but the model is no classifier "
+                             f"(its output is {tuple(model.output.shape)}, not [B, C])")
+        return None
+    classes = model.output.shape[-1]
+    if names is not None and len(names) != classes:
+        if labels_file:
+            raise ValueError(f"export: --labels {labels_file} holds {len(names)} names but the model has "
+                             f"{classes} labels")
+        print(f"note: {where} has {len(names)} labels, the model {classes}: no label_names output")
+        return None
+    if names is None:
+        print("note: the label names are unknown, so the SavedModel has no label_names output "
+              "(pass --labels FILE, one name a line)")
+    return names
+
+
+def _real(path):
+    return os.path.realpath(os.path.abspath(path))
+
+
+def _inside(path, folder):
+    """Whether ``path`` is ``folder`` or inside it (both real paths)."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+#: what a SavedModel folder holds (tf.saved_model.save, Keras's export): anything else is not ours to replace
+SAVED_MODEL_ENTRIES = {"saved_model.pb", "variables", "assets", "fingerprint.pb", "keras_metadata.pb"}
+
+
+def is_saved_model(folder):
+    """Whether ``folder`` holds a SavedModel and nothing but what a SavedModel writes."""
+    entries = set(os.listdir(folder))
+    if "saved_model.pb" not in entries or not entries <= SAVED_MODEL_ENTRIES:
+        return False
+    variables = os.path.join(folder, "variables")
+    return not os.path.exists(variables) or (os.path.isdir(variables) and all(
+        name == "variables.index" or name.startswith("variables.data-") for name in os.listdir(variables)))
+
+
+def check_output(output, overwrite, sources=()):
+    """Refuses an ``--output`` the export must not write or replace (a ValueError, FileExistsError or
+    PermissionError naming it): see the module's docstring. ``sources``: the files the model is read from."""
+    if not output or os.path.normpath(output) == ".":
+        raise ValueError(f"export: --output {output!r} names no new folder (an unset variable?): "
+                         f"give the folder of the SavedModel, e.g. serving/NAME/1")
+    real = _real(output)
+    if _inside(_real(os.getcwd()), real):
+        raise ValueError(f"export: --output {output} is the working directory or a folder above it")
+    for source in sources:
+        if source and _inside(_real(source), real):
+            raise ValueError(f"export: --output {output} is or holds the source {source}; name another folder")
+    if os.path.islink(output):
+        raise ValueError(f"export: --output {output} is a symbolic link; name the folder itself")
     if os.path.exists(output) and not os.path.isdir(output):
         raise FileExistsError(f"export: --output {output} is a file, not a folder")
-    if os.path.isdir(output) and os.listdir(output) and not overwrite:
-        raise FileExistsError(f"export: {output} exists and is not empty; pass --overwrite to replace it")
+    if os.path.isdir(output) and os.listdir(output):
+        if not is_saved_model(output):
+            raise FileExistsError(f"export: --output {output} is a folder that holds other files than a "
+                                  f"SavedModel; it is not replaced, even with --overwrite: name a new folder")
+        if not overwrite:
+            raise FileExistsError(f"export: {output} exists and is not empty; pass --overwrite to replace it")
+    folder = os.path.dirname(real)       # the nearest existing folder above the output must be writable
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        raise FileExistsError(f"export: --output {output}: {folder} is a file, not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(f"export: --output {output}: the folder {folder} is not writable")
+
+
+def _make_parents(folder):
+    """Creates ``folder`` and the folders above it that are missing; returns those made, deepest first."""
+    made = []
+    while not os.path.isdir(folder):
+        made.append(folder)
+        folder = os.path.dirname(folder)
+    for path in reversed(made):
+        os.mkdir(path)
+    return made
+
+
+def write_export(network, output, label_names=None):
+    """Exports ``network`` into a fresh temporary folder next to ``output``, then renames it into place
+    (an empty folder or an earlier SavedModel at ``output`` is replaced). Only what this call made is
+    removed when it fails. Returns the input names."""
+    import shutil
+    import tempfile
+
+    output = _real(output)
+    parent = os.path.dirname(output)
+    prefix = f".{os.path.basename(output)}.partial-"
+    made, staging, old = [], None, None
+    try:
+        made = _make_parents(parent)
+        staging = tempfile.mkdtemp(dir=parent, prefix=prefix)
+        names = export_saved_model(network, os.path.join(staging, "saved_model"), label_names)
+        if os.path.isdir(output):
+            old = tempfile.mkdtemp(dir=parent, prefix=prefix)
+            os.replace(output, os.path.join(old, "earlier"))    # an empty folder or a checked SavedModel
+        os.replace(os.path.join(staging, "saved_model"), output)
+        made = []
+    except OSError as e:
+        if old and not os.path.exists(output):      # put the earlier export back
+            os.replace(os.path.join(old, "earlier"), output)
+        raise OSError(f"export: cannot write the SavedModel to {output}: {e.strerror or e} "
+                      f"({e.filename or parent})") from None
+    finally:
+        if staging:
+            shutil.rmtree(staging, ignore_errors=True)
+        if old and os.path.exists(output):      # else the earlier export stays there, not lost
+            shutil.rmtree(old, ignore_errors=True)
+        for path in made:
+            try:
+                os.rmdir(path)
+            except OSError:
+                break
+    return names
 
 
 def main(args):
     """``python -m gau_keras export`` (arguments parsed by ``gau_keras.__main__``).
 
-    The SavedModel is written into ``<output>.partial`` and moved to
-    ``--output`` when complete, so a failed or killed export never leaves a
-    half-written SavedModel where a server would load it."""
-    import shutil
+    ``--output`` is checked before the model is read; the SavedModel is written into a
+    temporary folder next to it and renamed into place when complete, so a failed or killed
+    export never leaves a half-written SavedModel where a server would load it."""
+    from gau_keras import optional
 
-    check_output(args.output, args.overwrite)
+    optional.tensorflow("SavedModel export")        # on a JAX host without it: said before any work
+    check_output(args.output, args.overwrite, sources=(args.keras, args.model_dir))
     network = load_for_export(args.model_dir, args.keras, args.model)
-    output = os.path.normpath(args.output)
-    partial = output + ".partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    try:
-        names = export_saved_model(network, partial)
-        if os.path.isdir(output):
-            shutil.rmtree(output)
-        os.replace(partial, output)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-    print(f"wrote a SavedModel to {args.output}: signature serving_default({', '.join(names)})")
+    label_names = label_names_for(network, getattr(args, "labels", None), args.keras)
+    names = write_export(network, args.output, label_names)
+    extra = f"; label_names: {len(label_names)} labels" if label_names else ""
+    print(f"wrote a SavedModel to {args.output}: signature serving_default({', '.join(names)}){extra}")
     return 0

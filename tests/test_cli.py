@@ -21,6 +21,7 @@ def _run(argv, cwd):
 @pytest.mark.parametrize("argv, expected", [
     (["pretrain", "--help"], "--config"),
     (["prepare-corpus", "--help"], "--output-dir"),
+    (["build-vocab", "--help"], "--base-vocab"),
     (["finetune", "tnews", "--help"], "--data-dir"),
     (["finetune", "eprstmt", "--help"], "--data-dir"),
     (["compare", "--help"], "--variant"),
@@ -31,6 +32,19 @@ def test_every_subcommand_answers(capsys, argv, expected):
     with pytest.raises(SystemExit) as done:
         cli.main(argv)
     assert done.value.code == 0 and expected in capsys.readouterr().out
+
+
+def test_help_lists_every_subcommand_one_line_each(capsys):
+    """``gau-keras --help`` names every subcommand (the delegated ones too) with its line of help."""
+    import re
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    commands = ["fill-mask", "export", "prepare-corpus", "build-vocab", "pretrain", "finetune", "compare"]
+    assert done.value.code == 0 and set(cli.DELEGATED) <= set(commands)
+    for command in commands:
+        assert re.search(rf"^  {command} +\S", out, re.M), (command, out)
 
 
 def test_finetune_needs_a_known_task(capsys):
