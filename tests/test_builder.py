@@ -153,3 +153,81 @@ def test_extend_with_language_model_factories():
                                     num_attention_heads=2, **SMALL)
     assert unilm.application == "unilm" and "Attention-UniLM-Mask" in unilm.layers
     assert unilm.model.output.shape == (None, None, 60)
+
+
+TINY_BACKBONE = dict(vocab_size=60, hidden_size=16, num_hidden_layers=1, intermediate_size=24, attention_key_size=8)
+
+
+@pytest.mark.parametrize("backbone, overrides, message", [
+    ("GAUAlphaBackbone", {"num_hidden_layers": -3}, "GAUAlphaBackbone: num_hidden_layers must be an integer >= 1, "
+                                                    "got -3"),
+    ("RoformerV2Backbone", {"num_attention_heads": 3}, "RoformerV2Backbone: hidden_size=16 is not divisible by "
+                                                       "num_attention_heads=3"),
+    ("BertBackbone", {"hidden_size": 0, "num_attention_heads": 1, "hidden_act": "gelu"},
+     "BertBackbone: hidden_size must be an integer >= 1, got 0"),
+    ("SRUppBackbone", {"with_mlm": "softmax2"}, "SRUppBackbone: with_mlm must be True, False or the name of a Keras "
+                                                "activation"),
+    ("GAUAlphaBackbone", {"hiden_size": 16}, r"GAUAlphaBackbone: unknown argument\(s\) \['hiden_size'\]"),
+    ("BertBackbone", {}, r"BertBackbone: missing required argument\(s\) \['num_attention_heads', 'hidden_act'\]"),
+])
+def test_backbones_check_their_arguments_as_the_builder_does(backbone, overrides, message):
+    from gau_keras import models
+    from gau_keras.models.config import ConfigError
+
+    with pytest.raises(ConfigError, match=f"^{message}"):
+        getattr(models, backbone)(**{**TINY_BACKBONE, **overrides})
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("num_hidden_layers", -3, "GAUAlphaBackbone: num_hidden_layers must be an integer >= 1, got -3"),
+    ("hidden_size", 0, "GAUAlphaBackbone: hidden_size must be an integer >= 1, got 0"),
+    ("bogus_key", 1, r"GAUAlphaBackbone: unknown argument\(s\) \['bogus_key'\]"),
+])
+def test_a_keras_file_with_a_bad_or_unknown_config_key_names_it(tmp_path, key, value, message):
+    import json
+    import zipfile
+
+    from gau_keras.models import GAUAlphaBackbone
+    from gau_keras.models.config import ConfigError
+
+    path, crafted = tmp_path / "ok.keras", tmp_path / "crafted.keras"
+    GAUAlphaBackbone(**TINY_BACKBONE).save(path)
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(crafted, "w") as target:
+        for item in source.namelist():
+            data = source.read(item)
+            if item == "config.json":
+                config = json.loads(data)
+                config["config"][key] = value
+                data = json.dumps(config)
+            target.writestr(item, data)
+    with pytest.raises(ConfigError, match=f"^{message}"):
+        keras.saving.load_model(crafted)
+
+
+@pytest.mark.parametrize("model", ["gau_alpha", "bert", "srupp"])
+@pytest.mark.parametrize("with_mlm", ["softmax2", 3, 1.0])
+def test_a_bad_with_mlm_names_the_argument_and_the_accepted_values(model, with_mlm):
+    from gau_keras.models.config import ConfigError
+
+    arguments = {**TINY_BACKBONE, "num_attention_heads": 2, "hidden_act": "gelu"} if model == "bert" else TINY_BACKBONE
+    with pytest.raises(ConfigError, match=r"with_mlm must be True, False or the name of a Keras activation .*'linear'.*"
+                                          f"got {with_mlm!r}") as info:
+        build_transformer_model(model=model, with_mlm=with_mlm, **arguments)
+    assert {"gau_alpha": "GAU_alpha", "bert": "BERT", "srupp": "SRUppModel"}[model] in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_hidden_size_zero_names_hidden_size_and_the_model():
+    from gau_keras.models.config import ConfigError
+
+    with pytest.raises(ConfigError, match="^GAU_alpha: hidden_size must be an integer >= 1, got 0$"):
+        build_transformer_model(model="gau_alpha", **{**TINY_BACKBONE, "hidden_size": 0})
+
+
+@pytest.mark.parametrize("preset", [None, 3])
+def test_from_preset_of_none_is_a_one_line_error(preset):
+    from gau_keras.models import GAUAlphaBackbone
+
+    with pytest.raises(TypeError, match=r"^GAUAlphaBackbone.from_preset: preset must be a preset name "
+                                        rf"\(\['gau_alpha_tiny'\]\) or a model directory, got {preset}$"):
+        GAUAlphaBackbone.from_preset(preset)

@@ -129,3 +129,36 @@ def test_dict_checkpoint_loads_like_a_file(tmp_path):
     from_dict = build_transformer_model(config, read_checkpoint(ckpt), model="gau_alpha")
     np.testing.assert_allclose(from_dict.predict([IDS, SEGMENTS], verbose=0),
                                from_file.predict([IDS, SEGMENTS], verbose=0), atol=1e-6)
+
+
+@pytest.mark.parametrize("model", ["nezha", "roformer"])
+def test_a_bert_checkpoint_read_by_a_model_without_its_position_table_warns(tmp_path, model):
+    config, ckpt = random_checkpoint(str(tmp_path), "bert", heads={"with_nsp": True, "with_mlm": True})
+    with pytest.warns(CheckpointWarning, match=r"1 variable\(s\) that .* does not use: "
+                                               r"bert/embeddings/position_embeddings;") as record:
+        build_transformer_model(config, ckpt, model=model)
+    assert len(record) == 1
+    with warnings.catch_warnings():     # the heads a model's options leave out are not unused: BERT loads silently
+        warnings.simplefilter("error")
+        build_transformer_model(config, ckpt, model="bert")
+        build_transformer_model(config, ckpt, model="bert", segment_vocab_size=0)
+
+
+@pytest.mark.both_backends
+def test_nan_or_inf_in_a_checkpoint_warns_naming_the_variables(tmp_path):
+    config, ckpt = random_checkpoint(str(tmp_path))
+    values = read_checkpoint(ckpt)
+    kernel, table = "GAU_alpha/encoder/layer_1/gau/o_dense/kernel", "bert/embeddings/word_embeddings"
+    values[kernel][0, :2] = np.nan
+    values[table][3, 0] = -np.inf
+    broken = checkpoints.save_checkpoint(str(tmp_path / "broken" / "bert_model.ckpt"),
+                                         {n: v.astype("float32") for n, v in values.items()})
+    for source in (broken, values):
+        with pytest.warns(CheckpointWarning, match="NaN or inf in 2 variable") as record:
+            build_transformer_model(config, source, model="gau_alpha")
+        assert len(record) == 1
+        message = str(record[0].message)
+        assert f"{kernel} (2 NaN, 0 inf)" in message and f"{table} (0 NaN, 1 inf)" in message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build_transformer_model(config, ckpt, model="gau_alpha")

@@ -1,5 +1,7 @@
 """gau_keras.layers.srupp against a numpy transcription of the official SRU++
 (time-major, torch weight layouts), plus masking, memory and serialisation."""
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -286,3 +288,21 @@ def test_mixed_precision_runs_in_float32_inside(rng):
     assert keras.backend.standardize_dtype(h.dtype) == "bfloat16"
     np.testing.assert_allclose(ops.convert_to_numpy(ops.cast(h, "float32")), ops.convert_to_numpy(reference(x)),
                                rtol=0.05, atol=0.05)
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("shape", [(2, 8), (2, 3, 1, 8)])
+def test_an_input_of_the_wrong_rank_names_the_layout_and_the_shape(shape):
+    from gau_keras.layers import SRUppCell
+
+    expected = rf"the input must be \[batch, length, features\] \(rank 3\), got shape {re.escape(str(shape))}"
+    for layer in (SRUpp(hidden_size=8, proj_size=4, num_layers=1), SRUppCell(8, 4), SRUppCell(8, 4, attention=False)):
+        for x in (np.zeros(shape, "float32"), keras.Input(shape[1:], batch_size=2)):
+            with pytest.raises(ValueError, match=f"^{layer.name}: {expected}$"):
+                layer(x)
+        layer(np.zeros((2, 3, 8), "float32"))      # a later call, once the layer is built
+        with pytest.raises(ValueError, match=f"^{layer.name}: {expected}$"):
+            layer(np.zeros(shape, "float32"))
+    with pytest.raises(ValueError, match=r"^sr_upp_cell\w*: the memory must be \[batch, memory_length, features\] "
+                                         r"\(rank 3\), got shape \(2, 8\)$"):
+        layer(np.zeros((2, 3, 8), "float32"), memory=np.zeros((2, 8), "float32"))

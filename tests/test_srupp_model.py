@@ -69,3 +69,10 @@ def test_encoder_with_classifier_trains(rng):
     tokens = rng.integers(1, 23, size=(4, 6))
     history = classifier.fit(tokens, rng.integers(0, 3, size=4), epochs=2, verbose=0)
     assert np.all(np.isfinite(history.history["loss"]))
+
+
+def test_its_layers_on_hidden_states_of_the_wrong_rank_name_the_layout_and_the_shape():
+    t = build_transformer_model(application="lm", return_keras_model=False, **CONFIG)
+    with pytest.raises(ValueError, match=r"^SRUpp-0: the input must be \[batch, length, features\] \(rank 3\), "
+                                         r"got shape \(None, 6\)$"):
+        t.apply_main_layers(keras.Input((6,)), 0)      # layers reused on other tensors, bert-of-theseus style

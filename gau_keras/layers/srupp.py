@@ -34,6 +34,27 @@ def _layer_norm(dtype):
     return keras.layers.LayerNormalization(epsilon=_LN_EPSILON, name="layer_norm", dtype=dtype)
 
 
+def check_rank(layer, shape, what="input", expected="[batch, length, features]"):
+    """A one-line error naming ``layer``, the ``expected`` layout and the ``shape`` given
+    when ``shape`` is not of rank 3 (the SRU++ layers read sequences only)."""
+    shape = tuple(shape)
+    if len(shape) != 3:
+        raise ValueError(f"{layer.name}: the {what} must be {expected} (rank 3), got shape {shape}")
+
+
+class _SequenceLayer(keras.layers.Layer):
+    """A layer of [batch, length, features] inputs: another rank is refused before Keras's call
+    machinery (which would wrap the message in its notes, or fail inside the transform)."""
+
+    def __call__(self, inputs, *args, **kwargs):
+        if hasattr(inputs, "shape"):
+            check_rank(self, inputs.shape)
+        memory = kwargs.get("memory")
+        if hasattr(memory, "shape"):
+            check_rank(self, memory.shape, "memory", "[batch, memory_length, features]")
+        return super().__call__(inputs, *args, **kwargs)
+
+
 def _key_padding_mask(mask, memory):
     """[B, L] keep-mask → [B, 1, 1, M + L]; memory positions are always valid."""
     if memory is not None:
@@ -166,7 +187,7 @@ class SRUppProjectedLinear(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class SRUppCell(keras.layers.Layer):
+class SRUppCell(_SequenceLayer):
     """One SRU++ layer: transform (attention or projected linear) → U, then the
     recurrence.  x [B, L, d_in] → h [B, L, dirs·hidden_size] (and c [B, dirs·hidden_size]).
 
@@ -194,6 +215,7 @@ class SRUppCell(keras.layers.Layer):
 
     def build(self, input_shape):
         input_shape = tuple(input_shape)
+        check_rank(self, input_shape)
         d_in = input_shape[-1]
         if d_in is None:
             raise ValueError(f"{self.name}: the input's last dimension must be known, got {input_shape}")
@@ -290,7 +312,7 @@ def stacked_cell_options(index, num_layers, attention_every_n_layers=1, attentio
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class SRUpp(keras.layers.Layer):
+class SRUpp(_SequenceLayer):
     """A stack of SRU++ layers on batch-major input, equal to the official
     ``sru.SRUpp`` with the same arguments (``input_size`` is taken from the input).
 
@@ -330,6 +352,7 @@ class SRUpp(keras.layers.Layer):
 
     def build(self, input_shape):
         input_shape = tuple(input_shape)
+        check_rank(self, input_shape)
         width = input_shape[-1]
         if self.proj_input_to_hidden_first and width != self.output_size:
             self.input_to_hidden = _linear(self.output_size, name="input_to_hidden", dtype=self.dtype_policy)

@@ -8,7 +8,8 @@ names, but a class of its own whose ``get_config()`` holds the constructor argum
 from a released model directory (bert_config.json, bert_model.ckpt.*) or a named preset of
 the package (``GAUAlphaBackbone.from_preset("gau_alpha_tiny")``: the bundled model).
 The bert4keras builder stays reachable as ``backbone.transformer`` (``variable_mapping``,
-``save_weights_as_checkpoint``, ``layers`` by name).
+``save_weights_as_checkpoint``, ``layers`` by name). The constructor, and so a ``.keras`` file's
+config, is checked as ``build_transformer_model`` checks its arguments (``config.check_arguments``).
 """
 import os
 
@@ -16,6 +17,7 @@ import keras
 import numpy as np
 
 from gau_keras.bert4keras.model import Model
+from gau_keras.models.config import check_arguments
 from gau_keras.registration import PACKAGE
 
 #: builder class -> its Backbone class (filled by ``register_backbone``)
@@ -65,6 +67,7 @@ class Backbone(Model):
     presets = {}
 
     def __init__(self, name=None, trainable=True, **config):
+        check_arguments(self.transformer_class, config, type(self).__name__)
         transformer = self.transformer_class(name=name, **config)
         transformer.build_graph()
         super().__init__(transformer.inputs, transformer.output, name=name, trainable=trainable)
@@ -88,6 +91,9 @@ class Backbone(Model):
     def preset_directory(cls, preset):
         """The model directory of a preset name of this class, or ``preset`` itself when it is
         a directory; an error listing the presets otherwise."""
+        if not isinstance(preset, (str, os.PathLike)):
+            raise TypeError(f"{cls.__name__}.from_preset: preset must be a preset name "
+                            f"({sorted(cls.presets) or 'none'}) or a model directory, got {preset!r}")
         if preset in cls.presets:
             return cls.presets[preset]()
         if os.path.isdir(os.fspath(preset)):

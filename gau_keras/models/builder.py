@@ -1,5 +1,4 @@
 """``build_transformer_model``: the bert4keras entry point."""
-import inspect
 import logging
 import os
 
@@ -7,7 +6,7 @@ from gau_keras.models.albert import ALBERT, ALBERT_Unshared
 from gau_keras.models.backbone import BACKBONES
 from gau_keras.models.base import BUILD_ARGUMENTS
 from gau_keras.models.bert import BERT
-from gau_keras.models.config import CONFIG_ALIASES, METADATA_KEYS, read_config, validate
+from gau_keras.models.config import CONFIG_ALIASES, METADATA_KEYS, accepted_arguments, read_config, validate
 from gau_keras.models.electra import ELECTRA
 from gau_keras.models.gau_alpha import GAU_alpha
 from gau_keras.models.nezha import NEZHA
@@ -73,18 +72,6 @@ def extend_with_unified_language_model(base):
     return _with_application(base, "unilm")
 
 
-def _accepted_arguments(cls):
-    names = set()
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        params = inspect.signature(init).parameters
-        names.update(n for n, p in params.items()
-                     if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
-    return names
-
-
 def resolve_model_class(model):
     if isinstance(model, str):
         key = model.lower()
@@ -141,7 +128,7 @@ def build_transformer_model(config_path=None, checkpoint_path=None, model="bert"
     cls = resolve_model_class(model)
     kwargs = {CONFIG_ALIASES.get(k, k): v for k, v in kwargs.items()}   # bert_config names work too
     build_arguments = {k: kwargs.pop(k) for k in BUILD_ARGUMENTS if k in kwargs}
-    accepted = _accepted_arguments(cls)
+    accepted = accepted_arguments(cls)
     unknown = sorted(set(kwargs) - accepted)
     if unknown:
         raise TypeError(f"build_transformer_model: unknown argument(s) {unknown} for {cls.__name__}; "
@@ -162,7 +149,8 @@ def build_transformer_model(config_path=None, checkpoint_path=None, model="bert"
         where = (f"config {config_path!r}" if isinstance(config_path, (str, os.PathLike))
                  else "the config" if config_path else "the arguments (no config_path given)")
         raise ValueError(f"build_transformer_model: {where} lacks {missing}")
-    validate(configs, None if config_path is None or isinstance(config_path, dict) else os.fspath(config_path))
+    validate(configs, None if config_path is None or isinstance(config_path, dict) else os.fspath(config_path),
+             cls.__name__)
     transformer = _build(cls, configs, build_arguments)
     if checkpoint_path is not None:
         transformer.load_weights_from_checkpoint(checkpoint_path)

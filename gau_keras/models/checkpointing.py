@@ -19,6 +19,11 @@ logger = logging.getLogger(__name__)
 
 #: what ``load_weights_from_checkpoint`` does with checkpoint variables no mapping names
 UNUSED_VARIABLE_ACTIONS = ("warn", "error", "ignore")
+#: layers that a model's options leave out (heads, the segment table): a checkpoint's variables
+#: for them are not "unused" when the model lacks them; those of other layers the model lacks are
+#: (BERT's position table read by NEZHA or RoFormer)
+OPTIONAL_LAYERS = {"Pooler-Dense", "NSP-Proba", "MLM-Dense", "MLM-Norm", "MLM-Bias", "Output-Mapping",
+                   "Discriminator-Dense", "Discriminator-Prediction", "Embedding-Segment"}
 #: the Pooler-Dense weights a BERT checkpoint has and GAU-alpha / RoFormerV2 ones lack
 POOLER_VARIABLES = {"kernel": "bert/pooler/dense/kernel", "bias": "bert/pooler/dense/bias"}
 # training state that TF1/TF2 checkpoints keep beside the model's variables
@@ -138,13 +143,14 @@ class CheckpointMapping:
                                      f"checkpoint variable {ckpt_name!r} in {reader.path!r} has shape "
                                      f"{tuple(value.shape)}", reader)
                 continue
-            assignments.append((weight, value))
+            assignments.append((weight, value, ckpt_name))
         if absent:
             warnings.warn(f"checkpoint {reader.path!r} has no " + "; ".join(
                 f"{', '.join(names)} (layer {layer!r} keeps its random initial weights)"
                 for layer, names in absent.items()), CheckpointWarning, stacklevel=2)
         self._check_unused(reader, mapping, action)
-        for weight, value in assignments:
+        _warn_non_finite(reader, assignments)
+        for weight, value, _ in assignments:
             weight.assign(value)
         return len(assignments)
 
@@ -176,11 +182,14 @@ class CheckpointMapping:
         logger.warning("%s; ignored (ignore_invalid_weights=True)", message)
 
     def _check_unused(self, reader, mapping, action):
-        """Warns about / refuses checkpoint variables that ``mapping`` does not name."""
+        """Warns about / refuses checkpoint variables that no layer of the model reads: those
+        ``mapping`` does not name and those it names for layers the model lacks, unless the
+        model's options leave such a layer out (``OPTIONAL_LAYERS``)."""
         if action == "ignore":
             return
-        named = {ckpt_name for variables in mapping.values()
-                 for ckpt_name in (variables.values() if isinstance(variables, dict) else variables)}
+        named = {ckpt_name for _, _, ckpt_name in self._weight_pairs(mapping)}
+        named.update(ckpt_name for layer, variables in mapping.items() if layer in OPTIONAL_LAYERS
+                     for ckpt_name in (variables.values() if isinstance(variables, dict) else variables))
         unused = sorted(n for n in reader.shapes if n not in named and not _OPTIMIZER_STATE.search(n))
         if not unused:
             return
@@ -243,6 +252,18 @@ def checkpoint_hint(names, model_class):
             return ""
         return f" (the checkpoint has {sign}: load it with " + " or ".join(f"model={m!r}" for m in models) + ")"
     return ""
+
+
+def _warn_non_finite(reader, assignments, limit=8):
+    """One ``CheckpointWarning`` naming the loaded variables that hold NaN or inf."""
+    bad = []
+    for _, value, ckpt_name in assignments:
+        if value.dtype.kind in "fcV" and not np.isfinite(value).all():   # V: bfloat16
+            bad.append(f"{ckpt_name} ({int(np.isnan(value).sum())} NaN, {int(np.isinf(value).sum())} inf)")
+    if bad:
+        shown = ", ".join(bad[:limit]) + (f", ... and {len(bad) - limit} more" if len(bad) > limit else "")
+        warnings.warn(f"checkpoint {reader.path!r} holds NaN or inf in {len(bad)} variable(s) it loads: {shown}; "
+                      f"the model's outputs will not be finite", CheckpointWarning, stacklevel=3)
 
 
 def summarize_names(names, limit=8):

@@ -6,10 +6,13 @@ mapped to the constructor's (``hidden_dropout_prob`` -> ``dropout_rate``, ...),
 keys fixed by these models are checked (``use_bias`` must be false), and every
 value the models use is validated, each error naming the key and the file.
 ``build_transformer_model`` and ``pretrain/`` both go through it, so a config
-that builds a model also pretrains one.
+that builds a model also pretrains one. ``check_arguments(cls, arguments)`` is the one
+check of a model's constructor arguments (the builder's, every ``Backbone``'s, a ``.keras``
+file's config): unknown and missing names, then ``validate``; errors name the model.
 
 Design notes: docs/models.md (The TF1 checkpoint).
 """
+import inspect
 import json
 import os
 
@@ -44,13 +47,18 @@ _INTEGERS = {"vocab_size": 1, "hidden_size": 1, "num_hidden_layers": 1, "num_att
              "softmax_plus_min_len": 1, "proj_size": 1, "num_heads": 1, "memory_length": 0}
 _RATES = ("dropout_rate", "attention_dropout_rate")
 _POSITIVE_FLOATS = ("layer_norm_epsilon",)
+#: head options: True (the head's own activation), False, or an activation name
+_HEAD_OPTIONS = ("with_mlm", "with_pool", "with_discriminator")
 
 
 class ConfigError(ValueError):
-    """A model config value that cannot build a model; the message names key and file."""
+    """A model config value that cannot build a model; the message names the key, the value and
+    the file or the model."""
 
 
-def _where(where):
+def _where(where, model=None):
+    if model:
+        return f"{model} config {where!r}" if where else model
     return f"config {where!r}" if where else "model config"
 
 
@@ -102,35 +110,78 @@ def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def validate(config, where=None):
-    """Checks the values of constructor arguments (ConfigError naming the key)."""
+def accepted_arguments(cls):
+    """The keyword arguments the constructors of ``cls`` and its bases name."""
+    names = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters
+        names.update(n for n, p in params.items()
+                     if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    return names
+
+
+def check_arguments(cls, arguments, model=None, where=None):
+    """The check of a model's constructor ``arguments`` wherever one is made: names ``cls``
+    (a builder class) does not take, required names missing, then the values (``validate``).
+    ``model``: the name errors give (default ``cls.__name__``); ConfigError naming it."""
+    model = model or cls.__name__
+    unknown = sorted(set(arguments) - accepted_arguments(cls))
+    if unknown:
+        raise ConfigError(f"{_where(where, model)}: unknown argument(s) {unknown}; "
+                          f"accepted: {sorted(accepted_arguments(cls))}")
+    missing = [k for k in cls.required_config_keys if k not in arguments]
+    if missing:
+        raise ConfigError(f"{_where(where, model)}: missing required argument(s) {missing}")
+    return validate(arguments, where, model)
+
+
+def _activation_error(value):
+    """Why ``value`` is not a Keras activation, or None when it is one."""
+    try:
+        keras.activations.get(value)
+    except (ValueError, TypeError) as e:
+        return str(e)
+    return None
+
+
+def validate(config, where=None, model=None):
+    """Checks the values of constructor arguments (ConfigError naming the key, the value
+    and, when given, the ``model``)."""
+    prefix = _where(where, model)
     for key, least in _INTEGERS.items():
         value = config.get(key)
         if value is None:
             continue
         if not _is_int(value) or value < least:
-            raise ConfigError(f"{_where(where)}: {key} must be an integer >= {least}, got {value!r}")
+            raise ConfigError(f"{prefix}: {key} must be an integer >= {least}, got {value!r}")
     for key in _RATES:
         value = config.get(key)
         if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)
                                   or not 0 <= value < 1):
-            raise ConfigError(f"{_where(where)}: {key} must be a number in [0, 1), got {value!r}")
+            raise ConfigError(f"{prefix}: {key} must be a number in [0, 1), got {value!r}")
     for key in _POSITIVE_FLOATS:
         value = config.get(key)
         if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):
-            raise ConfigError(f"{_where(where)}: {key} must be a positive number, got {value!r}")
+            raise ConfigError(f"{prefix}: {key} must be a positive number, got {value!r}")
     act = config.get("hidden_act")
-    if act is not None:
-        try:
-            keras.activations.get(act)
-        except (ValueError, TypeError) as e:
-            raise ConfigError(f"{_where(where)}: hidden_act={act!r} is not a Keras activation ({e})") from None
+    reason = act is not None and _activation_error(act)
+    if reason:
+        raise ConfigError(f"{prefix}: hidden_act={act!r} is not a Keras activation ({reason})")
+    for key in _HEAD_OPTIONS:
+        value = config.get(key)
+        if not (value is None or isinstance(value, bool) or callable(value)
+                or isinstance(value, str) and not _activation_error(value)):
+            raise ConfigError(f"{prefix}: {key} must be True, False or the name of a Keras activation of the "
+                              f"head ('softmax', 'linear', 'tanh', 'sigmoid', ...), got {value!r}")
     normalization = config.get("normalization")
     if normalization is not None and normalization not in ATTENTION_NORMALIZATIONS:
-        raise ConfigError(f"{_where(where)}: normalization must be one of {ATTENTION_NORMALIZATIONS}, "
+        raise ConfigError(f"{prefix}: normalization must be one of {ATTENTION_NORMALIZATIONS}, "
                           f"got {normalization!r}")
     heads, hidden = config.get("num_attention_heads"), config.get("hidden_size")
     if heads and hidden and config.get("attention_head_size") is None and hidden % heads:
-        raise ConfigError(f"{_where(where)}: hidden_size={hidden} is not divisible by "
+        raise ConfigError(f"{prefix}: hidden_size={hidden} is not divisible by "
                           f"num_attention_heads={heads} (or give attention_head_size)")
     return config
