@@ -56,7 +56,7 @@ def test_a_write_cut_short_leaves_no_file_under_the_final_name_and_the_rerun_rep
     with pytest.raises(KeyboardInterrupt):
         runner.run("tnews", _argv(setup, out))
     monkeypatch.setattr(keras.Model, "save_weights", save_weights)
-    assert not paths["weights"].exists() and sorted(p.name for p in out.iterdir()) == [".lock"]
+    assert not paths["weights"].exists() and list(out.iterdir()) == []     # .lock too: removed as the run ended
     # an interrupted run's outputs (metrics without "finished") are replaced, saying so
     paths["weights"].write_bytes(b"\x89HDF\r\n" + bytes(90))
     paths["metrics"].write_text(json.dumps({"task": "tnews", "epochs": []}))
@@ -65,9 +65,9 @@ def test_a_write_cut_short_leaves_no_file_under_the_final_name_and_the_rerun_rep
     record = _strict_json(paths["metrics"])           # --epochs 0 wrote NaN here
     assert record["finished"] and record["epochs"][0]["train_loss"] is None
     assert paths["weights"].stat().st_size > 1000 and paths["model"].is_file() and paths["predictions"].is_file()
-    assert not [p for p in out.iterdir() if ".partial" in p.name or p.name.endswith(".tmp")]
+    assert not [p for p in out.iterdir() if ".partial" in p.name or p.name.endswith(".tmp") or p.name == ".lock"]
     assert runner.run("tnews", _argv(setup, out)) == 2      # a finished run is kept without --overwrite
-    assert "set overwrite to replace them" in capsys.readouterr().err
+    assert "already exist; pass --overwrite (Options.overwrite=True) to replace them" in capsys.readouterr().err
 
 
 def test_an_out_dir_in_use_or_not_writable_is_refused_before_any_work(setup, tmp_path, capsys, monkeypatch):
@@ -82,12 +82,12 @@ def test_an_out_dir_in_use_or_not_writable_is_refused_before_any_work(setup, tmp
     finally:
         lock.release()
     err = capsys.readouterr().err
-    assert f"run directory {out} is in use by pid {os.getpid()}" in err and "give another out_dir" in err
+    assert f"run directory {out} is in use by pid {os.getpid()}" in err and "give another --out-dir" in err
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
     for out_dir, cause in ((a_file / "sub", "is not writable (Not a directory)"), (a_file, "is a file, not a folder")):
         assert runner.run("tnews", _argv(setup, out_dir)) == 2
-        assert f"out_dir {out_dir} {cause}" in capsys.readouterr().err
+        assert f"error: --out-dir {out_dir} {cause}\n" == capsys.readouterr().err
     assert runner.run("tnews", _argv(setup, tmp_path / "out", "--predict-split", "tset")) == 2
     assert "predict_split tset: tnews: no tset.json in" in capsys.readouterr().err
 
@@ -117,3 +117,43 @@ def test_a_train_file_of_another_task_mostly_malformed_or_without_text_is_refuse
     (data / "dev.json").write_text((pathlib.Path(setup[0]) / "dev.json").read_text(encoding="utf-8"), encoding="utf-8")
     assert runner.run(task, _argv(setup, tmp_path / "out", "--data-dir", str(data))) == 2
     assert f"error: {data / 'train.json'}: {message}" in capsys.readouterr().err
+
+
+def test_a_symlinked_lock_is_refused_and_its_target_kept(setup, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(runner, "load_split", _no_work)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("the user's notes")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".lock").symlink_to(notes)
+    assert runner.run("tnews", _argv(setup, out)) == 2
+    assert capsys.readouterr().err == (f"error: {out / '.lock'} is a symbolic link, not a run lock file: move it away "
+                                       f"or give another --out-dir\n")
+    assert notes.read_text() == "the user's notes" and (out / ".lock").is_symlink()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_out_dir_is_refused_naming_the_flag(setup, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(runner, "load_split", _no_work)
+    out = tmp_path / "out"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        assert runner.run("tnews", _argv(setup, out)) == 2
+    finally:
+        out.chmod(0o755)
+    assert capsys.readouterr().err == f"error: --out-dir {out} is not writable (Permission denied)\n"
+
+
+def test_a_maxlen_beyond_a_learned_position_table_is_refused_before_any_work(setup, tmp_path, capsys, monkeypatch):
+    bert = tiny_model_dir(str(tmp_path / "bert"), TEXTS, model="bert")     # max_position_embeddings=64
+    monkeypatch.setattr(runner, "load_split", _no_work)
+    assert runner.run("tnews", _argv(setup, tmp_path / "out", "--model-dir", bert, "--model", "bert",
+                                     "--maxlen", "65")) == 2
+    assert capsys.readouterr().err == (
+        f"error: --maxlen 65 is longer than the 64 positions model 'bert' has (max_position_embeddings=64 in "
+        f"{os.path.join(bert, 'bert_config.json')}): give --maxlen 64 or less, or fine-tune a model with rotary "
+        f"positions (gau_alpha, roformer_v2)\n")
+    for model_dir, model, maxlen in ((bert, "bert", 64), (setup[1], "gau_alpha", 600)):   # GAU-alpha: RoPE, no table
+        runner.check_maxlen(runner.Options.for_task("tnews", data_dir=setup[0], model_dir=model_dir, model=model,
+                                                    maxlen=maxlen))

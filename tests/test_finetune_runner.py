@@ -93,7 +93,7 @@ def test_tnews_end_to_end(tmp_path, shared_data, capsys, monkeypatch):
 
     before = (out_dir / "tnews_predict.json").read_bytes()
     assert runner.run("tnews", argv + ["--epochs", "1"]) == 2
-    assert "set overwrite to replace them" in capsys.readouterr().err
+    assert "already exist; pass --overwrite (Options.overwrite=True) to replace them" in capsys.readouterr().err
     assert (out_dir / "tnews_predict.json").read_bytes() == before
     with pytest.warns(UserWarning, match=r"train\.json:4"):
         assert runner.run("tnews", argv + ["--epochs", "0", "--overwrite", "--max-test-examples", "5",

@@ -361,3 +361,39 @@ def test_two_devices_give_the_one_device_losses(tmp_path, shards):
     np.testing.assert_allclose(losses(tmp_path, "two"), losses(tmp_path, "one"), rtol=1e-5)
     with pytest.raises(SystemExit, match="--devices 2: TensorFlow was started before the CPU could be split"):
         pretrain.main(["--config", config("late"), "--devices", "2"])
+
+
+def test_a_run_removes_its_lock_and_a_rerun_of_a_finished_run_names_restart(tmp_path, shards, capsys):
+    path = write_config(tmp_path, shards, steps=1)
+    for _ in range(2):
+        assert pretrain.main(["--config", path]) == 0
+        assert not os.path.lexists(tmp_path / "run" / ".lock")
+    assert (f"{tmp_path / 'run'} already holds a finished run (update 1 of train.steps=1): nothing to train; pass "
+            f"--restart to move it aside and start again from update 0, or a larger --steps to train further"
+            in capsys.readouterr().out)
+
+
+def test_an_unusable_output_dir_or_lock_is_a_one_line_error_before_any_work(tmp_path, shards, monkeypatch):
+    from gau_keras.training.pretrain import trainer
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the run started working")
+
+    monkeypatch.setattr(trainer.Trainer, "__init__", no_work)
+    path = write_config(tmp_path, shards)
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("the user's notes")
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / ".lock").symlink_to(notes)
+    option = "train.output_dir (--output-dir)"
+    for output_dir, message in (
+            (a_file / "sub", f"{option} {a_file / 'sub'} is not writable (Not a directory)"),
+            (a_file, f"{option} {a_file} is a file, not a folder"),
+            (tmp_path / "linked", f"{tmp_path / 'linked' / '.lock'} is a symbolic link, not a run lock file: move "
+                                  f"it away or give another {option}")):
+        with pytest.raises(SystemExit) as stopped:
+            pretrain.main(["--config", path, "--output-dir", str(output_dir)])
+        assert stopped.value.code == f"error: {message}"
+    assert notes.read_text() == "the user's notes" and a_file.read_text() == "x"

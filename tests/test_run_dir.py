@@ -158,3 +158,68 @@ def test_atomic_writes_keep_the_suffix_and_write_strict_json(tmp_path):
         run_dir.save_atomically(killed_while_writing, path)
     assert json.loads(path.read_text())["loss"] is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]
+
+
+def test_a_lock_that_is_a_link_or_another_file_is_refused_and_left_as_it_is(tmp_path):
+    """.lock is opened without following links: a link to a user's file (or any file that is
+    not a run's lock) is refused naming it, and neither it nor its target is written."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("the user's notes")
+    run = tmp_path / "run"
+    run.mkdir()
+    lock = run / ".lock"
+    advice = "not a run lock file: move it away or give another train.output_dir (--output-dir)"
+    make = {"a symbolic link": lambda: lock.symlink_to(notes), "a folder": lock.mkdir,
+            "a file with 2 hard links": lambda: os.link(notes, lock),
+            "a file holding other data": lambda: lock.write_text("the user's notes")}
+    for what, made in make.items():
+        made()
+        with pytest.raises(run_dir.RunDirError) as refused:
+            run_dir.RunLock(str(run)).acquire()
+        assert str(refused.value) == f"{lock} is {what}, {advice}"
+        assert notes.read_text() == "the user's notes" and os.path.lexists(lock)
+        lock.rmdir() if what == "a folder" else lock.unlink()
+
+
+def test_the_lock_is_removed_when_the_run_ends_and_a_removal_while_waiting_is_no_race(tmp_path, monkeypatch):
+    import fcntl
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".lock").write_text("pid 1 on old-host since 2024-01-01 00:00:00")   # a crashed run's: taken over
+    lock = run_dir.RunLock(str(run)).acquire()
+    assert (run / ".lock").read_text().startswith(f"pid {os.getpid()} on ")
+    with pytest.raises(run_dir.RunDirError, match="is in use by pid"):
+        run_dir.RunLock(str(run)).acquire()
+    lock.release()
+    assert os.listdir(run) == []
+    # the first run ends (removing .lock) between the second's open and flock: the second locks a new file
+    flock, ended = fcntl.flock, []
+
+    def first_run_ends_now(fd, operation):
+        if not ended:
+            ended.append(os.fstat(fd).st_ino)
+            os.unlink(run / ".lock")
+        return flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", first_run_ends_now)
+    lock = run_dir.RunLock(str(run)).acquire()
+    assert ended and os.stat(run / ".lock").st_ino == os.fstat(lock._fd).st_ino
+    lock.release()
+    assert os.listdir(run) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_run_directory_is_named_with_its_option(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    run.chmod(0o555)
+    try:
+        with pytest.raises(run_dir.RunDirError) as refused:
+            run_dir.RunLock(str(run), option="--out-dir").acquire()
+        assert str(refused.value) == f"--out-dir {run} is not writable (Permission denied)"
+        with pytest.raises(run_dir.RunDirError, match=f"train.output_dir \\(--output-dir\\) {run / 'sub'} is not "
+                                                      f"writable \\(Permission denied\\)"):
+            run_dir.RunLock(str(run / "sub")).acquire()
+    finally:
+        run.chmod(0o755)

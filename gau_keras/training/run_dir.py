@@ -4,7 +4,7 @@
 checkpoint that restores and a log that continues without repeats.
 
     output_dir/
-      .lock                 held (flock) by the run using the directory
+      .lock                 held (flock) by the run using the directory, removed when it ends
       checkpoints/          TensorFlow: ckpt-N.{index,data-*} + the 'checkpoint' state file;
                             JAX: N/ (orbax checkpoint steps)
       checkpoints/unrestorable/   checkpoints that failed to restore, moved aside
@@ -23,12 +23,16 @@ import math
 import os
 import re
 import socket
+import stat
 import sys
+import tempfile
 import time
 
 import tensorflow as tf
 
 CHECKPOINT_RE = re.compile(r"^ckpt-(\d+)\.index$")
+#: what a run writes into its .lock
+LOCK_TEXT_RE = re.compile(r"^pid \d+ on .* since ")
 #: an orbax checkpoint step folder (one being written has a temporary name, N.orbax-checkpoint-tmp-*)
 ORBAX_STEP_RE = re.compile(r"^(\d+)$")
 #: orbax's marker of a finished step on file systems without an atomic rename (gs://)
@@ -47,44 +51,118 @@ def is_local(path):
     return "://" not in path
 
 
+class RunDirError(ValueError):
+    """A run directory that cannot be used (not a writable folder, a ``.lock`` that is not
+    the run's lock file, or in use by another run); the message names it and the option."""
+
+
+def check_writable_dir(directory, option):
+    """Creates the local folder ``directory`` and checks that it can be written; a
+    `RunDirError` naming it and ``option`` (the flag or key that gave it) otherwise."""
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise RunDirError(f"{option} {directory} is a file, not a folder")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as e:
+        raise RunDirError(f"{option} {directory} is not writable ({e.strerror or e})") from None
+
+
 class RunLock:
-    """An exclusive ``flock`` on ``output_dir/.lock``; the file names the holder.
+    """An exclusive ``flock`` on ``output_dir/.lock``; the file names the holder
+    and is removed when the run releases it.
 
     The kernel drops the lock when the holding process dies (even by SIGKILL),
-    so a crashed run never leaves a stale lock. Remote (``gs://``) run
-    directories cannot be locked; a warning says so.
+    so a crashed run never leaves a stale lock (only its file, which the next run
+    takes over). The ``.lock`` is opened without following links and must be a
+    regular file of its own that holds a lock's line: a link or any other file
+    there is refused, never written. Remote (``gs://``) run directories cannot
+    be locked; a warning says so.
+
+    option: the flag or config key that gave ``output_dir``, as errors name it.
     """
 
-    def __init__(self, output_dir, other="give another train.output_dir"):
+    def __init__(self, output_dir, option="train.output_dir (--output-dir)"):
         self.path = os.path.join(output_dir, ".lock")
-        self.other = other      # the error's advice: how to choose another directory
+        self.option = option
         self._fd = None
 
     def acquire(self):
-        import fcntl
-
+        """Takes the lock (a `RunDirError` when the folder cannot be used or another run holds it)."""
         directory = os.path.dirname(self.path)
         if not is_local(directory):
             warn(f"{directory} is not a local directory: no lock guards it against a second trainer")
             return self
-        os.makedirs(directory, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        check_writable_dir(directory, self.option)
+        while self._fd is None:
+            fd = self._open()
+            if self._locked(fd):     # else another run removed the file in between: open the new one
+                self._fd = fd
+        os.ftruncate(self._fd, 0)
+        os.write(self._fd, f"pid {os.getpid()} on {socket.gethostname()} since "
+                           f"{time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+        os.fsync(self._fd)
+        return self
+
+    def _refuse(self, what, fd=None):
+        if fd is not None:
+            os.close(fd)
+        raise RunDirError(f"{self.path} is {what}, not a run lock file: move it away or give another {self.option}")
+
+    def _open(self):
+        """The ``.lock``'s descriptor, opened without following a link (and without blocking)."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(self.path, flags, 0o644)
+        except OSError as e:
+            reason = e.strerror or str(e)
+        else:
+            reason = None
+        if reason is not None:
+            if os.path.islink(self.path):
+                self._refuse("a symbolic link")
+            if os.path.isdir(self.path):
+                self._refuse("a folder")
+            raise RunDirError(f"cannot open the lock file {self.path} ({reason}); give another {self.option}")
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            self._refuse("not a regular file", fd)
+        if st.st_nlink > 1:
+            self._refuse(f"a file with {st.st_nlink} hard links", fd)
+        return fd
+
+    def _locked(self, fd):
+        """flocks ``fd``; False (``fd`` closed) when the path no longer names the locked file."""
+        import fcntl
+
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
             os.close(fd)
-            raise SystemExit(f"error: run directory {directory} is in use by {holder} (lock file {self.path}); "
-                             f"wait for that run to end or {self.other}") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
-                     .encode())
-        os.fsync(fd)
-        self._fd = fd
-        return self
+            raise RunDirError(f"run directory {os.path.dirname(self.path)} is in use by {holder} (lock file "
+                              f"{self.path}); wait for that run to end or give another {self.option}") from None
+        try:
+            current = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            current = None
+        st = os.fstat(fd)
+        if current is None or (current.st_dev, current.st_ino) != (st.st_dev, st.st_ino):
+            os.close(fd)
+            return False
+        text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+        if text and not LOCK_TEXT_RE.match(text):
+            self._refuse("a file holding other data", fd)
+        return True
 
     def release(self):
+        """Removes the ``.lock`` while still holding it, then drops the lock."""
         if self._fd is not None:
+            try:
+                os.unlink(self.path)
+            except OSError as e:
+                warn(f"could not remove the lock file {self.path} ({e.strerror or e})")
             os.close(self._fd)     # closing drops the flock
             self._fd = None
 

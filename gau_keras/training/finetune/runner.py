@@ -27,9 +27,10 @@ killed run never leaves a truncated file under a final name. An existing
 output is never replaced unless ``overwrite`` is set, or its metrics file
 says its run did not finish (an interrupted run, whose outputs are replaced
 with a message saying so). ``out_dir`` is locked (``.lock``, as a pretraining
-run directory) for the whole run: a second run on it is refused, naming the
-first. Lock and atomic writes: `gau_keras.training.run_dir`. The output
-folder, the data and ``predict_split`` are checked before any training. Exit
+run directory; removed when the run ends) for the whole run: a second run on
+it is refused, naming the first. Lock and atomic writes:
+`gau_keras.training.run_dir`. The output folder, the data, ``predict_split`` and
+``maxlen`` (against a learned position table) are checked before any training. Exit
 status of the command: 0 on success, 2 on a usage or data error.
 
 The options of a run are one dataclass, `Options`: its fields are the
@@ -43,7 +44,6 @@ import json
 import os
 import pathlib
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -59,6 +59,8 @@ DEV_SUBSET_SEED = 0
 #: the options a task's registry row sets the default of (`gau_keras.data.clue.TaskSpec.defaults`)
 TASK_DEFAULTS = ("epochs", "batch_size", "maxlen", "lr")
 XLA_CHOICES = ("auto", "on", "off")
+#: how errors name the output folder (`Options.out_dir`)
+OUT_DIR_FLAG = "--out-dir"
 
 
 def _option(default, check=None, help=None, flag=True):
@@ -205,33 +207,19 @@ def check_outputs(paths, overwrite):
     except (OSError, ValueError, AttributeError):
         finished = False
     if finished:
-        raise FileExistsError(f"output(s) {', '.join(existing)} already exist; set overwrite to replace them")
+        raise FileExistsError(f"output(s) {', '.join(existing)} already exist; pass --overwrite (Options."
+                              f"overwrite=True) to replace them, or give another {OUT_DIR_FLAG}")
     print(f"replacing the outputs of an interrupted run ({', '.join(existing)}): {paths['metrics']} does not "
           f"say that run finished")
     paths["predictions"].unlink(missing_ok=True)   # its writer refuses an existing file unless overwrite is set
 
 
-def check_out_dir(out_dir):
-    """Creates ``out_dir`` and checks that it is writable (before any work)."""
-    out_dir = pathlib.Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"out_dir {out_dir} is a file, not a folder")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out_dir):
-            pass
-    except OSError as e:
-        raise ValueError(f"out_dir {out_dir} is not writable ({e.strerror or e})") from None
-
-
 def lock_out_dir(out_dir):
-    """The run lock of ``out_dir`` (`gau_keras.training.run_dir.RunLock`); a FileExistsError names its holder."""
+    """Creates ``out_dir`` and takes its run lock (`gau_keras.training.run_dir.RunLock`), before any work;
+    a folder that cannot be written or is in use is a ValueError (`run_dir.RunDirError`) naming it."""
     from gau_keras.training.run_dir import RunLock
 
-    try:
-        return RunLock(str(out_dir), other="give another out_dir").acquire()
-    except SystemExit as held:
-        raise FileExistsError(str(held.code).removeprefix("error: ")) from None
+    return RunLock(str(out_dir), option=OUT_DIR_FLAG).acquire()
 
 
 def load_split(task_name, split, data_dir, limit=None, seed=None):
@@ -273,6 +261,27 @@ def predict(task, model, examples, features, batch_size, desc="predict"):
     for feature in features:
         grouped[feature.example].append(feature)
     return [task.predict(e, f, o) for e, f, o in zip(examples, grouped, outputs)]
+
+
+def check_maxlen(args):
+    """Before any work: ``maxlen`` against a learned position table (BERT, ALBERT, ELECTRA:
+    ``max_position_embeddings`` rows, or its square with ``hierarchical_position``), which a
+    longer sequence would read past. Rotary or relative positions (GAU-alpha, RoFormer(V2),
+    NEZHA) set no such limit. A ValueError names both numbers and the config file."""
+    from gau_keras.models.builder import MODELS
+    from gau_keras.models.config import read_config
+    from gau_keras.pretrained import model_files
+
+    if not getattr(MODELS[str(args.model).lower()], "absolute_positions", False):
+        return
+    config_path = model_files(args.model_dir)[0]
+    config = read_config(config_path)
+    table = config.get("max_position", 512)     # the models' default when the config has none
+    limit = table ** 2 if config.get("hierarchical_position") else table
+    if args.maxlen > limit:
+        raise ValueError(f"--maxlen {args.maxlen} is longer than the {limit} positions model {args.model!r} has "
+                         f"(max_position_embeddings={table} in {config_path}): give --maxlen {limit} or less, or "
+                         f"fine-tune a model with rotary positions (gau_alpha, roformer_v2)")
 
 
 def build_transformer(args, task):
@@ -414,7 +423,6 @@ def write_test_predictions(task, model, args, path):
 
 def train_and_predict(options):
     """The whole run of `Options` ``options``; returns the metrics record (also written to <task>_metrics.json)."""
-    check_out_dir(options.out_dir)
     lock = lock_out_dir(options.out_dir)
     try:
         return _train_and_predict(options)
@@ -433,6 +441,7 @@ def _train_and_predict(args):
     check_outputs(paths, args.overwrite)
     predicting = check_predict_split(args)
     args.model_dir = args.model_dir or default_model_dir()     # recorded in the metrics file
+    check_maxlen(args)
     keras.utils.set_random_seed(args.seed)
     started = time.time()
     train = load_split(args.task_name, "train", args.data_dir, args.max_train_examples, seed=args.seed)

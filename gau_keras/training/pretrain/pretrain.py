@@ -103,7 +103,7 @@ def train_stages(trainer, stages, args):
     for _, stage in stages:     # a stage's data error now, not hours into the run
         trainer.check_data(stage)
     output_dir = stages[-1][1]["train"]["output_dir"]
-    lock = run_dir.RunLock(output_dir).acquire() if devices.is_chief else None
+    lock = trainer.lock_run_dir(output_dir) if devices.is_chief else None
     try:
         index = 0 if args.restart else stage_of(stages, run_dir.newest_update(output_dir))
         restart = args.restart

@@ -94,6 +94,15 @@ def check_data(config):
         training_dataset(config, tokenizer, config["data"]["eval"], repeat=False)
 
 
+def lock_run_dir(output_dir):
+    """The acquired ``run_dir.RunLock`` of ``output_dir``; a folder that cannot be used
+    (not writable, in use, a ``.lock`` that is not a lock file) is a one-line SystemExit."""
+    try:
+        return run_dir.RunLock(output_dir).acquire()
+    except run_dir.RunDirError as e:
+        raise SystemExit(f"error: {e}") from None
+
+
 def default_precision(kind, replicas):
     """bfloat16 on TPU, float16 (with loss scaling) on several GPUs, else float32."""
     if kind == "tpu":
@@ -152,7 +161,7 @@ class Trainer:
         self.loss_scaling = self.precision == "mixed_float16"
         self._owns_lock = lock is None
         self.lock = lock if lock is not None else (
-            run_dir.RunLock(self.output_dir).acquire() if self.is_chief else None)
+            lock_run_dir(self.output_dir) if self.is_chief else None)
         self.state = None
         try:
             self._set_up(restart)
@@ -379,6 +388,10 @@ class Trainer:
         total = self.config["train"]["steps"]
         end = total if until is None else min(until, total)
         self._open_logs()
+        if self.updates() >= total and self.is_chief:
+            print(f"{self.output_dir} already holds a finished run (update {self.updates()} of train.steps={total})"
+                  f": nothing to train; pass --restart to move it aside and start again from update 0, or a larger "
+                  f"--steps to train further")
         progress = tqdm(total=total, initial=self.updates(), desc="pretrain", unit="update",
                         dynamic_ncols=True, mininterval=2.0, disable=not self.is_chief)
         self._last_record = None
