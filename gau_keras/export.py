@@ -38,12 +38,12 @@ import json
 import os
 import re
 
+from gau_keras import input_checks
+
 #: model input names -> signature input names
 INPUT_NAMES = {"Input-Token": "token_ids", "Input-Segment": "segment_ids"}
 #: the builder's id inputs: floatx in the model (as bert4keras's), int32 in the serving signature
 ID_INPUTS = ("Input-Token", "Input-Segment", "Input-Position")
-#: signature input -> (the embedding layer that bounds its ids, the config key of that bound)
-ID_RANGES = {"token_ids": ("Embedding-Token", "vocab_size"), "segment_ids": ("Embedding-Segment", "type_vocab_size")}
 
 
 def signature_name(layer_name):
@@ -96,7 +96,8 @@ def export_saved_model(model, output, label_names=None):
     names = [spec.name for spec in specs]
     if len(set(names)) != len(names):
         raise ValueError(f"export: the model's inputs map to clashing signature names {names}")
-    bounds = id_bounds(model, names)
+    bounds = id_bounds(model, layer_names)
+    longest = input_checks.max_length(model)
 
     def outputs(*inputs):       # backend ops only: traced by TensorFlow, or converted from JAX by jax2tf
         inputs = [keras.ops.cast(x, spec.dtype) for x, spec in zip(inputs, model.inputs)]
@@ -104,14 +105,14 @@ def export_saved_model(model, output, label_names=None):
 
     archive = keras.export.ExportArchive()
     archive.track(model)
-    options = {"jax2tf_kwargs": {"polymorphic_shapes": polymorphic_shapes(specs, layer_names)}} \
-        if keras.backend.backend() == "jax" else {}
+    options = {"jax2tf_kwargs": jax2tf_options(specs, layer_names, longest)} if keras.backend.backend() == "jax" else {}
     run_model = archive.add_endpoint(_MODEL_ENDPOINT, outputs, input_signature=specs, **options)
     archive._endpoint_names.remove(_MODEL_ENDPOINT)     # saved as serve's callee, not as a signature of its own
 
     @tf.function(input_signature=specs, autograph=False)
     def serve(*inputs):
-        checks = [_check_ids(x, name, *bounds[name]) for x, name in zip(inputs, names) if name in bounds]
+        checks = [check for x, name in zip(inputs, names) if name in bounds
+                  for check in _check_ids(x, name, *bounds[name], longest)]
         with tf.control_dependencies(checks):
             inputs = [tf.identity(x) for x in inputs]
         result = dict(run_model(*inputs))
@@ -125,6 +126,17 @@ def export_saved_model(model, output, label_names=None):
     return names
 
 
+def jax2tf_options(specs, layer_names, longest=None):
+    """jax2tf's arguments: the inputs' symbolic shapes, and with a learned position table of ``longest``
+    rows the constraint ``length <= longest`` (the slice of the table then has the inputs' length; a
+    longer input is refused by serving_default's check first)."""
+    # serving needs no gradient, and jax2tf's gradient pass ignores the constraint
+    options = {"polymorphic_shapes": polymorphic_shapes(specs, layer_names), "with_gradient": False}
+    if longest is not None:
+        options["polymorphic_constraints"] = (f"length <= {longest}",)
+    return options
+
+
 def polymorphic_shapes(specs, layer_names):
     """jax2tf's shapes of the inputs: one batch and one length for the id inputs (their shapes must agree
     where the model adds their embeddings), a dimension of its own for anything else."""
@@ -136,30 +148,27 @@ def polymorphic_shapes(specs, layer_names):
     return shapes
 
 
-def id_bounds(model, names):
-    """``{signature input: (number of ids, config key)}`` for the inputs that index an embedding."""
-    bounds = {}
-    for name in names:
-        if name not in ID_RANGES:
-            continue
-        layer_name, key = ID_RANGES[name]
-        try:
-            layer = model.get_layer(layer_name)
-        except ValueError:
-            continue
-        if getattr(layer, "input_dim", None):
-            bounds[name] = (int(layer.input_dim), key)
-    return bounds
+def id_bounds(model, layer_names):
+    """``{signature input: (number of ids, config key)}`` for the inputs that index an embedding
+    (``gau_keras.input_checks.id_bounds``, by signature name)."""
+    return {signature_name(layer): bound for layer, bound in input_checks.id_bounds(model).items()
+            if layer in layer_names}
 
 
-def _check_ids(ids, name, size, key):
-    """An assertion that every id of the input ``name`` is in [0, size)."""
+def _check_ids(ids, name, size, key, longest=None):
+    """Assertions that every id of the input ``name`` is in [0, size) and, with ``longest`` (a learned
+    position table's size), that it is at most ``longest`` long: an error naming both lengths."""
     import tensorflow as tf
 
     message = f"serving_default: input {name} holds an id outside [0, {size}) ({key}={size})"
     ids = tf.cast(ids, tf.int64)
-    return tf.debugging.Assert(tf.reduce_all((ids >= 0) & (ids < size)),
-                               [message, "min", tf.reduce_min(ids), "max", tf.reduce_max(ids)], summarize=1)
+    checks = [tf.debugging.Assert(tf.reduce_all((ids >= 0) & (ids < size)),
+                                  [message, "min", tf.reduce_min(ids), "max", tf.reduce_max(ids)], summarize=1)]
+    if longest is not None:
+        message = (f"serving_default: input {name} is longer than the {longest} positions of the model "
+                   f"(max_position_embeddings={longest}); its length")
+        checks.append(tf.debugging.Assert(tf.shape(ids)[-1] <= longest, [message, tf.shape(ids)[-1]]))
+    return checks
 
 
 def load_for_export(model_dir=None, keras_file=None, model="gau_alpha"):

@@ -349,3 +349,23 @@ def test_export_classifier_carries_its_run_label_names(tmp_path, capsys, run_ker
     assert cli.main(["export", "--keras", str(run_keras), "--output", str(tmp_path / "o"),
                      "--labels", str(tmp_path / "labels.txt")]) == 2
     assert f"--labels {tmp_path / 'labels.txt'} holds 3 names but the model has 2 labels" in _error(capsys)
+
+
+def test_export_names_both_lengths_for_a_sequence_past_the_positions(tmp_path):
+    """A model with learned positions (BERT: 16 here) refuses a longer input in its signature, naming both
+    lengths, instead of a shape error deep in the graph (issue 51, item 9)."""
+    import tensorflow as tf
+
+    bert = build_transformer_model(model="bert", vocab_size=60, hidden_size=8, num_hidden_layers=1,
+                                   num_attention_heads=2, intermediate_size=16, hidden_act="gelu",
+                                   max_position_embeddings=16, type_vocab_size=2)
+    model = keras.Model(bert.inputs, heads.classification_head(bert.output, 3, 0.0))
+    export.export_saved_model(model, str(tmp_path / "bert"))
+    signature = tf.saved_model.load(str(tmp_path / "bert")).signatures["serving_default"]
+    ids = np.full((1, 16), 3, dtype="int32")
+    assert signature(token_ids=ids, segment_ids=np.zeros_like(ids))["labels"].shape == (1,)
+    ids = np.full((1, 20), 3, dtype="int32")
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"input token_ids is longer than the 16 positions of the model \(max_position_embeddings=16\)"
+                             r"; its length.*20"):
+        signature(token_ids=ids, segment_ids=np.zeros_like(ids))
