@@ -366,6 +366,6 @@ def test_export_names_both_lengths_for_a_sequence_past_the_positions(tmp_path):
     assert signature(token_ids=ids, segment_ids=np.zeros_like(ids))["labels"].shape == (1,)
     ids = np.full((1, 20), 3, dtype="int32")
     with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=r"input token_ids is longer than the 16 positions of the model \(max_position_embeddings=16\)"
-                             r"; its length.*20"):
+                       match=r"input token_ids is longer than the 16 positions of the model "
+                             r"\(max_position_embeddings=16\); its length.*20"):
         signature(token_ids=ids, segment_ids=np.zeros_like(ids))
