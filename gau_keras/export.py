@@ -186,32 +186,16 @@ def load_for_export(model_dir=None, keras_file=None, model="gau_alpha"):
     return load_pretrained(model_dir, model=model, with_mlm=True)[0]
 
 
-#: the members every .keras archive holds (its weights: model.weights.h5 or .npz)
-KERAS_MEMBERS = ("metadata.json", "config.json")
-
-
 def _load_keras(path):
     """``keras.saving.load_model(path)``; a missing, empty, truncated or damaged file is one error naming it."""
     import zipfile
 
     import keras
 
-    if os.path.isdir(path):
-        raise ValueError(f"export: --keras {path} is a folder, not a .keras file")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"export: no .keras file {path!r}")
+    from gau_keras import keras_archive
+
+    keras_archive.check(path, f"export: --keras {path}")
     broken = f"export: --keras {path} is not a .keras archive, or truncated"
-    if not zipfile.is_zipfile(path):
-        raise ValueError(broken)
-    try:
-        with zipfile.ZipFile(path) as archive:
-            members = set(archive.namelist())
-    except (zipfile.BadZipFile, OSError, EOFError) as e:
-        raise ValueError(f"{broken} ({e})") from None
-    missing = [m for m in KERAS_MEMBERS if m not in members] + \
-        ([] if members & {"model.weights.h5", "model.weights.npz"} else ["model.weights.h5"])
-    if missing:
-        raise ValueError(f"{broken} (it lacks {', '.join(missing)})")
     try:
         return keras.saving.load_model(path)
     except (zipfile.BadZipFile, OSError, EOFError) as e:

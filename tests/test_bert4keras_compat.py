@@ -235,6 +235,23 @@ def test_save_and_load_under_bert4keras_era_names(tmp_path, name):
     np.testing.assert_array_equal(again.predict(x, verbose=0), model.predict(x, verbose=0))
 
 
+def test_an_empty_or_truncated_model_file_is_named_as_such(tmp_path):
+    """Keras says "File not found" of an empty .keras file; load_model names the file and what is wrong."""
+    model = tiny_model()
+    model.save(str(tmp_path / "whole.keras"))
+    data = (tmp_path / "whole.keras").read_bytes()
+    (tmp_path / "empty.keras").write_bytes(b"")
+    (tmp_path / "best_model.model").write_bytes(b"")
+    (tmp_path / "half.keras").write_bytes(data[: len(data) // 2])
+    for name, problem in (("empty.keras", "the file is empty"), ("best_model.model", "the file is empty"),
+                          ("half.keras", "")):
+        path = str(tmp_path / name)
+        with pytest.raises(ValueError, match=f"load_model: {path} is not a .keras archive, or truncated.*{problem}"):
+            keras2.models.load_model(path)
+    with pytest.raises(FileNotFoundError, match="load_model: .*absent.keras: no such file"):
+        keras2.models.load_model(str(tmp_path / "absent.keras"))
+
+
 def test_save_options_of_keras2(tmp_path):
     model = tiny_model()
     model.compile(keras.optimizers.Adam(1e-2), "categorical_crossentropy")

@@ -16,6 +16,7 @@ import zipfile
 
 import keras
 
+from gau_keras import keras_archive
 from gau_keras.bert4keras import PORTING
 
 __all__ = ["save_model", "load_model", "save_weights", "load_weights", "is_keras_file"]
@@ -133,6 +134,8 @@ def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):
     """``keras.models.load_model`` that also reads a Keras-format file saved under
     another name than '.keras' (``save_model`` above, or a renamed file)."""
     path = os.fspath(filepath)
+    if path.endswith(".keras") or os.path.isfile(path) and os.path.getsize(path) == 0:
+        keras_archive.check(path, f"load_model: {path}")   # an empty or truncated file named as such
     if path.endswith(".keras") or not is_keras_file(path):
         return keras.models.load_model(path, custom_objects=custom_objects, compile=compile, safe_mode=safe_mode)
     return _read_as(path, ".keras", lambda alias: keras.models.load_model(
