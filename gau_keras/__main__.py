@@ -36,8 +36,13 @@ COMMANDS = {"fill-mask": "predict the tokens at [MASK] positions",
 
 def _fill_mask(args):
     from gau_keras.fill_mask import fill_mask
+    from gau_keras.models.builder import MODELS, model_names
     from gau_keras.pretrained import load_pretrained
 
+    if not MODELS[args.model].has_mlm_head:
+        with_head = [name for name in model_names() if MODELS[name].has_mlm_head]
+        raise ValueError(f"fill-mask: --model {args.model} has no MLM head to predict tokens with (ELECTRA's "
+                         f"checkpoints hold its discriminator); choose one of {', '.join(with_head)}")
     model, tokenizer = load_pretrained(args.model_dir, model=args.model, with_mlm=True,
                                        **({"softmax_plus_min_len": args.softmax_plus_min_len}
                                           if args.softmax_plus_min_len is not None else {}))

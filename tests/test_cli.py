@@ -143,3 +143,11 @@ def test_a_command_that_stops_on_a_bad_path_says_one_line_with_status_2(tmp_path
     assert err.startswith(f"error: cannot read config {str(missing)!r}") and err.count("\n") == 1
     assert cli.main(["compare", "--data-dir", "x", "--out-dir", str(tmp_path), "--variant", "a=",
                      "--tasks", "nosuch"]) == 2
+
+
+def test_fill_mask_with_a_model_without_an_mlm_head_says_which_have_one(capsys):
+    """ELECTRA's checkpoints hold a discriminator: one line naming the models that can fill a mask."""
+    assert cli.main(["fill-mask", "--model", "electra", "今天天气很[MASK]。"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: fill-mask: --model electra has no MLM head") and err.count("\n") == 1
+    assert "gau_alpha" in err and "bert" in err
