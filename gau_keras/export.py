@@ -34,6 +34,7 @@ folder holding the source are refused. The SavedModel is written into a fresh
 temporary folder next to ``--output`` and renamed into place when complete; only
 what the run made is removed.
 """
+import contextlib
 import json
 import os
 import re
@@ -80,7 +81,13 @@ _MODEL_ENDPOINT = "model_outputs"
 
 def export_saved_model(model, output, label_names=None):
     """Writes ``model`` (a functional ``keras.Model``) as a SavedModel at ``output``; ``label_names``
-    (a classifier's, in label-id order) add the ``label_names`` output. Returns the input names."""
+    (a classifier's, in label-id order) add the ``label_names`` output. Returns the input names.
+    SRU++ layers are traced with their XLA loops (``plain_recurrence``)."""
+    with plain_recurrence():
+        return _export_saved_model(model, output, label_names)
+
+
+def _export_saved_model(model, output, label_names=None):
     import keras
 
     from gau_keras import optional
@@ -171,9 +178,23 @@ def _check_ids(ids, name, size, key, longest=None):
     return checks
 
 
+@contextlib.contextmanager
+def plain_recurrence():
+    """SRU++ layers traced with their XLA loops (plain TensorFlow ops, no custom op a serving binary
+    would lack) inside the block; the process's ``GAU_KERAS_SRU_KERNEL`` is restored after it."""
+    before = os.environ.get("GAU_KERAS_SRU_KERNEL")
+    os.environ["GAU_KERAS_SRU_KERNEL"] = "xla"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("GAU_KERAS_SRU_KERNEL", None)
+        else:
+            os.environ["GAU_KERAS_SRU_KERNEL"] = before
+
+
 def load_for_export(model_dir=None, keras_file=None, model="gau_alpha"):
     """The model to export: the MLM model of a model directory, or a .keras file."""
-    os.environ["GAU_KERAS_SRU_KERNEL"] = "xla"      # plain TF ops in the graph, no custom op
     if keras_file:
         return _load_keras(keras_file)
     from gau_keras.models.builder import resolve_model_class
@@ -366,9 +387,10 @@ def main(args):
 
     optional.tensorflow("SavedModel export")        # on a JAX host without it: said before any work
     check_output(args.output, args.overwrite, sources=(args.keras, args.model_dir))
-    network = load_for_export(args.model_dir, args.keras, args.model)
-    label_names = label_names_for(network, getattr(args, "labels", None), args.keras)
-    names = write_export(network, args.output, label_names)
+    with plain_recurrence():
+        network = load_for_export(args.model_dir, args.keras, args.model)
+        label_names = label_names_for(network, getattr(args, "labels", None), args.keras)
+        names = write_export(network, args.output, label_names)
     extra = f"; label_names: {len(label_names)} labels" if label_names else ""
     print(f"wrote a SavedModel to {args.output}: signature serving_default({', '.join(names)}){extra}")
     return 0

@@ -45,6 +45,10 @@ assert not added, f"loading and serving imported {added[:5]}"
 """
 
 
+#: the process's SRU++ kernel choice before any export ran
+SRU_KERNEL_BEFORE = os.environ.get("GAU_KERAS_SRU_KERNEL")
+
+
 def _ids(rng, batch=2, length=11, vocab=60):
     ids = rng.integers(5, vocab, size=(batch, length)).astype("int32")
     ids[:, 0], ids[1, 7:] = 2, 0
@@ -153,6 +157,8 @@ def test_export_classifier_keras_file_serves_labels(served):
 
 def test_export_srupp_uses_plain_tensorflow_ops(served):
     _assert_served(served["srupp"])
+    # the XLA loops were chosen for the export only: the process's own choice is left as it was
+    assert os.environ.get("GAU_KERAS_SRU_KERNEL") == SRU_KERNEL_BEFORE
 
 
 def test_export_errors(tmp_path, capsys):
