@@ -1,4 +1,5 @@
-"""Pure tensor functions shared by the layers (``keras.ops`` only).
+"""Pure tensor functions shared by the layers (``keras.ops``; TensorFlow itself only to
+ask which devices it has, ``matmul``).
 
 Shapes use B = batch, L = sequence length, Lq/Lk = query/key lengths,
 d = feature size.
@@ -185,21 +186,20 @@ def rms_normalize(x, epsilon):
     Reverse-mode only on JAX (a ``custom_vjp``: ``jax.jvp`` / ``jacfwd`` / ``hessian`` refuse
     it), as ``masked_softmax``; Keras trains with reverse mode, and gradients of gradients work.
 
-    The statistic is taken in float32 (float16 squares overflow for |x| > 256); the product
-    too for float16 x, in x's dtype otherwise (bfloat16 has float32's range; a float32 product
-    cost a float32 copy of x in the compiled step; r rounded to bfloat16 first adds at most one
-    rounding of 2^-9 relative per row); the backward pass keeps x as it came and
-    the float32 [..., 1] factor r instead of a float32 copy of x. Gradient:
+    The statistic and the product are taken in float32 (float16 squares overflow for
+    |x| > 256) and y rounded once to x's dtype. A product in bfloat16 would round the
+    factor r to bfloat16 first: an error of up to 2^-9 on the scale of a whole row, which
+    the next layer's products do not average out (the bundled GAU-alpha's bf16 MLM
+    probabilities were ~30% further from float32's on average with it, on both backends;
+    issue 51). The backward pass keeps x as it came and the float32 [..., 1] factor r
+    instead of a float32 copy of x (``_unshared`` says how). Gradient:
     ``r (g - y mean(g y))`` with y = x r, in float32.
     """
     @ops.custom_gradient
     def normalize(x):
         x32 = ops.cast(x, "float32")
         r = ops.rsqrt(ops.mean(ops.square(x32), axis=-1, keepdims=True) + epsilon)
-        if keras.backend.standardize_dtype(x.dtype) == "float16":   # r would be subnormal for rms > 16k
-            y = ops.cast(x32 * r, x.dtype)
-        else:                         # a float32 product here kept a float32 [..., d] copy (CPU XLA: +6% temp)
-            y = x * ops.cast(r, x.dtype)
+        y = ops.cast(x32 * _unshared(r), x.dtype)
 
         def grad(*args, upstream=None):
             upstream = args[0] if upstream is None else upstream
@@ -209,6 +209,67 @@ def rms_normalize(x, epsilon):
         return y, grad
 
     return normalize(x)
+
+
+def _unshared(r):
+    """r [..., 1] (float32) again, exactly (``r_b + (r - r_b)`` with r_b = r rounded to
+    bfloat16: the difference is exact), as a value that XLA does not merge with r.
+
+    The forward product x·r and the backward pass's x·r would otherwise be one
+    instruction to XLA (common subexpressions): the forward's float32 product, kept
+    for the backward pass, is a float32 [..., d] copy of every normed tensor (CPU
+    proxy, 4 GAU layers bf16 at 8x512: XLA temp 758 -> 806 MiB, bytes 7.86 -> 8.17 GB;
+    with this copy of r, 758 MiB and 7.86 GB, as with the bfloat16 product). A
+    backward pass written without x·r instead kept the memory but read and wrote 4%
+    more bytes.
+    """
+    r_b = ops.cast(ops.cast(r, "bfloat16"), "float32")
+    return r_b + (r - r_b)
+
+
+def matmul(a, b):
+    """``ops.matmul(a, b)`` rounded to nearest in a's dtype: a [..., M, K] with b [K, N],
+    or b [..., K, N] with a's batch axes; b is cast to a's dtype.
+
+    TensorFlow's bfloat16 MatMul kernel off GPUs and TPUs truncates its float32 sums to
+    bfloat16 (measured, TF 2.21 on a CPU: every result rounded towards zero, -0.28% on
+    average, where rounding to nearest is unbiased), a bias that every layer adds to the
+    next; its einsum sums in bfloat16 (0.9% relative error over 64 terms). There the
+    product is taken in float32 and rounded once, with a gradient that keeps a and b as
+    given (not float32 copies) and is computed in float32 too. Elsewhere (JAX, TensorFlow
+    on a GPU or TPU, float16, float32) this is ``ops.matmul``.
+    """
+    if not bfloat16_matmul_truncates(a):
+        return ops.matmul(a, b)
+    return _rounded_matmul(a, ops.cast(b, a.dtype))
+
+
+def bfloat16_matmul_truncates(a):
+    """Whether ``ops.matmul`` of a bfloat16 ``a`` runs TensorFlow's truncating CPU kernel."""
+    if keras.backend.backend() != "tensorflow" or keras.backend.standardize_dtype(a.dtype) != "bfloat16":
+        return False
+    import tensorflow as tf
+
+    return not (tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
+
+
+def _rounded_matmul(a, b):
+    @ops.custom_gradient
+    def product(a, b):
+        y = ops.cast(ops.matmul(ops.cast(a, "float32"), ops.cast(b, "float32")), a.dtype)
+
+        def grad(*args, upstream=None):
+            upstream = args[0] if upstream is None else upstream
+            g, a32, b32 = (ops.cast(t, "float32") for t in (upstream, a, b))
+            da = ops.matmul(g, ops.swapaxes(b32, -1, -2))
+            if len(b.shape) == 2:     # summed over a's batch axes
+                a32, g = ops.reshape(a32, (-1, ops.shape(a32)[-1])), ops.reshape(g, (-1, ops.shape(g)[-1]))
+            db = ops.matmul(ops.swapaxes(a32, -1, -2), g)
+            return ops.cast(da, a.dtype), ops.cast(db, b.dtype)
+
+        return y, grad
+
+    return product(a, b)
 
 
 def _masked(a, allowed, value=NEG_INF):

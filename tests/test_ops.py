@@ -133,6 +133,44 @@ def test_rms_normalize_value_and_gradient(rng, dtype, scale, atol):
 
 
 @pytest.mark.both_backends
+def test_rms_normalize_rounds_once_in_bfloat16(rng):
+    """bfloat16: y is the float32 x / rms rounded once, not x times r rounded to bfloat16 (an
+    error of up to 2^-9 on a whole row's scale, which moved the bundled GAU-alpha's bf16 MLM
+    probabilities ~30% further from float32's; issue 51)."""
+    x = ops.cast((rng.normal(size=(64, 256)) * 3).astype("float32"), "bfloat16")
+    x32 = ops.convert_to_numpy(ops.cast(x, "float32"))
+    exact = x32 / np.sqrt(np.mean(np.square(x32), axis=-1, keepdims=True) + 1e-7)
+    rounded = ops.convert_to_numpy(ops.cast(ops.cast(exact, "bfloat16"), "float32"))
+    got = ops.convert_to_numpy(ops.cast(gops.rms_normalize(x, 1e-7), "float32"))
+    assert np.mean(got == rounded) > 0.99             # (float32 round-off may flip a tie)
+    row_scale = np.sum(got * exact, axis=-1) / np.sum(exact * exact, axis=-1)
+    assert np.abs(row_scale - 1).max() < 2.0 ** -11
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("b_shape", [(64, 32), (2, 64, 32)])
+def test_matmul_rounds_to_nearest_in_bfloat16(rng, b_shape):
+    """gops.matmul in bfloat16: the float32 product rounded to nearest (TensorFlow's CPU kernel
+    truncates: -0.28% on every result), for a Dense's [K, N] kernel and a batched product;
+    its gradient equals float32 autodiff's within bfloat16's precision."""
+    a = (rng.normal(size=(2, 8, 64))).astype("float32")
+    b = (rng.normal(size=b_shape)).astype("float32")
+    a16, b16 = ops.cast(a, "bfloat16"), ops.cast(b, "bfloat16")
+    exact = ops.convert_to_numpy(ops.matmul(ops.cast(a16, "float32"), ops.cast(b16, "float32")))
+    got = ops.convert_to_numpy(ops.cast(gops.matmul(a16, b16), "float32"))
+    assert np.all(np.abs(got - exact) <= 2.0 ** -8 * np.abs(exact) + 1e-5)
+    relative = ((got - exact) / np.abs(exact))[np.abs(exact) > 0.1]
+    assert abs(relative.mean()) < 5e-4           # truncation: -2.8e-3
+    weight = rng.normal(size=exact.shape).astype("float32")
+    ours = gradients(lambda u, v: ops.sum(ops.cast(gops.matmul(ops.cast(u, "bfloat16"), ops.cast(v, "bfloat16")),
+                                                   "float32") * weight), [a, b])
+    plain = gradients(lambda u, v: ops.sum(ops.matmul(u, v) * weight), [a, b])
+    for mine, reference in zip(ours, plain):
+        mine, reference = ops.convert_to_numpy(mine), ops.convert_to_numpy(reference)
+        np.testing.assert_allclose(mine, reference, atol=2e-2 * np.abs(reference).max())
+
+
+@pytest.mark.both_backends
 def test_hand_written_gradients_differentiate_again(rng):
     """A gradient penalty (bert4keras's adversarial-training idiom) differentiates the
     gradient: both hand-written backward passes are differentiable, as autodiff's are."""

@@ -19,8 +19,23 @@ def _as_list(x):
 
 
 def _dense(units, activation, use_bias, initializer, name):
-    return keras.layers.Dense(units, activation=activation, use_bias=use_bias,
-                              kernel_initializer=initializer, name=name)
+    return _Dense(units, activation=activation, use_bias=use_bias, kernel_initializer=initializer, name=name)
+
+
+class _Dense(keras.layers.Dense):
+    """``keras.layers.Dense`` whose product is ``gau_keras.ops.matmul``: rounded to nearest
+    in bfloat16 where TensorFlow's kernel truncates (off GPUs and TPUs); ``ops.matmul``
+    elsewhere, as ``keras.layers.Dense`` computes it."""
+
+    def call(self, inputs, training=None):
+        if self.quantization_mode is not None or not gops.bfloat16_matmul_truncates(inputs):
+            return super().call(inputs, training=training)
+        x = gops.matmul(inputs, self.kernel)
+        if self.bias is not None:
+            x = ops.add(x, self.bias)
+        if self.activation is not None:
+            x = self.activation(x)
+        return x
 
 
 class _AttentionBase(keras.layers.Layer):
@@ -88,6 +103,17 @@ class _AttentionBase(keras.layers.Layer):
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
         )
         return config
+
+
+def _scores(q, k):
+    """q kᵀ, [B, Lq, s] x [B, Lk, s] -> [B, Lq, Lk].
+
+    GAU's products are ``gau_keras.ops.matmul``, not ``ops.einsum``: on TensorFlow off
+    GPUs the bfloat16 einsum sums in bfloat16 and the matmul truncates; together they
+    put the bundled GAU-alpha's bf16 MLM probabilities 3-4x further from float32's than
+    on JAX (issue 51). On JAX it is the same dot_general as the einsum.
+    """
+    return gops.matmul(q, ops.swapaxes(k, -1, -2))
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -159,14 +185,14 @@ class GatedAttentionUnit(_AttentionBase):
             # the per-row factor scale·ln(n)/ln(512) multiplies q [B, Lq, s] instead of the
             # logits [B, Lq, Lk]: one pass over a small tensor instead of one over the largest
             q = q * ops.cast(self._softmax_plus_factor(q, k, key_mask, bias), q.dtype)
-            a = ops.einsum("bmd,bnd->bmn", q, k)
+            a = _scores(q, k)
             attention = self.dropout(gops.attention_normalize(a, key_mask, "softmax", bias), training=training)
-            return self.o_dense(u * ops.einsum("bmn,bnd->bmd", attention, v))
-        a = ops.einsum("bmd,bnd->bmn", q, k)
+            return self.o_dense(u * gops.matmul(attention, v))
+        a = _scores(q, k)
         if self.attention_scale:
             a = a / self.key_size ** 0.5
         attention = self._normalize(a, key_mask, bias, training)
-        return self.o_dense(u * ops.einsum("bmn,bnd->bmd", attention, v))
+        return self.o_dense(u * gops.matmul(attention, v))
 
     def _softmax_plus_factor(self, q, k, key_mask, bias):
         """float32 [B|1, Lq|1, 1]: softmax_plus's ln(max(n, min_len)) / ln(512) times the
