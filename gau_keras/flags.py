@@ -6,7 +6,9 @@ error (exit status 2, before any work) naming the flag and the range.
 """
 import argparse
 import math
+import os
 import sys
+import tempfile
 
 
 def _number(text, kind):
@@ -121,3 +123,16 @@ def add_model_option(parser, help="the encoder", default="gau_alpha", segment_id
     parser.add_argument("--model", type=str.lower, choices=accepted, default=default,
                         metavar="{" + ",".join(names) + "}",
                         help=f"{help}: {', '.join(names)} (default: %(default)s)")
+
+
+def check_writable_folder(directory, option, error=ValueError):
+    """Creates the local folder ``directory`` and checks that this process can write it; ``error``
+    naming it and ``option`` (the flag or key that gave it) otherwise. TensorFlow-free."""
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise error(f"{option} {directory} is a file, not a folder")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as e:
+        raise error(f"{option} {directory} is not writable ({e.strerror or e})") from None

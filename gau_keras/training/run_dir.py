@@ -25,10 +25,11 @@ import re
 import socket
 import stat
 import sys
-import tempfile
 import time
 
 import tensorflow as tf
+
+from gau_keras import flags
 
 CHECKPOINT_RE = re.compile(r"^ckpt-(\d+)\.index$")
 #: what a run writes into its .lock
@@ -59,14 +60,7 @@ class RunDirError(ValueError):
 def check_writable_dir(directory, option):
     """Creates the local folder ``directory`` and checks that it can be written; a
     `RunDirError` naming it and ``option`` (the flag or key that gave it) otherwise."""
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise RunDirError(f"{option} {directory} is a file, not a folder")
-    try:
-        os.makedirs(directory, exist_ok=True)
-        with tempfile.TemporaryFile(dir=directory):
-            pass
-    except OSError as e:
-        raise RunDirError(f"{option} {directory} is not writable ({e.strerror or e})") from None
+    flags.check_writable_folder(directory, option, RunDirError)
 
 
 class RunLock:

@@ -27,7 +27,6 @@ import json
 import multiprocessing
 import os
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -137,14 +136,10 @@ def check_writable(output_dir):
     missing); a one-line SystemExit names it otherwise. Remote (``gs://``) folders are checked when written."""
     if "://" in output_dir:
         return
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise SystemExit(f"prepare_corpus: --output-dir {output_dir} is a file, not a folder")
     try:
-        os.makedirs(output_dir, exist_ok=True)
-        with tempfile.TemporaryFile(dir=output_dir):
-            pass
-    except OSError as e:
-        raise SystemExit(f"prepare_corpus: --output-dir {output_dir} is not writable ({e.strerror or e})") from None
+        flags.check_writable_folder(output_dir, "--output-dir")
+    except ValueError as e:
+        raise SystemExit(f"prepare_corpus: {e}") from None
 
 
 # -- reading (main process) ---------------------------------------------------
