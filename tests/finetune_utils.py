@@ -1,6 +1,6 @@
 """Tiny random model directories (config + TF1 checkpoint + vocab) for the finetune tests, and
-the runs of one task per head kind that tests/test_finetune_backends.py and
-tests/test_finetune_artefacts.py share (the ``head_kind_runs`` fixture of tests/conftest.py)."""
+the runs of one task per head kind that tests/training/finetune/test_backends.py and
+tests/training/finetune/test_artefacts.py share (the ``head_kind_runs`` fixture of tests/conftest.py)."""
 import json
 import os
 

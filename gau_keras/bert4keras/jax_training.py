@@ -15,7 +15,7 @@
 Nothing changes on import. ``install()`` is called when such a layer is built on JAX; it
 wraps ``keras.Model.train_step``, ``test_step``, ``compute_metrics`` and ``compute_loss``
 once, and each wrapper calls Keras's own method unchanged for a model that contains no
-such layer (tests/test_bert4keras_compat.py fits a plain model both ways).
+such layer (tests/bert4keras/test_compat.py fits a plain model both ways).
 """
 import keras
 from keras.src.backend.common.stateless_scope import get_stateless_scope  # pinned: docs/architecture.md

@@ -4,7 +4,7 @@
 ``K.cast``, ``K.eval``, ``K.set_value``, ``K.sparse_categorical_crossentropy``,
 ``K.in_train_phase``, ... as they did on Keras 2, and run on every Keras 3
 backend. The names, signatures and defaults are Keras 2's; the results equal
-``tf_keras.backend``'s on the same inputs (tests/test_backend.py checks them
+``tf_keras.backend``'s on the same inputs (tests/bert4keras/test_backend.py checks them
 against the original). ``reshape``, ``flatten`` and ``where`` are the extended
 versions bert4keras installed on its ``K`` (they accept every Keras 2 call too).
 

@@ -5,7 +5,7 @@ and a softmax Dense on top, trained with ``model.fit(generator.forfit())``.
     python3 tests/bert4keras_scripts/classification.py
 
 ``main()`` returns the losses before and after training, the accuracy and the
-predicted probabilities, for tests/test_bert4keras_scripts.py.
+predicted probabilities, for tests/bert4keras/test_scripts.py.
 
 ``model_options`` of ``main`` go to ``build_transformer_model`` (the test passes
 ``num_hidden_layers=2``: the first 2 of the bundled model's 6 layers, to keep it short).

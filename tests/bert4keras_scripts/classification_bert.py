@@ -8,7 +8,7 @@ a softmax Dense go on top, and ``model.fit(generator.forfit())`` trains it.
 vocab.txt); ``main(model='albert')`` builds an ALBERT from an ALBERT checkpoint there.
 ``learning_rate`` is 2e-5, as for fine-tuning a pretrained BERT (the test's tiny random model
 takes 2e-3). ``main()`` returns the losses before and after training, the accuracy, the pooled vector's
-shape, the pooler's kernel as loaded and the predicted probabilities, for tests/test_bert4keras_scripts_bert.py.
+shape, the pooler's kernel as loaded and the predicted probabilities, for tests/bert4keras/test_scripts_bert.py.
 """
 import os
 

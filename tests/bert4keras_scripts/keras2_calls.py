@@ -6,7 +6,7 @@ and ``model.save('best_model.model')`` read back by ``keras.models.load_model``.
     python3 tests/bert4keras_scripts/keras2_calls.py
 
 ``main(keras2=True)`` runs those calls; ``main(keras2=False)`` runs the same training with ``fit`` /
-``evaluate`` / ``predict`` on the same batches, for tests/test_bert4keras_scripts.py to compare.
+``evaluate`` / ``predict`` on the same batches, for tests/bert4keras/test_scripts.py to compare.
 ``model_options`` go to ``build_transformer_model`` (the test keeps the first layer only).
 """
 import os

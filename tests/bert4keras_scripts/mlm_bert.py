@@ -105,7 +105,7 @@ def main(text='我们在北京大学学习中文', masked=(4, 5), learning_rate=
     token_ids, probas, predicted = fill_mask(model, text, masked)
 
     # (mlm_acc as a compiled metric fails on Keras 3, which broadcasts the output's mask to
-    # the metric's scalar value; Keras 2 took it: tests/test_bert4keras_scripts_bert.py)
+    # the metric's scalar value; Keras 2 took it: tests/bert4keras/test_scripts_bert.py)
     model.compile(loss=mlm_loss, optimizer=Adam(learning_rate))
     x, y = masked_batch(load_texts(required_files[0], batch_size))
     loss_before, acc_before = model.evaluate(x, y, verbose=0), masked_accuracy(model, x, y)

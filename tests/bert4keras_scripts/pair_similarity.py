@@ -5,7 +5,7 @@ the pooled [CLS] vector of ``with_pool=True``, Dropout and a softmax Dense.
     python3 tests/bert4keras_scripts/pair_similarity.py
 
 ``main()`` returns the training history, the predicted probabilities of the
-dev pairs and their segment ids, for tests/test_bert4keras_scripts.py.
+dev pairs and their segment ids, for tests/bert4keras/test_scripts.py.
 
 ``model_options`` of ``main`` go to ``build_transformer_model`` (the test passes
 ``num_hidden_layers=2``: the first 2 of the bundled model's 6 layers, to keep it short).

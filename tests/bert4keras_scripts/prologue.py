@@ -4,7 +4,7 @@
 
 The scripts import it as a sibling module (``from prologue import ...``): run as
 ``python3 tests/bert4keras_scripts/NAME.py`` their folder is on ``sys.path``, and
-tests/test_bert4keras_scripts.py puts it there too.
+tests/bert4keras/test_scripts.py puts it there too.
 """
 import json
 import os
@@ -20,7 +20,7 @@ def checkpoint_folder(variable):
     """(config_path, checkpoint_path, dict_path) in the folder named by the environment variable
     ``variable`` ('BERT_DIR', 'ALBERT_DIR'), laid out as Google's releases are (bert_config.json,
     bert_model.ckpt.*, vocab.txt): the scripts *_bert.py / *_albert.py build bert4keras's
-    model='bert' / 'albert' from it (tests/test_bert4keras_scripts_bert.py writes tiny ones)."""
+    model='bert' / 'albert' from it (tests/bert4keras/test_scripts_bert.py writes tiny ones)."""
     folder = os.environ.get(variable, variable.lower())
     return tuple(os.path.join(folder, name) for name in ('bert_config.json', 'bert_model.ckpt', 'vocab.txt'))
 
