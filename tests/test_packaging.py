@@ -105,3 +105,50 @@ def test_imports_follow_the_floors():
             upward.add(f"{module} (floor {_floor(module)}) imports {target} (floor {_floor(target)})")
     assert not unplaced, f"modules on no floor (add them to FLOORS and docs/architecture.md): {sorted(unplaced)}"
     assert not upward, sorted(upward)
+
+
+def _import_cycles(edges):
+    """The import circles of a module graph ``{module: {imported module}}``, each as a sorted list
+    (Tarjan's strongly connected components of more than one module, or a module importing itself)."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(module):
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in edges.get(module, ()):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1 or module in edges.get(module, ()):
+                cycles.append(sorted(component))
+
+    for module in sorted(edges):
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def test_no_import_circle_in_gau_keras_function_level_imports_included():
+    """Imports run one way: no module reaches, directly or through others, back to itself, counting
+    the imports inside functions (a package's ``__init__`` gathering its own submodules is no edge
+    back from them unless one of them imports the package)."""
+    edges = {}
+    for module, target in _module_imports():
+        edges.setdefault(module, set())
+        if target is not None and target != module and target != "gau_keras":
+            edges[module].add(target)
+    edges.pop("gau_keras", None)             # the package's __init__ gathers the public names of every floor
+    for targets in edges.values():
+        targets.discard("gau_keras")
+    assert _import_cycles(edges) == []
