@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
-from gau_keras.data.clue import examples as ex
+import gau_keras.data.clue.examples as ex
 from gau_keras.data.clue.records import Malformed, class_label, field, record_id, string_list
 
 #: the blanks of the original CLUE chid files

@@ -10,7 +10,8 @@ import os
 import jax
 import jax.numpy as jnp
 
-from gau_keras.recurrence.jax import pallas_kernel, scan
+import gau_keras.recurrence.jax.pallas_kernel as pallas_kernel
+import gau_keras.recurrence.jax.scan as scan
 from gau_keras.recurrence.jax.prepare import compute_dtype, prepare
 
 __all__ = ["sru_recurrence", "kernel_choice", "MODES"]

@@ -19,8 +19,9 @@ import os
 
 import tensorflow as tf
 
+import gau_keras.recurrence.tensorflow.native as native
+import gau_keras.recurrence.tensorflow.xla_loops as xla_loops
 from gau_keras.recurrence.common import TRACE_SCOPE, warn_once
-from gau_keras.recurrence.tensorflow import native, xla_loops
 from gau_keras.recurrence.tensorflow.prepare import prepare
 
 __all__ = ["sru_recurrence", "kernel_choice", "ACCELERATOR_WARNING"]
