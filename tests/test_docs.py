@@ -1,7 +1,8 @@
 """The documentation stays true: design-note references and every relative link (and its anchor)
 of the Markdown files resolve, every `python3 ...` / `gau-keras ...` command in them names a real
-script, subcommand, flag and repository file, README.md's test command is the one `.ci/run` runs,
-README's Python runs, and the porting table's supported names import from gau_keras."""
+script, subcommand, flag and repository file, README.md is a short guide whose test command is the
+one `.ci/run` runs and whose Python runs, the porting section that error messages name exists, and
+docs/porting.md's train_step runs and its table of bert4keras's public names is complete and true."""
 import ast
 import contextlib
 import fnmatch
@@ -20,6 +21,7 @@ from tests.conftest import REPO_ROOT
 
 SOURCES = ("gau_keras", "pretrain", "finetune", "benchmarks", "examples", "tests", "docs")
 README = REPO_ROOT / "README.md"
+PORTING_DOC = REPO_ROOT / "docs" / "porting.md"
 #: the folders of this repository that a command's path argument may name
 REPO_FOLDERS = ("pretrain", "benchmarks", "finetune", "gau_keras", "examples", "tests", "docs", "notebooks")
 #: `gau-keras` subcommands: the modules whose source defines their flags
@@ -246,10 +248,10 @@ def test_commands_name_real_scripts_flags_and_files():
     assert not problems, "\n".join(problems)
 
 
-def _readme_section(title):
-    """The text of README's section `title`, up to the next heading of its level or above."""
+def _section(path, title):
+    """The text of the Markdown file's section `title`, up to the next heading of its level or above."""
     lines, inside, level, fenced = [], None, None, False
-    for line in README.read_text(encoding="utf-8").splitlines(keepends=True):
+    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
         heading = None if fenced else re.match(r"(#+) (.+?)\s*$", line)
         if line.lstrip().startswith("```"):
             fenced = not fenced
@@ -260,8 +262,12 @@ def _readme_section(title):
             break
         if inside:
             lines.append(line)
-    assert inside, f"README.md has no section {title!r}"
+    assert inside, f"{_rel(path)} has no section {title!r}"
     return "".join(lines)
+
+
+def _readme_section(title):
+    return _section(README, title)
 
 
 def test_readme_test_command_is_what_ci_runs():
@@ -276,7 +282,19 @@ def test_readme_test_command_is_what_ci_runs():
 
 def test_readme_is_a_short_guide():
     lines = README.read_text(encoding="utf-8").splitlines()
-    assert len(lines) <= 300, f"README.md has {len(lines)} lines; the guide's limit is 300 (reports go to docs/)"
+    assert len(lines) <= 150, f"README.md has {len(lines)} lines; the guide's limit is 150 (reports go to docs/)"
+
+
+def test_porting_section_named_by_error_messages_exists():
+    """gau_keras's errors for Keras 2 calls without a Keras 3 form name README's porting section
+    (`PORTING`) and 'Patching the training function': the first must be in README and lead to
+    docs/porting.md, the second a section of docs/porting.md."""
+    from gau_keras.bert4keras import PORTING
+
+    file_name, _, title = PORTING.partition(", ")
+    section = _section(REPO_ROOT / file_name, title.strip("'"))
+    assert "docs/porting.md" in section and "sed -i 's/bert4keras/gau_keras/'" in section
+    assert "def train_step" in _section(PORTING_DOC, "Patching the training function")
 
 
 # --- README's Python ----------------------------------------------------------------------------
@@ -297,18 +315,19 @@ def test_readme_quickstart_runs():
 
 
 @pytest.mark.filterwarnings("ignore:Layer 'lambda")
-def test_readme_train_step_is_adversarial_training():
-    """docs/porting.md's train_step (the porting section links it): with epsilon 0 it is model.fit's
-    own step (same weights after a step); with epsilon 0.5 the perturbed embeddings change the update."""
+def test_porting_train_step_is_adversarial_training():
+    """docs/porting.md's train_step (README's porting section links it): with epsilon 0 it is
+    model.fit's own step (same weights after a step); with epsilon 0.5 the perturbed embeddings
+    change the update."""
     import keras
 
     from gau_keras import build_transformer_model
     from tests.model_utils import TINY_GAU
 
-    porting = (REPO_ROOT / "docs" / "porting.md").read_text(encoding="utf-8")
-    source = [body for lang, body in _fences(porting) if lang == "python" and "def train_step" in body][0]
-    namespace = {"__name__": "__readme__"}
-    exec(compile(source, "README.md[train_step]", "exec"), namespace)
+    section = _section(PORTING_DOC, "Patching the training function")
+    source = [body for lang, body in _fences(section) if lang == "python" and "def train_step" in body][0]
+    namespace = {"__name__": "__porting__"}
+    exec(compile(source, "docs/porting.md[train_step]", "exec"), namespace)
     adversarial = namespace["AdversarialModel"]
     config = {**TINY_GAU, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
     rng = np.random.default_rng(0)
@@ -340,9 +359,9 @@ def test_readme_train_step_is_adversarial_training():
 # --- the porting table --------------------------------------------------------------------------
 
 def _porting_table():
-    """[(bert4keras module or None, [names or patterns], status)] of README's table."""
+    """[(bert4keras module or None, [names or patterns], status)] of docs/porting.md's table."""
     rows = []
-    for line in _readme_section("bert4keras's public names").splitlines():
+    for line in _section(PORTING_DOC, "bert4keras's public names").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
         if len(cells) != 3 or cells[0] in ("bert4keras", "---"):
             continue
@@ -389,8 +408,8 @@ def test_porting_table_lists_every_public_name_of_bert4keras():
         public = _bert4keras_public_names(module)
         unlisted = sorted(n for n in public if not any(fnmatch.fnmatchcase(n, p) for p in listed))
         unknown = sorted(p for p in listed if not any(fnmatch.fnmatchcase(n, p) for n in public))
-        assert not unlisted, f"bert4keras.{module}: public names missing from README's table: {unlisted}"
-        assert not unknown, f"README's table lists names bert4keras.{module} does not have: {unknown}"
+        assert not unlisted, f"bert4keras.{module}: public names missing from docs/porting.md's table: {unlisted}"
+        assert not unknown, f"docs/porting.md's table lists names bert4keras.{module} does not have: {unknown}"
 
 
 def test_porting_table_unsupported_names_are_really_absent():
@@ -403,7 +422,7 @@ def test_porting_table_unsupported_names_are_really_absent():
         module = importlib.import_module(f"gau_keras.{module_name}")
         present += [f"gau_keras.{module_name}.{name}" for name in names
                     if "*" not in name and name in dir(module) and hasattr(module, name)]
-    assert not present, f"README's porting table calls these unsupported, but they exist: {present}"
+    assert not present, f"docs/porting.md's table calls these unsupported, but they exist: {present}"
 
 
 def test_porting_table_supported_names_import_from_gau_keras():
@@ -428,4 +447,4 @@ def test_porting_table_supported_names_import_from_gau_keras():
                 absent.append(name)
         if absent:
             missing.append(f"{target.group(1)}: {', '.join(absent)}")
-    assert not missing, "README's table says supported, but these do not import:\n" + "\n".join(missing)
+    assert not missing, "docs/porting.md's table says supported, but these do not import:\n" + "\n".join(missing)
