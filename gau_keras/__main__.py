@@ -36,7 +36,7 @@ COMMANDS = {"fill-mask": "predict the tokens at [MASK] positions",
 
 def _fill_mask(args):
     from gau_keras.fill_mask import fill_mask
-    from gau_keras.models.builder import MODELS, model_names
+    from gau_keras.models.registry import MODELS, model_names
     from gau_keras.pretrained import load_pretrained
 
     if not MODELS[args.model].has_mlm_head:

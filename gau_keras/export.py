@@ -197,7 +197,7 @@ def load_for_export(model_dir=None, keras_file=None, model="gau_alpha"):
     """The model to export: the MLM model of a model directory, or a .keras file."""
     if keras_file:
         return _load_keras(keras_file)
-    from gau_keras.models.builder import resolve_model_class
+    from gau_keras.models.registry import resolve_model_class
     from gau_keras.pretrained import load_pretrained
 
     if not resolve_model_class(model).has_mlm_head:

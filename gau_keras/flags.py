@@ -113,10 +113,10 @@ def command_status(main, argv=None):
 
 
 def add_model_option(parser, help="the encoder", default="gau_alpha", segment_ids=None):
-    """``--model``: a name of the builder's registry (`gau_keras.models.builder.MODELS`, its
+    """``--model``: a name of the model registry (`gau_keras.models.registry.MODELS`, its
     aliases too; ``segment_ids=True``: of the models that read segment ids); the help lists
     one name per model."""
-    from gau_keras.models.builder import MODELS, model_names
+    from gau_keras.models.registry import MODELS, model_names
 
     names = model_names(segment_ids)
     accepted = sorted(alias for alias, cls in MODELS.items() if any(MODELS[n] is cls for n in names))

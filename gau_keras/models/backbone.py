@@ -9,7 +9,8 @@ from a released model directory (bert_config.json, bert_model.ckpt.*) or a named
 the package (``GAUAlphaBackbone.from_preset("gau_alpha_tiny")``: the bundled model).
 The bert4keras builder stays reachable as ``backbone.transformer`` (``variable_mapping``,
 ``save_weights_as_checkpoint``, ``layers`` by name). The constructor, and so a ``.keras`` file's
-config, is checked as ``build_transformer_model`` checks its arguments (``config.check_arguments``).
+config, is resolved and checked as ``build_transformer_model``'s arguments are
+(``config.resolve_arguments``: the same aliases, the same named errors).
 """
 import os
 
@@ -17,18 +18,19 @@ import keras
 import numpy as np
 
 from gau_keras.bert4keras.model import Model
-from gau_keras.models.config import check_arguments
+from gau_keras.models.config import ConfigError, UnknownArgumentError, resolve_arguments
+from gau_keras.models.presets import model_files
+from gau_keras.models.registry import BACKBONES, register_backbone_class
 from gau_keras.registration import PACKAGE
 
-#: builder class -> its Backbone class (filled by ``register_backbone``)
-BACKBONES = {}
+__all__ = ["BACKBONES", "Backbone", "register_backbone"]
 
 
 def register_backbone(cls):
-    """Class decorator: a ``Backbone`` subclass, serialisable and found by its builder class."""
+    """Class decorator: a ``Backbone`` subclass, serialisable and found by its builder class
+    (``registry.backbone_class``)."""
     keras.saving.register_keras_serializable(package=PACKAGE)(cls)
-    BACKBONES[cls.transformer_class] = cls
-    return cls
+    return register_backbone_class(cls)
 
 
 def _plain(value):
@@ -67,7 +69,7 @@ class Backbone(Model):
     presets = {}
 
     def __init__(self, name=None, trainable=True, **config):
-        check_arguments(self.transformer_class, config, type(self).__name__)
+        config = resolve_arguments(self.transformer_class, config, model=type(self).__name__)
         transformer = self.transformer_class(name=name, **config)
         transformer.build_graph()
         super().__init__(transformer.inputs, transformer.output, name=name, trainable=trainable)
@@ -85,7 +87,11 @@ class Backbone(Model):
         if config.get("compound_tokens") is not None:
             config["compound_tokens"] = [item if isinstance(item, list) else (item["ids"], item["weights"])
                                          for item in config["compound_tokens"]]
-        return cls(**config)
+        try:
+            return cls(**config)
+        except UnknownArgumentError as error:
+            # a plain ConfigError: Keras buries a TypeError from from_config under a deserialisation hint
+            raise ConfigError(str(error)) from None
 
     @classmethod
     def preset_directory(cls, preset):
@@ -106,9 +112,8 @@ class Backbone(Model):
         """The backbone of a preset (a name in ``presets`` or a released model directory:
         bert_config.json or config.json, bert_model.ckpt.*), with its checkpoint loaded unless
         ``load_weights=False``; ``kwargs`` override the config (``with_mlm=True``, ...)."""
-        from gau_keras.models.builder import build_transformer_model
-        from gau_keras.pretrained import model_files
-
-        config, checkpoint, _ = model_files(cls.preset_directory(preset))
-        return build_transformer_model(config, checkpoint if load_weights else None, model=cls.transformer_class,
-                                       **kwargs)
+        config_path, checkpoint, _ = model_files(cls.preset_directory(preset))
+        backbone = cls(**resolve_arguments(cls.transformer_class, kwargs, config_path, model=cls.__name__))
+        if load_weights:
+            backbone.transformer.load_weights_from_checkpoint(checkpoint)
+        return backbone

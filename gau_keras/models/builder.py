@@ -1,53 +1,23 @@
 """``build_transformer_model``: the bert4keras entry point."""
-import logging
-import os
-
-from gau_keras.models.albert import ALBERT, ALBERT_Unshared
-from gau_keras.models.backbone import BACKBONES
+# the architectures register their names (registry.register) as they are imported
+import gau_keras.models.albert  # noqa: F401
+import gau_keras.models.bert  # noqa: F401
+import gau_keras.models.electra  # noqa: F401
+import gau_keras.models.gau_alpha  # noqa: F401
+import gau_keras.models.nezha  # noqa: F401
+import gau_keras.models.roformer  # noqa: F401
+import gau_keras.models.roformer_v2  # noqa: F401
+import gau_keras.models.srupp  # noqa: F401
 from gau_keras.models.base import BUILD_ARGUMENTS
-from gau_keras.models.bert import BERT
-from gau_keras.models.config import CONFIG_ALIASES, METADATA_KEYS, accepted_arguments, read_config, validate
-from gau_keras.models.electra import ELECTRA
-from gau_keras.models.gau_alpha import GAU_alpha
-from gau_keras.models.nezha import NEZHA
-from gau_keras.models.roformer import RoFormer
-from gau_keras.models.roformer_v2 import RoFormerV2
-from gau_keras.models.srupp import SRUppModel
+from gau_keras.models.config import resolve_arguments
+from gau_keras.models.registry import (  # noqa: F401  (MODELS, model_names: their old home, still importable)
+    BERT4KERAS_ONLY_MODELS,
+    MODELS,
+    backbone_class,
+    model_names,
+    resolve_model_class,
+)
 
-logger = logging.getLogger(__name__)
-
-#: model name -> class (bert4keras's names first); other modules may register more.
-MODELS = {
-    "bert": BERT,
-    "roberta": BERT,
-    "albert": ALBERT,
-    "albert_unshared": ALBERT_Unshared,
-    "nezha": NEZHA,
-    "roformer": RoFormer,
-    "electra": ELECTRA,
-    "gau_alpha": GAU_alpha,
-    "gau-alpha": GAU_alpha,
-    "roformer_v2": RoFormerV2,
-    "roformer-v2": RoFormerV2,
-    "roformerv2": RoFormerV2,
-    "srupp": SRUppModel,
-}
-
-
-def model_names(segment_ids=None):
-    """One name per registered model class (the first registered), in registry order:
-    what a command line lists (every key of `MODELS` is accepted). ``segment_ids=True``:
-    only the models that read segment ids (what fine-tuning feeds)."""
-    names = {}
-    for name, cls in MODELS.items():
-        if segment_ids is None or cls.takes_segment_ids == segment_ids:
-            names.setdefault(cls, name)
-    return tuple(names.values())
-
-
-#: bert4keras's other model names: not implemented here (said so, not "unknown")
-BERT4KERAS_ONLY_MODELS = ("gpt", "gpt2", "gpt2_ml", "t5", "t5_encoder", "t5_decoder", "t5.1.0", "t5.1.1",
-                          "mt5.1.1")
 
 def _with_application(base, application):
     class Model(base):
@@ -72,25 +42,11 @@ def extend_with_unified_language_model(base):
     return _with_application(base, "unilm")
 
 
-def resolve_model_class(model):
-    if isinstance(model, str):
-        key = model.lower()
-        if key not in MODELS and key.split("_")[0] in BERT4KERAS_ONLY_MODELS:
-            raise ValueError(f"model {model!r}: bert4keras's {key} is not implemented in gau_keras, which has "
-                             f"{sorted(MODELS)} or a Transformer subclass")
-        if key not in MODELS:
-            raise ValueError(f"unknown model {model!r}; expected one of {sorted(MODELS)} or a class")
-        return MODELS[key]
-    if isinstance(model, type):
-        return model
-    raise TypeError(f"model must be a name or a class, got {type(model).__name__}")
-
-
 def _build(cls, configs, build_arguments):
     """The built builder object of ``cls``: its model is the class's ``Backbone`` (a config
     of its own, rebuilt from ``.keras`` files) unless the model takes what a config cannot
     hold (layers of another model, tensors as build arguments) or ``cls`` has no Backbone."""
-    backbone = BACKBONES.get(cls)
+    backbone = backbone_class(cls)
     if backbone is not None and configs.get("layers") is None and not any(
             value is not None for value in build_arguments.values()):
         return backbone(**configs).transformer
@@ -126,31 +82,9 @@ def build_transformer_model(config_path=None, checkpoint_path=None, model="bert"
             bert4keras option these models cannot honour an error saying why.
     """
     cls = resolve_model_class(model)
-    kwargs = {CONFIG_ALIASES.get(k, k): v for k, v in kwargs.items()}   # bert_config names work too
     build_arguments = {k: kwargs.pop(k) for k in BUILD_ARGUMENTS if k in kwargs}
-    accepted = accepted_arguments(cls)
-    unknown = sorted(set(kwargs) - accepted)
-    if unknown:
-        raise TypeError(f"build_transformer_model: unknown argument(s) {unknown} for {cls.__name__}; "
-                        f"accepted: {sorted(accepted | set(BUILD_ARGUMENTS))}")
-    configs = {}
-    if config_path is not None:
-        where = None if isinstance(config_path, dict) else os.fspath(config_path)
-        file_config = read_config(config_path if where is None else where)
-        ignored = sorted(k for k in file_config if k not in accepted and k not in METADATA_KEYS)
-        if ignored:
-            logger.warning("config %s: ignoring key(s) %s that %s does not use", config_path, ignored,
-                           cls.__name__)
-        configs.update({k: v for k, v in file_config.items() if k in accepted})
-    configs.update(kwargs)
-    configs["application"] = application.lower()   # an extend_with_* class replaces it with its own
-    missing = [k for k in cls.required_config_keys if k not in configs]
-    if missing:
-        where = (f"config {config_path!r}" if isinstance(config_path, (str, os.PathLike))
-                 else "the config" if config_path else "the arguments (no config_path given)")
-        raise ValueError(f"build_transformer_model: {where} lacks {missing}")
-    validate(configs, None if config_path is None or isinstance(config_path, dict) else os.fspath(config_path),
-             cls.__name__)
+    kwargs["application"] = application   # an extend_with_* class replaces it with its own
+    configs = resolve_arguments(cls, kwargs, config_path, also_accepted=BUILD_ARGUMENTS)
     transformer = _build(cls, configs, build_arguments)
     if checkpoint_path is not None:
         transformer.load_weights_from_checkpoint(checkpoint_path)

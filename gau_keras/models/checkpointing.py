@@ -13,6 +13,7 @@ import numpy as np
 
 from gau_keras import checkpoints
 from gau_keras.layers import FeedForward, MultiHeadAttention
+from gau_keras.models.registry import MODELS
 from gau_keras.snippets.arrays import orthogonally_resize
 
 logger = logging.getLogger(__name__)
@@ -240,8 +241,6 @@ def checkpoint_hint(names, model_class):
     """' (the checkpoint has ...: load it with model=...)' when the checkpoint ``names`` look like
     those of models other than ``model_class``; '' when they fit it or look like nothing known. A
     class of one's own fits the models it subclasses."""
-    from gau_keras.models.builder import MODELS
-
     names = set(names)
     registered = model_class in MODELS.values()
     for fits, models, sign in _CHECKPOINT_SIGNS:

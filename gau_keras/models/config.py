@@ -6,19 +6,23 @@ mapped to the constructor's (``hidden_dropout_prob`` -> ``dropout_rate``, ...),
 keys fixed by these models are checked (``use_bias`` must be false), and every
 value the models use is validated, each error naming the key and the file.
 ``build_transformer_model`` and ``pretrain/`` both go through it, so a config
-that builds a model also pretrains one. ``check_arguments(cls, arguments)`` is the one
-check of a model's constructor arguments (the builder's, every ``Backbone``'s, a ``.keras``
-file's config): unknown and missing names, then ``validate``; errors name the model.
+that builds a model also pretrains one. ``resolve_arguments(cls, arguments, config)`` is the one
+resolution and check of a model's constructor arguments (the builder's, every ``Backbone``'s, a
+``.keras`` file's config): aliases, unknown names, the config file's keys, missing names, then
+``validate``; errors name the model.
 
 Design notes: docs/models.md (The TF1 checkpoint).
 """
 import inspect
 import json
+import logging
 import os
 
 import keras
 
 from gau_keras.ops import ATTENTION_NORMALIZATIONS
+
+logger = logging.getLogger(__name__)
 
 #: bert_config.json / HF config.json names -> constructor argument names.
 CONFIG_ALIASES = {
@@ -123,19 +127,62 @@ def accepted_arguments(cls):
     return names
 
 
-def check_arguments(cls, arguments, model=None, where=None):
-    """The check of a model's constructor ``arguments`` wherever one is made: names ``cls``
-    (a builder class) does not take, required names missing, then the values (``validate``).
-    ``model``: the name errors give (default ``cls.__name__``); ConfigError naming it."""
+class UnknownArgumentError(ConfigError, TypeError):
+    """A constructor argument the model does not take (a TypeError too, as Python's own for an
+    unexpected keyword)."""
+
+
+def map_aliases(arguments):
+    """``arguments`` with bert_config names mapped to the constructor's (``hidden_dropout_prob``
+    -> ``dropout_rate``, ...; ``CONFIG_ALIASES``)."""
+    return {CONFIG_ALIASES.get(k, k): v for k, v in arguments.items()}
+
+
+def config_arguments(cls, source, model=None):
+    """The arguments of a config file (path) or dict ``source`` that ``cls`` takes, read by
+    ``read_config``; the keys it does not use (besides ``METADATA_KEYS``) logged once as ignored."""
+    where = None if isinstance(source, dict) else os.fspath(source)
+    config = read_config(source if where is None else where)
+    accepted = accepted_arguments(cls)
+    ignored = sorted(k for k in config if k not in accepted and k not in METADATA_KEYS)
+    if ignored:
+        logger.warning("config %s: ignoring key(s) %s that %s does not use", where or "<dict>", ignored,
+                       model or cls.__name__)
+    return {k: v for k, v in config.items() if k in accepted}
+
+
+def resolve_arguments(cls, arguments, config=None, model=None, also_accepted=()):
+    """The constructor arguments of builder class ``cls``, as ``build_transformer_model`` and every
+    ``Backbone`` (their constructors, ``from_preset``, a ``.keras`` file's config) take them: aliases
+    mapped, unknown names refused (``UnknownArgumentError``), over the keys of ``config`` (a config
+    file path or dict, or None) that ``cls`` takes, required names checked, values validated.
+
+    Args:
+        cls: the builder class (a ``Transformer`` subclass).
+        arguments: keyword arguments; they win over ``config``.
+        config: config file path, dict of its keys, or None.
+        model: the name errors give (default ``cls.__name__``).
+        also_accepted: names the caller takes besides the constructor's (listed in the error).
+    Returns:
+        a new dict of constructor arguments.
+    """
     model = model or cls.__name__
-    unknown = sorted(set(arguments) - accepted_arguments(cls))
+    arguments = map_aliases(arguments)
+    if isinstance(arguments.get("application"), str):
+        arguments["application"] = arguments["application"].lower()
+    accepted = accepted_arguments(cls)
+    unknown = sorted(set(arguments) - accepted)
     if unknown:
-        raise ConfigError(f"{_where(where, model)}: unknown argument(s) {unknown}; "
-                          f"accepted: {sorted(accepted_arguments(cls))}")
-    missing = [k for k in cls.required_config_keys if k not in arguments]
+        raise UnknownArgumentError(f"{model}: unknown argument(s) {unknown}; "
+                                   f"accepted: {sorted(accepted | set(also_accepted))}")
+    where = None if config is None or isinstance(config, dict) else os.fspath(config)
+    resolved = {} if config is None else config_arguments(cls, config, model)
+    resolved.update(arguments)
+    missing = [k for k in cls.required_config_keys if k not in resolved]
     if missing:
-        raise ConfigError(f"{_where(where, model)}: missing required argument(s) {missing}")
-    return validate(arguments, where, model)
+        raise ConfigError(f"{model}: config {where!r} lacks {missing}" if where
+                          else f"{model}: missing required argument(s) {missing}")
+    return validate(resolved, where, model)
 
 
 def _activation_error(value):

@@ -4,9 +4,12 @@ checkpoint read into BERT's unshared blocks, each starting from the shared weigh
 Design notes: docs/models.md (BERT and its family).
 """
 from gau_keras.models.backbone import Backbone, register_backbone
-from gau_keras.models.bert import BERT, checkpoint
+from gau_keras.models.bert import checkpoint
+from gau_keras.models.bert.model import BERT
+from gau_keras.models.registry import register
 
 
+@register("albert")
 class ALBERT(BERT):
     """ALBERT (bert4keras names): BERT whose blocks are one set of layers,
     ``Transformer-MultiHeadSelfAttention`` / ``Transformer-FeedForward`` (and their
@@ -24,6 +27,7 @@ class ALBERT(BERT):
         return mapping
 
 
+@register("albert_unshared")
 class ALBERT_Unshared(BERT):
     """ALBERT's checkpoint in BERT's graph: every block reads the one shared layer group,
     then trains on its own (``save_weights_as_checkpoint`` then needs the blocks equal)."""

@@ -7,9 +7,11 @@ import keras
 from gau_keras.layers import Add, Embedding, FeedForward, MultiHeadAttention, PositionEmbedding, ScaleOffset
 from gau_keras.models.backbone import Backbone, register_backbone
 from gau_keras.models.base import Transformer
-from gau_keras.models.bert import checkpoint
+from gau_keras.models.bert.checkpoint import bert_names
+from gau_keras.models.registry import register
 
 
+@register("bert", "roberta")
 class BERT(Transformer):
     """BERT (bert4keras names, options and outputs).
 
@@ -149,7 +151,7 @@ class BERT(Transformer):
 
     # -------------------------------------------------------------- checkpoint
     def variable_mapping(self):
-        return checkpoint.bert_names(self.num_hidden_layers, self.checkpoint_prefix)
+        return bert_names(self.num_hidden_layers, self.checkpoint_prefix)
 
     def embedding_variable_names(self):
         return {self.checkpoint_prefix + "embeddings/word_embeddings", "cls/predictions/output_bias"}

@@ -6,9 +6,11 @@ Design notes: docs/models.md (BERT and its family).
 import keras
 
 from gau_keras.models.backbone import Backbone, register_backbone
-from gau_keras.models.bert import BERT
+from gau_keras.models.bert.model import BERT
+from gau_keras.models.registry import register
 
 
+@register("electra")
 class ELECTRA(BERT):
     """ELECTRA (bert4keras names). ``with_discriminator`` (True = sigmoid, or an
     activation name) adds ``Discriminator-Dense`` (hidden_act) and

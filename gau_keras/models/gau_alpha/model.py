@@ -4,10 +4,12 @@ Design notes: docs/models.md.
 """
 from gau_keras.layers import GatedAttentionUnit
 from gau_keras.models.backbone import Backbone, register_backbone
-from gau_keras.models.gau_alpha import presets
-from gau_keras.models.roformer_v2 import RoFormerV2
+from gau_keras.models.presets import presets_of
+from gau_keras.models.registry import register
+from gau_keras.models.roformer_v2.model import RoFormerV2
 
 
+@register("gau_alpha", "gau-alpha")
 class GAU_alpha(RoFormerV2):
     """GAU-alpha (bert4keras names). ``num_hidden_layers`` counts GAU layers
     (24 in the released base model); ``intermediate_size`` is the GAU width e
@@ -50,4 +52,4 @@ class GAUAlphaBackbone(Backbone):
     """``GAU_alpha`` as a keras.Model class of its own (see ``gau_keras.models.backbone``)."""
 
     transformer_class = GAU_alpha
-    presets = {"gau_alpha_tiny": presets.gau_alpha_tiny}
+    presets = presets_of("gau_alpha")

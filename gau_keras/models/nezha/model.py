@@ -6,9 +6,11 @@ Design notes: docs/models.md (BERT and its family).
 from gau_keras.initializers import Sinusoidal
 from gau_keras.layers import RelativePositionEmbedding
 from gau_keras.models.backbone import Backbone, register_backbone
-from gau_keras.models.bert import BERT
+from gau_keras.models.bert.model import BERT
+from gau_keras.models.registry import register
 
 
+@register("nezha")
 class NEZHA(BERT):
     """NEZHA (bert4keras names): no ``Embedding-Position``; every attention adds Shaw et
     al.'s relative terms from ``Embedding-Relative-Position``, a fixed sinusoidal table

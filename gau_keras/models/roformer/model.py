@@ -5,9 +5,11 @@ attention instead of absolute ones in the embeddings. RoFormerV2 shares its RoPE
 Design notes: docs/models.md (BERT and its family).
 """
 from gau_keras.models.backbone import Backbone, register_backbone
-from gau_keras.models.bert import BERT
+from gau_keras.models.bert.model import BERT
+from gau_keras.models.registry import register
 
 
+@register("roformer")
 class RoFormer(BERT):
     """RoFormer (bert4keras names): NEZHA's embeddings (no ``Embedding-Position``),
     BERT's blocks with RoPE on q and k (``custom_position_ids`` gives the rotary

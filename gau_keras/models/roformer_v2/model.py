@@ -8,8 +8,10 @@ from gau_keras.layers import Add, Embedding, FeedForward, LayerNormalization, Mu
 from gau_keras.models.backbone import Backbone, register_backbone
 from gau_keras.models.base import Transformer
 from gau_keras.models.checkpointing import POOLER_VARIABLES
+from gau_keras.models.registry import register
 
 
+@register("roformer_v2", "roformer-v2", "roformerv2")
 class RoFormerV2(Transformer):
     """RoFormerV2 (bert4keras names).
 

@@ -42,6 +42,7 @@ from gau_keras.layers import Embedding, SRUppAttention, SRUppCell
 from gau_keras.layers.srupp import stacked_cell_options
 from gau_keras.models.backbone import Backbone, register_backbone
 from gau_keras.models.base import Transformer
+from gau_keras.models.registry import register
 from gau_keras.registration import PACKAGE
 
 
@@ -68,6 +69,7 @@ class SegmentMemory(keras.layers.Layer):
         return {**super().get_config(), "memory_length": self.memory_length}
 
 
+@register("srupp")
 class SRUppModel(Transformer):
     """SRU++ language model / encoder (see the module docstring); not to be
     confused with the ``gau_keras.layers.SRUpp`` stack of SRU++ layers.

@@ -111,7 +111,7 @@ class Options:
     head_options: dict = field(default_factory=dict, metadata={"flag": False})
 
     def __post_init__(self):
-        from gau_keras.models.builder import MODELS, model_names
+        from gau_keras.models.registry import MODELS, model_names
 
         self.task_name = tasks.spec_of(self.task_name).name
         for option in dataclasses.fields(self):
@@ -268,9 +268,9 @@ def check_maxlen(args):
     ``max_position_embeddings`` rows, or its square with ``hierarchical_position``), which a
     longer sequence would read past. Rotary or relative positions (GAU-alpha, RoFormer(V2),
     NEZHA) set no such limit. A ValueError names both numbers and the config file."""
-    from gau_keras.models.builder import MODELS
     from gau_keras.models.config import read_config
-    from gau_keras.pretrained import model_files
+    from gau_keras.models.presets import model_files
+    from gau_keras.models.registry import MODELS
 
     if not getattr(MODELS[str(args.model).lower()], "absolute_positions", False):
         return
@@ -286,8 +286,9 @@ def check_maxlen(args):
 
 def build_transformer(args, task):
     """The builder object of the (pretrained or randomly initialised) model, and its tokenizer."""
-    from gau_keras.models.builder import MODELS, build_transformer_model
-    from gau_keras.pretrained import REQUIRED_TOKENS, check_model_dir
+    from gau_keras.models.builder import build_transformer_model
+    from gau_keras.models.presets import REQUIRED_TOKENS, check_model_dir
+    from gau_keras.models.registry import MODELS
     from gau_keras.tokenizers import Tokenizer
 
     if task.with_mlm and not MODELS[args.model].has_mlm_head:
@@ -433,7 +434,7 @@ def train_and_predict(options):
 def _train_and_predict(args):
     import keras
 
-    from gau_keras.pretrained import default_model_dir
+    from gau_keras.models.presets import default_model_dir
     from gau_keras.training.run_dir import save_atomically, write_json
 
     task_cls = tasks.task_class(args.task_name)
