@@ -13,6 +13,7 @@ from gau_keras.layers import (
 )
 from gau_keras.layers import attention as attention_module
 from tests import numpy_reference as ref
+from tests.harness import PADDING, floats, run_layer_test
 from tests.layer_utils import assert_keras_round_trip, gradients
 
 pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
@@ -316,3 +317,19 @@ def test_gau_softmax_plus_cross_attention_equals_the_logit_form(rng, bias_kind):
     inputs = [x, kv, kv] + ([bias] if bias is not None else [])
     got = keras.ops.convert_to_numpy(layer(inputs, a_bias=bias is not None))
     np.testing.assert_allclose(got, _gau_reference(layer, x, kv, bias, None), rtol=1e-5, atol=1e-6)
+
+
+def test_gated_attention_unit_passes_the_layer_harness():
+    run_layer_test(GatedAttentionUnit, {"units": 12, "key_size": 4}, floats(2, 5, 8), (2, 5, 8), input_mask=PADDING)
+
+
+def test_multi_head_attention_passes_the_layer_harness():
+    inputs = [floats(2, 5, 8, seed=i) for i in range(3)]
+    run_layer_test(MultiHeadAttention, {"heads": 2, "head_size": 4}, inputs, (2, 5, 8),
+                   input_mask=[PADDING, PADDING, PADDING], expected_output_mask=PADDING)
+
+
+def test_attention_bias_passes_the_layer_harness():
+    segments = np.array([[0, 0, 1, 1, 1], [0, 1, 1, 1, 1]], "int32")
+    run_layer_test(AttentionBias, {"mode": "unilm"}, segments, (2, 5, 5), input_mask=PADDING,
+                   expected_output_mask=None)

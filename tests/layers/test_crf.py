@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from gau_keras.layers import ConditionalRandomField, Embedding, MaximumEntropyMarkovModel
+from tests.harness import PADDING, floats, run_layer_test
 from tests.layer_utils import assert_keras_round_trip
 
 pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
@@ -19,9 +20,13 @@ def _np(x):
 
 
 def _tagger(layer):
+    """A tagger in the bert4keras face's Model, whose JAX steps map the transitions the MEMM
+    accuracy reads (a plain keras.Model: test_face.py)."""
+    from gau_keras.backend.keras.models import Model
+
     ids = keras.Input((None,), dtype="int32")
     scores = keras.layers.Dense(3)(Embedding(12, 8, mask_zero=True)(ids))
-    return keras.Model(ids, layer(scores))
+    return Model(ids, layer(scores))
 
 
 def _tagging_data(rng):
@@ -221,3 +226,13 @@ def test_padding_may_hold_any_label(layer_class):
     np.testing.assert_allclose(keras.ops.convert_to_numpy(layer.sparse_loss(padded, scores)), expected, rtol=1e-6)
     traced = _traced(layer.sparse_loss)(keras.ops.convert_to_tensor(padded), keras.ops.convert_to_tensor(scores))
     np.testing.assert_allclose(keras.ops.convert_to_numpy(traced), expected, rtol=1e-5)
+
+
+def test_crf_passes_the_layer_harness():
+    run_layer_test(ConditionalRandomField, {}, floats(2, 5, 4), (2, 5, 4), input_mask=PADDING,
+                   expected_output_mask=None)
+
+
+def test_memm_passes_the_layer_harness():
+    run_layer_test(MaximumEntropyMarkovModel, {}, floats(2, 5, 4), (2, 5, 4), input_mask=PADDING,
+                   expected_output_mask=None)

@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 
 from gau_keras.layers import (
-                              Embedding,
-                              PositionEmbedding,
-                              RelativePositionEmbedding,
-                              RelativePositionEmbeddingT5,
-                              SinusoidalPositionEmbedding,
+    Embedding,
+    PositionEmbedding,
+    RelativePositionEmbedding,
+    RelativePositionEmbeddingT5,
+    SinusoidalPositionEmbedding,
 )
 from tests import numpy_reference as ref
+from tests.harness import PADDING, floats, run_layer_test
 from tests.layer_utils import assert_keras_round_trip
 
 pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
@@ -64,12 +65,6 @@ def test_custom_position_ids(rng):
     np.testing.assert_allclose(got[0], ref.sinusoidal(701, 4)[[2, 0, 700]], atol=1e-4)
 
 
-def test_sinusoidal_round_trip():
-    inputs = keras.Input((None, 4))
-    model = keras.Model(inputs, SinusoidalPositionEmbedding(4, "add")(inputs))
-    assert_keras_round_trip(model, np.zeros((1, 3, 4), "float32"))
-
-
 
 def test_position_embedding_in_a_model(rng):
     ids = keras.Input((None,), dtype="int32")
@@ -108,3 +103,28 @@ def test_relative_position_embeddings_clip_and_round_trip():
     ids = keras.ops.convert_to_numpy(rel.compute_position_ids([np.zeros((1, 2, 1)), np.zeros((1, 6, 1))]))
     np.testing.assert_array_equal(ids, [[2, 3, 4, 4, 4, 4], [1, 2, 3, 4, 4, 4]])
     assert_keras_round_trip(model, [np.zeros((1, 3, 2), "float32"), np.zeros((1, 7, 2), "float32")])
+
+
+def test_embedding_passes_the_layer_harness():
+    ids = np.array([[3, 4, 5, 0, 0], [1, 2, 3, 4, 10]], "int32")
+    run_layer_test(Embedding, {"input_dim": 11, "output_dim": 8, "mask_zero": True}, ids, (2, 5, 8),
+                   input_mask=PADDING, expected_output_mask=ids != 0)
+
+
+def test_position_embedding_passes_the_layer_harness():
+    run_layer_test(PositionEmbedding, {"input_dim": 10, "output_dim": 8}, floats(2, 5, 8), (2, 5, 8),
+                   input_mask=PADDING)
+
+
+def test_sinusoidal_position_embedding_passes_the_layer_harness():
+    run_layer_test(SinusoidalPositionEmbedding, {"output_dim": 8}, floats(2, 5, 8), (2, 5, 8), input_mask=PADDING)
+
+
+def test_relative_position_embedding_passes_the_layer_harness():
+    run_layer_test(RelativePositionEmbedding, {"input_dim": 7, "output_dim": 4}, [floats(2, 5, 8), floats(2, 5, 8)],
+                   (5, 5, 4), input_mask=[PADDING, PADDING], expected_output_mask=PADDING)
+
+
+def test_relative_position_embedding_t5_passes_the_layer_harness():
+    run_layer_test(RelativePositionEmbeddingT5, {"input_dim": 8, "output_dim": 2}, [floats(2, 5, 8), floats(2, 5, 8)],
+                   (5, 5, 2), input_mask=[PADDING, PADDING], expected_output_mask=PADDING)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from gau_keras.layers import FeedForward
-from tests.layer_utils import assert_keras_round_trip
+from tests.harness import PADDING, floats, run_layer_test
 
 pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
 
@@ -31,7 +31,6 @@ def test_feedforward_glu(rng):
     np.testing.assert_allclose(y, expected, atol=1e-5)
 
 
-def test_feedforward_round_trip():
-    inputs = keras.Input((None, 4))
-    model = keras.Model(inputs, FeedForward(8, activation=["swish", "linear"])(inputs))
-    assert_keras_round_trip(model, np.ones((1, 3, 4), "float32"))
+def test_feedforward_passes_the_layer_harness():
+    run_layer_test(FeedForward, {"units": 12, "activation": ["swish", "linear"]}, floats(2, 5, 8), (2, 5, 8),
+                   input_mask=PADDING)

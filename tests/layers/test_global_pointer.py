@@ -5,6 +5,7 @@ import pytest
 
 from gau_keras.layers import EfficientGlobalPointer, GlobalPointer
 from gau_keras.ops import NEG_INF
+from tests.harness import PADDING, floats, run_layer_test
 from tests.layer_utils import assert_keras_round_trip
 
 pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
@@ -108,3 +109,13 @@ def test_mixed_precision_keeps_valid_spans_finite(rng):
         valid = expected > NEG_INF
         assert got.dtype == np.float16 and np.all(np.isfinite(got[valid])) and np.all(got[~valid] < -6e4)
         np.testing.assert_allclose(got[valid], expected[valid], atol=2e-2, rtol=1e-2)
+
+
+def test_global_pointer_passes_the_layer_harness():
+    run_layer_test(GlobalPointer, {"heads": 2, "head_size": 4}, floats(2, 5, 8), (2, 2, 5, 5), input_mask=PADDING,
+                   expected_output_mask=None)
+
+
+def test_efficient_global_pointer_passes_the_layer_harness():
+    run_layer_test(EfficientGlobalPointer, {"heads": 2, "head_size": 4}, floats(2, 5, 8), (2, 2, 5, 5),
+                   input_mask=PADDING, expected_output_mask=None)

@@ -8,6 +8,7 @@ import pytest
 from gau_keras import build_transformer_model, losses
 from gau_keras.layers import heads
 from gau_keras.ops import NEG_INF
+from tests.harness import PADDING, floats, ints, run_layer_test
 from tests.layer_utils import assert_keras_round_trip
 from tests.model_utils import TINY_GAU, write_config
 
@@ -128,3 +129,31 @@ def test_choice_logits_and_flatten_shapes():
     np.testing.assert_array_equal(flat, ids.reshape(6, 4))
     logits = keras.ops.convert_to_numpy(heads.ChoiceLogits()([np.arange(6.0)[:, None], ids]))
     np.testing.assert_array_equal(logits, np.array([[0, 1, 2], [3, 4, NEG_INF]], "float32"))
+
+
+def test_first_token_passes_the_layer_harness():
+    run_layer_test(heads.FirstToken, {}, floats(2, 5, 8), (2, 8), input_mask=PADDING, expected_output_mask=None)
+
+
+def test_candidate_scores_passes_the_layer_harness():
+    run_layer_test(heads.CandidateScores, {}, [floats(2, 3, 7), ints(7, 2, 4, 3)], (2, 4), input_mask=[None, None],
+                   expected_output_mask=None)
+
+
+def test_choice_logits_passes_the_layer_harness():
+    run_layer_test(heads.ChoiceLogits, {}, [floats(6, 1), ints(9, 2, 3, 5)], (2, 3))
+
+
+def test_flatten_choices_passes_the_layer_harness():
+    run_layer_test(heads.FlattenChoices, {}, ints(9, 2, 3, 5), (6, 5))
+
+
+def test_gather_positions_passes_the_layer_harness():
+    positions = np.array([[0, 2, 4], [1, 1, 3]], "int32")
+    run_layer_test(heads.GatherPositions, {}, [floats(2, 5, 8), positions], (2, 3, 8), input_mask=[PADDING, None],
+                   expected_output_mask=None)
+
+
+def test_span_logits_passes_the_layer_harness():
+    run_layer_test(heads.SpanLogits, {}, [floats(2, 5, 2), ints(9, 2, 5)], (2, 2, 5), input_mask=[PADDING, None],
+                   expected_output_mask=None)

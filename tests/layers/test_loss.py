@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 from keras import ops
 
+from gau_keras.backend.keras.models import Model
 from gau_keras.layers import Embedding, Loss
-from tests.layer_utils import assert_keras_round_trip
+from tests.harness import PADDING, floats, run_layer_test
+from tests.layer_utils import MeanLoss, assert_keras_round_trip
 
 pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
 
@@ -26,7 +28,7 @@ def _regression(rng):
     x, y = keras.Input((3,)), keras.Input((1,))
     prediction = keras.layers.Dense(1)(x)
     layer = SquaredError(1)
-    model = keras.Model([x, y], layer([y, prediction]))
+    model = Model([x, y], layer([y, prediction]))       # the face's: on JAX it adds add_metric's values
     data = rng.normal(size=(64, 3)).astype("float32")
     return model, layer, [data, data @ np.array([[1.0], [-2.0], [0.5]], "float32")]
 
@@ -122,6 +124,7 @@ BACKEND_RUN = """
 import json
 import keras
 import numpy as np
+from gau_keras.backend.keras.models import Model
 from gau_keras.layers import Loss
 
 class Doubled(Loss):
@@ -134,7 +137,7 @@ class Doubled(Loss):
 
 a, b = keras.Input((3,)), keras.Input((3,))
 out = Doubled(1)([b, keras.layers.Dense(3, kernel_initializer="ones")(a)])
-model = keras.Model([a, b], out)
+model = Model([a, b], out)
 model.compile(keras.optimizers.SGD(0.01))
 rng = np.random.default_rng(0)
 data = [rng.normal(size=(8, 3)).astype("float32"), rng.normal(size=(8, 3)).astype("float32")]
@@ -177,3 +180,8 @@ def test_add_metric_gives_the_same_logs_on_jax_as_on_tensorflow(requires_jax):
         assert jax_logs["history"][name] == pytest.approx(values, rel=1e-5), name
     assert jax_logs["history"]["double"] == pytest.approx([2 * v for v in jax_logs["history"]["loss"]], rel=1e-6)
     assert jax_logs["evaluation"] == pytest.approx(tf_logs["evaluation"], rel=1e-5)
+
+
+def test_loss_passes_the_layer_harness():
+    """As MeanLoss: the registered Loss is abstract."""
+    run_layer_test(MeanLoss, {}, floats(2, 5, 8), (2, 5, 8), input_mask=PADDING)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from gau_keras.layers import Add, Concatenate1D, Embedding, GlobalMaxPooling1D
+from tests.harness import PADDING, floats, run_layer_test
 from tests.layer_utils import assert_keras_round_trip
 
 pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
@@ -40,3 +41,13 @@ def test_concatenate1d_mixes_masked_and_unmasked_sequences():
     x = np.array([[[1.0, -2.0], [9.0, 9.0], [-1.0, -3.0]]], "float32")
     got = GlobalMaxPooling1D()(x, mask=np.array([[True, False, True]]))
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(got), [[1.0, -2.0]])
+
+
+def test_add_passes_the_layer_harness():
+    run_layer_test(Add, {}, [floats(2, 5, 8), floats(2, 5, 8, seed=1)], (2, 5, 8), input_mask=[PADDING, None],
+                   expected_output_mask=PADDING)
+
+
+def test_concatenate1d_passes_the_layer_harness():
+    run_layer_test(Concatenate1D, {}, [floats(2, 5, 8), floats(2, 3, 8, seed=1)], (2, 8, 8),
+                   input_mask=[PADDING, None], expected_output_mask=np.concatenate([PADDING, np.ones((2, 3), bool)], 1))

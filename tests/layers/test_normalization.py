@@ -5,6 +5,7 @@ import pytest
 
 from gau_keras.layers import LayerNormalization, ScaleOffset
 from tests import numpy_reference as ref
+from tests.harness import PADDING, floats, run_layer_test
 from tests.layer_utils import assert_keras_round_trip
 
 pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
@@ -38,16 +39,6 @@ def test_scale_offset(rng):
     layer.beta.assign(np.ones(4))
     np.testing.assert_allclose(keras.ops.convert_to_numpy(layer(x)), x * np.arange(4.0) + 1, atol=1e-6)
     assert [w.name for w in ScaleOffset(offset=False, name="s").weights] == []
-
-
-def test_round_trip_and_mask_propagation(rng):
-    inputs = keras.Input((None,), dtype="int32")
-    x = keras.layers.Embedding(10, 6, mask_zero=True)(inputs)
-    x = LayerNormalization(name="norm")(x)
-    y = ScaleOffset(name="so")(x)
-    assert y._keras_mask is not None
-    model = keras.Model(inputs, y)
-    assert_keras_round_trip(model, np.array([[1, 2, 0]]))
 
 
 def test_conditional_layer_norm_model_keeps_the_mask_and_round_trips(rng):
@@ -92,3 +83,11 @@ def test_conditional_layer_norm_mixed_precision(rng):
     got = keras.ops.convert_to_numpy(half([x, cond]))
     assert got.dtype == np.float16
     np.testing.assert_allclose(got, keras.ops.convert_to_numpy(full([x, cond])), atol=5e-2, rtol=1e-2)
+
+
+def test_scale_offset_passes_the_layer_harness():
+    run_layer_test(ScaleOffset, {}, floats(2, 5, 8), (2, 5, 8), input_mask=PADDING)
+
+
+def test_layer_normalization_passes_the_layer_harness():
+    run_layer_test(LayerNormalization, {}, floats(2, 5, 8), (2, 5, 8), input_mask=PADDING)

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from keras import ops
 
-from gau_keras.layers import SRUpp, SRUppAttention
+from gau_keras.layers import SRUpp, SRUppAttention, SRUppCell, SRUppProjectedLinear
+from tests.harness import PADDING, floats, run_layer_test
 
 # ---------------------------------------------------------------- numpy reference
 
@@ -306,3 +307,25 @@ def test_an_input_of_the_wrong_rank_names_the_layout_and_the_shape(shape):
     with pytest.raises(ValueError, match=r"^sr_upp_cell\w*: the memory must be \[batch, memory_length, features\] "
                                          r"\(rank 3\), got shape \(2, 8\)$"):
         layer(np.zeros((2, 3, 8), "float32"), memory=np.zeros((2, 8), "float32"))
+
+
+@pytest.mark.both_backends
+def test_srupp_passes_the_layer_harness():
+    run_layer_test(SRUpp, {"hidden_size": 8, "proj_size": 4}, floats(2, 5, 8), (2, 5, 8), input_mask=PADDING)
+
+
+@pytest.mark.both_backends
+def test_srupp_cell_passes_the_layer_harness():
+    run_layer_test(SRUppCell, {"hidden_size": 8, "proj_size": 4}, floats(2, 5, 8), (2, 5, 8), input_mask=PADDING)
+
+
+@pytest.mark.both_backends
+def test_srupp_attention_passes_the_layer_harness():
+    run_layer_test(SRUppAttention, {"proj_size": 4, "out_features": 12}, floats(2, 5, 8), (2, 5, 12),
+                   input_mask=PADDING)
+
+
+@pytest.mark.both_backends
+def test_srupp_projected_linear_passes_the_layer_harness():
+    run_layer_test(SRUppProjectedLinear, {"proj_size": 4, "out_features": 12}, floats(2, 5, 8), (2, 5, 12),
+                   input_mask=PADDING)

@@ -8,8 +8,21 @@ import numpy as np
 import pytest
 
 from gau_keras import build_transformer_model, checkpoints
-from gau_keras.models import BACKBONES, BERT, ALBERT_Unshared, Backbone, BertBackbone, GAUAlphaBackbone, NezhaBackbone
+from gau_keras.models import (
+    BACKBONES,
+    BERT,
+    ALBERT_Unshared,
+    AlbertBackbone,
+    AlbertUnsharedBackbone,
+    Backbone,
+    BertBackbone,
+    ElectraBackbone,
+    GAUAlphaBackbone,
+    NezhaBackbone,
+    RoformerBackbone,
+)
 from gau_keras.models.config import read_config
+from tests.harness import SEGMENT_IDS, TOKEN_IDS, run_backbone_test
 from tests.model_utils import TINY, random_checkpoint, write_config
 
 pytestmark = pytest.mark.both_backends
@@ -254,3 +267,38 @@ def test_autoresize_weights_equals_bert4keras(hidden_act):
     checkpoint = {name[len("ckpt:"):]: value for name, value in reference.items() if name.startswith("ckpt:")}
     ours = build_transformer_model(None, checkpoint, with_mlm="linear", autoresize_weights=True, **big)
     np.testing.assert_allclose(ours.predict([ids, segments], verbose=0), reference["logits"], atol=1e-4)
+
+
+#: each BERT-family Backbone with the options that add layers (heads, pooler, causal or UniLM masks)
+HARNESSED = {"bert": {"with_nsp": True, "with_mlm": True}, "albert": {"application": "unilm"},
+             "albert_unshared": {"with_pool": "linear"}, "nezha": {"with_mlm": True},
+             "roformer": {"application": "lm"}, "electra": {"with_discriminator": True}}
+
+
+def _harness_arguments(model):
+    return {**TINY[model], **HARNESSED[model]}
+
+
+def test_bert_backbone_passes_the_backbone_harness():
+    run_backbone_test(BertBackbone, _harness_arguments("bert"), [TOKEN_IDS, SEGMENT_IDS], [(2, 2), (2, 8, 60)])
+
+
+def test_albert_backbone_passes_the_backbone_harness():
+    run_backbone_test(AlbertBackbone, _harness_arguments("albert"), [TOKEN_IDS, SEGMENT_IDS], (2, 8, 60))
+
+
+def test_albert_unshared_backbone_passes_the_backbone_harness():
+    run_backbone_test(AlbertUnsharedBackbone, _harness_arguments("albert_unshared"), [TOKEN_IDS, SEGMENT_IDS],
+                      (2, 16), checkpoint_writer=AlbertBackbone)
+
+
+def test_nezha_backbone_passes_the_backbone_harness():
+    run_backbone_test(NezhaBackbone, _harness_arguments("nezha"), [TOKEN_IDS, SEGMENT_IDS], (2, 8, 60))
+
+
+def test_roformer_backbone_passes_the_backbone_harness():
+    run_backbone_test(RoformerBackbone, _harness_arguments("roformer"), [TOKEN_IDS, SEGMENT_IDS], (2, 8, 60))
+
+
+def test_electra_backbone_passes_the_backbone_harness():
+    run_backbone_test(ElectraBackbone, _harness_arguments("electra"), [TOKEN_IDS, SEGMENT_IDS], (2, 8, 1))

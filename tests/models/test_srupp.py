@@ -1,11 +1,14 @@
-"""gau_keras.models.srupp through build_transformer_model: segment memory,
-TF1 checkpoint and .keras round trips, encoder heads."""
+"""gau_keras.models.srupp through build_transformer_model: segment memory, checkpoint names,
+encoder heads; SRUppBackbone and SegmentMemory through the harness (tests/harness.py)."""
 import keras
 import numpy as np
 import pytest
 from keras import ops
 
 from gau_keras import build_transformer_model
+from gau_keras.models import SRUppBackbone
+from gau_keras.models.srupp.model import SegmentMemory
+from tests.harness import PADDING, TOKEN_IDS, floats, run_backbone_test, run_layer_test
 
 pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
 
@@ -41,7 +44,8 @@ def test_lm_is_causal(rng):
     assert not np.allclose(a[:, 4:], b[:, 4:])
 
 
-def test_encoder_checkpoint_and_keras_round_trip(tmp_path, rng):
+def test_encoder_checkpoint_names():
+    """(Its checkpoint and .keras round trips: test_srupp_backbone_passes_the_backbone_harness.)"""
     transformer = build_transformer_model(application="encoder", with_mlm=True, return_keras_model=False,
                                           **CONFIG)
     names = set(name for layer in transformer.variable_mapping().values() for name in layer.values())
@@ -49,16 +53,6 @@ def test_encoder_checkpoint_and_keras_round_trip(tmp_path, rng):
             "srupp/layer_1/transform/linear3/kernel", "srupp/layer_1/transform/alpha",
             "srupp/layer_2/weight_c", "cls/predictions/transform/dense/kernel"} <= names
     assert "srupp/layer_0/transform/alpha" not in names  # layer 0 has no attention (every 2nd layer)
-    tokens = rng.integers(1, 23, size=(2, 5))
-    tokens[1, 3:] = 0
-    expected = ops.convert_to_numpy(transformer.model(tokens))
-    transformer.save_weights_as_checkpoint(str(tmp_path / "ckpt" / "model.ckpt"))
-    restored = build_transformer_model(application="encoder", with_mlm=True,
-                                       checkpoint_path=str(tmp_path / "ckpt" / "model.ckpt"), **CONFIG)
-    np.testing.assert_allclose(ops.convert_to_numpy(restored(tokens)), expected, rtol=1e-6, atol=1e-7)
-    transformer.model.save(tmp_path / "encoder.keras")
-    loaded = keras.models.load_model(tmp_path / "encoder.keras")
-    np.testing.assert_allclose(ops.convert_to_numpy(loaded(tokens)), expected, rtol=1e-6, atol=1e-7)
 
 
 def test_encoder_with_classifier_trains(rng):
@@ -76,3 +70,13 @@ def test_its_layers_on_hidden_states_of_the_wrong_rank_name_the_layout_and_the_s
     with pytest.raises(ValueError, match=r"^SRUpp-0: the input must be \[batch, length, features\] \(rank 3\), "
                                          r"got shape \(None, 6\)$"):
         t.apply_main_layers(keras.Input((6,)), 0)      # layers reused on other tensors, bert-of-theseus style
+
+
+def test_srupp_backbone_passes_the_backbone_harness():
+    arguments = {key: value for key, value in CONFIG.items() if key != "model"}
+    run_backbone_test(SRUppBackbone, {**arguments, "vocab_size": 60, "with_mlm": True}, [TOKEN_IDS], (2, 8, 60))
+
+
+def test_segment_memory_passes_the_layer_harness():
+    run_layer_test(SegmentMemory, {"memory_length": 3}, [floats(2, 3, 8), floats(2, 5, 8, seed=1)], (2, 3, 8),
+                   input_mask=[None, PADDING], expected_output_mask=None)
