@@ -10,9 +10,10 @@
   sinusoidal embeddings, ``attention_normalize``, ...) with its names,
   signatures and results on the same inputs;
 * ``search_layer`` (walks a functional model's graph), ``set_gelu`` (switches what
-  the activation name 'gelu' means for every layer built afterwards, ours and
-  Keras's) and ``recompute_grad`` (bert4keras's ``RECOMPUTE=1`` decorator for a
-  layer's ``call``, on ``gau_keras.layers.recompute``).
+  the activation name 'gelu' means for gau_keras's layers built afterwards and for
+  this module's ``keras.activations.get``; Keras's own table is not changed) and
+  ``recompute_grad`` (bert4keras's ``RECOMPUTE=1`` decorator for a layer's ``call``,
+  on ``gau_keras.layers.recompute``).
 
 Shapes: B = batch, L = sequence length, d = feature size.
 """
@@ -22,7 +23,9 @@ import keras as keras3
 import numpy as np
 from keras import ops
 
+from gau_keras import activations as gau_activations
 from gau_keras import ops as gau_ops
+from gau_keras.activations import gelu_erf, gelu_tanh
 from gau_keras.bert4keras import keras2_backend as K
 from gau_keras.bert4keras.keras2 import keras  # the Keras 2 face bert4keras scripts import from here
 from gau_keras.bert4keras.keras2_backend import flatten, reshape, where  # bert4keras's extended versions
@@ -69,18 +72,6 @@ def get_available_gpus():
 
 
 @keras3.saving.register_keras_serializable(package=PACKAGE)
-def gelu_erf(x):
-    """GELU, exact: 0.5 x (1 + erf(x / sqrt 2))."""
-    return keras3.activations.gelu(x, approximate=False)
-
-
-@keras3.saving.register_keras_serializable(package=PACKAGE)
-def gelu_tanh(x):
-    """GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
-    return keras3.activations.gelu(x, approximate=True)
-
-
-@keras3.saving.register_keras_serializable(package=PACKAGE)
 def swish(x):
     """x sigmoid(x)."""
     return keras3.activations.silu(x)
@@ -91,31 +82,15 @@ def leaky_relu(x, alpha=0.2):
     return ops.leaky_relu(x, negative_slope=alpha)
 
 
-def _activation_names():
-    # keras.activations.get(<str>) looks names up in this dict only (not in the
-    # custom objects, as Keras 2 did), so set_gelu must change the entry itself
-    from keras.src import activations
-
-    return activations.ALL_OBJECTS_DICT
-
-
-_KERAS_GELU = _activation_names()["gelu"]
-
-
 def set_gelu(version):
-    """Makes the activation name 'gelu' mean the 'erf' (exact, the default) or
-    the 'tanh' GELU in every layer built afterwards.
+    """Makes the activation name 'gelu' mean the 'erf' (exact, the default) or the 'tanh'
+    GELU in gau_keras's layers built afterwards and in this module's ``keras.activations.get``.
 
-    A layer keeps the function it was built with, and a saved model keeps it too
-    ('tanh' saves as ``gau_keras>gelu_tanh``).
+    A layer keeps the function it was built with, and a saved model keeps it too ('tanh'
+    saves as ``gau_keras>gelu_tanh``). Keras's own name table is left alone: a plain
+    ``keras.layers.Dense(activation='gelu')`` is Keras's exact GELU (``gau_keras.activations``).
     """
-    version = str(version).lower()
-    if version not in ("erf", "tanh"):
-        raise ValueError(f"set_gelu: version must be 'erf' or 'tanh', got {version!r}")
-    # exact GELU is Keras's own 'gelu' (same formula), which keeps saved models free of gau_keras names
-    function = _KERAS_GELU if version == "erf" else gelu_tanh
-    _activation_names()["gelu"] = function
-    keras3.saving.get_custom_objects()["gelu"] = gelu_erf if version == "erf" else gelu_tanh
+    gau_activations.set_gelu(version)
 
 
 # --------------------------------------------------------------------------- schedules and graph search

@@ -63,10 +63,10 @@ def test_the_app_folders_are_entry_points_only():
 FLOORS = {
     1: ("registration", "ops", "recurrence", "initializers", "optional", "uniout", "tokenizers", "segmenters",
         "input_checks", "keras_archive"),
-    2: ("bert4keras", "snippets"),
+    2: ("snippets", "activations"),
     3: ("layers", "losses", "optimizers", "metrics"),
     4: ("models", "checkpoints", "data", "pretrained", "export", "distribution"),
-    5: ("backend",),
+    5: ("backend", "bert4keras"),
     6: ("training", "fill_mask", "__main__", "flags", "cli_env"),
 }
 

@@ -9,7 +9,8 @@ Keras 3: every name falls through to Keras itself, except
   (``gau_keras.bert4keras.saving``);
 * ``keras.losses`` and ``keras.metrics``: Keras 2's names added
   (``kullback_leibler_divergence``, ``mse``, ``logcosh``, ``cosine_proximity``, ...);
-* ``keras.backend``: ``gau_keras.bert4keras.keras2_backend`` (Keras 2's backend functions).
+* ``keras.backend``: ``gau_keras.bert4keras.keras2_backend`` (Keras 2's backend functions);
+* ``keras.activations.get``: 'gelu' as ``set_gelu`` chose (``gau_keras.activations.get``).
 
 Nothing is added to Keras itself: ``import keras`` elsewhere in the process is
 plain Keras 3. A script that imports from Keras directly (``from keras.models
@@ -22,6 +23,7 @@ import types
 
 import keras as _keras
 
+from gau_keras import activations as _activations
 from gau_keras.bert4keras import keras2_backend
 from gau_keras.bert4keras import model as _model
 from gau_keras.bert4keras import saving as _saving
@@ -68,14 +70,16 @@ def _aliased(name, base, aliases):
     return Namespace(f"gau_keras.backend.keras.{name}", base, **names)
 
 
+
 models = Namespace("gau_keras.backend.keras.models", _keras.models, Model=_model.Model,
                    load_model=_saving.load_model, save_model=_saving.save_model)
 losses = _aliased("losses", _keras.losses, LOSS_ALIASES)
+activations = Namespace("gau_keras.backend.keras.activations", _keras.activations, get=_activations.get)
 metrics = _aliased("metrics", _keras.metrics, METRIC_ALIASES)
 
 #: what ``from gau_keras.backend import keras`` gives
 keras = Namespace("gau_keras.backend.keras", _keras, Model=_model.Model, models=models, losses=losses,
-                  metrics=metrics, backend=keras2_backend, __file__=__file__)
+                  metrics=metrics, activations=activations, backend=keras2_backend, __file__=__file__)
 
 #: submodules importable by their dotted name, so that a script's ``from keras.models import Model``
 #: ports as ``from gau_keras.backend.keras.models import Model`` (README's one-line change)

@@ -1,8 +1,11 @@
-"""``Model``: a Keras 3 model that takes the calls bert4keras-era (Keras 2) code makes.
+"""The Keras 2 face of a model: ``Keras2Mixin`` gives a Keras 3 model the calls bert4keras-era
+(Keras 2) code makes; the core's models (``Backbone``, ``Transformer.build``) are plain ``keras.Model``s.
 
-``build_transformer_model`` returns one, and ``gau_keras.backend.keras.models.Model``
-(the ``Model`` a bert4keras script imports) makes one; a plain ``keras.Model``
-is untouched. Over Keras 3 it adds:
+The face reaches a model through bert4keras's entry points only: ``build_transformer_model``
+returns its model with the mixin applied (``keras2``), ``gau_keras.backend.keras.models.Model``
+(``Model`` below, the ``Model`` a bert4keras script imports) is a functional model with it, and
+``gau_keras.backend.keras.models.load_model`` applies it to what it loads. ``keras.Model`` and
+Keras's tables are not changed. Over Keras 3 the mixin adds:
 
 * ``fit_generator``, ``evaluate_generator``, ``predict_generator``: Keras 2's
   signatures, run by ``fit`` / ``evaluate`` / ``predict`` on the same data;
@@ -11,6 +14,7 @@ is untouched. Over Keras 3 it adds:
 * ``y_true`` cast to the output's dtype before a compiled loss or metric sees
   it (Keras 2's ``match_dtype_and_rank``: a float64 target meets a float32
   output as float32, an int64 one an int32 output as int32);
+* plain metric functions compiled as Keras 2 compiled them (``Keras2FunctionMetric``);
 * the ids and lengths of array inputs checked against the model's embedding
   and position tables (``gau_keras.input_checks``): an error naming the input,
   not NaN on JAX or a negative id reading the table from its end;
@@ -18,6 +22,8 @@ is untouched. Over Keras 3 it adds:
   ``'x.h5'``, ``'best_model.weights'``): Keras 3's formats, written
   atomically, and ``load_weights`` that reads them back (and Keras 2's HDF5
   weight files) (``gau_keras.bert4keras.saving``);
+* on JAX, ``Loss.add_metric`` and the CRF / MEMM accuracies, which read the
+  transition weights (``gau_keras.bert4keras.jax_training``);
 * Keras 2's training-function internals (``_make_train_function``,
   ``total_loss``, assigning ``train_function``) raise an error naming the
   README's porting section, instead of being silently ignored.
@@ -30,14 +36,18 @@ import numpy as np
 from keras import ops
 from keras.src.backend import get_keras_mask  # Keras's own reader of a tensor's mask
 from keras.src.losses.loss import apply_mask  # the mask folded into a sample weight, as Keras's metrics do
+from keras.src.models.functional import Functional  # the class of keras.Model(inputs, outputs)
 from keras.src.utils.naming import get_object_name  # the name Keras's compile gives a function metric
 
+import gau_keras.models  # noqa: F401  (registers every Backbone: their face classes are made below)
 from gau_keras import input_checks
-from gau_keras.bert4keras import PORTING, saving
+from gau_keras.bert4keras import PORTING, jax_training, nodes, saving
+from gau_keras.models import builder
+from gau_keras.models.registry import BACKBONES
 from gau_keras.registration import PACKAGE
 from gau_keras.snippets import data_generator
 
-__all__ = ["Model", "as_arrays"]
+__all__ = ["Keras2Mixin", "Model", "keras2", "keras2_class", "as_arrays"]
 
 #: Keras 2 generator-method arguments that Keras 3 takes from a ``keras.utils.PyDataset`` instead
 _QUEUE_DEFAULTS = {"max_queue_size": 10, "workers": 1, "use_multiprocessing": False}
@@ -139,10 +149,9 @@ def _keras2_metrics(metrics):
     return metrics
 
 
-@keras.saving.register_keras_serializable(package=PACKAGE)
-class Model(keras.Model):
-    """A ``keras.Model`` with Keras 2's calls (module docstring). Built like any
-    functional model: ``Model(inputs, outputs, name=...)``."""
+class Keras2Mixin:
+    """Keras 2's calls (module docstring) for a ``keras.Model`` subclass: put it first among the
+    bases (``keras2_class``), or apply it to a built model (``keras2``)."""
 
     # ------------------------------------------------------------ data
     def _n_inputs(self):
@@ -227,13 +236,31 @@ class Model(keras.Model):
             self.optimizer.build(self.trainable_variables)
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """Keras's ``compute_loss`` on ``y`` cast to the output's dtype; on JAX the Loss layers'
+        ``add_metric`` values of this step are added first (``jax_training``)."""
+        jax_training.flush_layer_metrics(self)
         return super().compute_loss(x=x, y=_cast_like(y, y_pred), y_pred=y_pred, sample_weight=sample_weight,
-                                    training=training)
+                                     training=training)
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         """Keras's ``compute_metrics`` on ``y`` cast as for the loss (a float64 target from
-        ``sequence_padding`` meets a float32 metric function as float32, as in Keras 2)."""
+        ``sequence_padding`` meets a float32 metric function as float32, as in Keras 2); on JAX
+        with the step's weights mapped for the metrics that read them (``jax_training``)."""
+        jax_training.map_step_weights(self)
         return super().compute_metrics(x, _cast_like(y, y_pred), y_pred, sample_weight=sample_weight)
+
+    if keras.backend.backend() == "jax":        # JAX's steps take the state; TensorFlow's read the variables
+        def train_step(self, state, data):
+            with jax_training.step_weights_noted(self, state):
+                return super().train_step(state, data)
+
+        def test_step(self, state, data):
+            with jax_training.step_weights_noted(self, state):
+                return super().test_step(state, data)
+
+        def predict_step(self, state, data):
+            with jax_training.step_weights_noted(self, state):
+                return super().predict_step(state, data)
 
     # ------------------------------------------------------------ saving
     def save(self, filepath, overwrite=True, include_optimizer=True, save_format=None, **kwargs):
@@ -281,3 +308,44 @@ def _is_user_function(value):
     if wrapped is not None:
         module = getattr(wrapped, "__module__", module) or module
     return not (module.startswith("keras") or module.startswith("tensorflow") or module.startswith("jax"))
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class Model(Keras2Mixin, Functional):
+    """A functional ``keras.Model`` with Keras 2's calls (module docstring), the
+    ``keras.models.Model`` of ``gau_keras.backend.keras``: ``Model(inputs, outputs, name=...)``."""
+
+
+#: the face class of each model class (``keras2_class``)
+_FACES = {Functional: Model, Model: Model}
+
+
+def keras2_class(cls):
+    """The face class of model class ``cls``: ``cls`` with ``Keras2Mixin`` first, of the same
+    name, registered for ``.keras`` files as ``gau_keras>Keras2<name>`` (a plain functional
+    model's is ``Model``)."""
+    if issubclass(cls, Keras2Mixin):
+        return cls
+    if cls not in _FACES:
+        face = type(cls.__name__, (Keras2Mixin, cls), {"__module__": __name__, "__qualname__": cls.__qualname__,
+                                                      "__doc__": f"{cls.__name__} with Keras 2's calls."})
+        _FACES[cls] = keras.saving.register_keras_serializable(package=PACKAGE, name=f"Keras2{cls.__name__}")(face)
+    return _FACES[cls]
+
+
+def keras2(model):
+    """``model`` (a built ``keras.Model``) with Keras 2's calls: the same object, its class
+    made its face class (``keras2_class``); a model that has them is returned as it is."""
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"keras2: model must be a keras.Model, got {type(model).__name__}")
+    if not isinstance(model, Keras2Mixin):
+        model.__class__ = keras2_class(type(model))
+    return model
+
+
+# every Backbone's face class exists from here on, so that a .keras file of one loads after
+# `import gau_keras` (building a model later registers nothing)
+for _backbone in BACKBONES.values():
+    keras2_class(_backbone)
+builder.MODEL_FACES.append(keras2)   # build_transformer_model's model gets Keras 2's calls
+nodes.add_to_layer_names()           # bert4keras's layer names get Keras 2's get_output_at & co.

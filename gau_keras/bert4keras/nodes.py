@@ -3,11 +3,14 @@
 Keras 2 layers kept one inbound node per call; ``layer.get_output_at(i)`` gave
 the output of the i-th call (bert4keras's examples read a shared layer's last
 call with ``get_output_at(-1)``). Keras 3 keeps the nodes (``_inbound_nodes``)
-but dropped the accessors; ``add_node_accessors`` gives them back to a layer
-class of ours (Keras's own classes are left as they are).
+but dropped the accessors; the face gives them back to bert4keras's layer names,
+the classes ``gau_keras.layers`` exports (``add_to_layer_names``, when the face
+is imported: ``import gau_keras`` imports it). Keras's own classes, and
+``keras.layers.Layer``, are left as they are.
 """
 
-__all__ = ["get_input_at", "get_output_at", "get_input_shape_at", "get_output_shape_at", "add_node_accessors"]
+__all__ = ["get_input_at", "get_output_at", "get_input_shape_at", "get_output_shape_at", "add_node_accessors",
+           "add_to_layer_names"]
 
 
 def _node(layer, node_index, what):
@@ -57,3 +60,14 @@ def add_node_accessors(cls):
     for function in (get_input_at, get_output_at, get_input_shape_at, get_output_shape_at):
         setattr(cls, function.__name__, function)
     return cls
+
+
+def add_to_layer_names():
+    """Adds the accessors to every layer class of gau_keras that ``gau_keras.layers`` exports
+    (not to the Keras classes it also re-exports)."""
+    from gau_keras import layers
+
+    for name in layers.__all__:
+        cls = getattr(layers, name)
+        if isinstance(cls, type) and cls.__module__.startswith("gau_keras."):
+            add_node_accessors(cls)

@@ -9,7 +9,6 @@ our GlobalMaxPooling1D (masked) is only ``gau_keras.layers.GlobalMaxPooling1D``.
 """
 import keras as _keras
 
-from gau_keras.bert4keras.nodes import add_node_accessors as _add_node_accessors
 from gau_keras.layers.attention import AttentionBias, GatedAttentionUnit, MultiHeadAttention
 from gau_keras.layers.crf import ConditionalRandomField, MaximumEntropyMarkovModel
 from gau_keras.layers.embeddings import (
@@ -41,10 +40,6 @@ __all__ = ["AttentionBias", "GatedAttentionUnit", "MultiHeadAttention", "Conditi
            "GlobalPointer", "CandidateScores", "ChoiceLogits", "FirstToken", "FlattenChoices", "GatherPositions",
            "SpanLogits", "Loss", "Add", "Concatenate1D", "LayerNormalization", "ScaleOffset", "GlobalMaxPooling1D",
            "SRUpp", "SRUppAttention", "SRUppCell", "SRUppProjectedLinear"]
-
-# Keras 2's get_output_at / get_input_at (and their shapes) on every layer class of ours
-for _name in __all__:
-    _add_node_accessors(globals()[_name])
 
 #: what ``from gau_keras.layers import *`` brings: ours, then the rest of keras.layers (as bert4keras's star import)
 __all__ += sorted(n for n in dir(_keras.layers) if not n.startswith("_") and n not in set(__all__))

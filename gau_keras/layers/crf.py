@@ -9,6 +9,10 @@ entries, as bert4keras's do. Losses are computed in float32 whatever the
 layer's dtype policy. Decoding is ``gau_keras.snippets.ViterbiDecoder`` with
 ``trans=keras.ops.convert_to_numpy(crf.trans)``.
 
+On JAX, the MEMM accuracy reads the transition weights where Keras computes the metrics,
+which only a model of the bert4keras face maps (``gau_keras.backend.keras.models.Model``,
+``build_transformer_model``'s); in a plain ``keras.Model`` it raises an error saying so.
+
 Shapes: scores y_pred [B, L, N] (N labels); sparse labels [B, L] ints,
 dense labels [B, L, N] one-hot.
 """
@@ -19,7 +23,6 @@ import numpy as np
 from keras import ops
 
 from gau_keras import ops as gops
-from gau_keras.bert4keras import jax_training
 from gau_keras.registration import PACKAGE
 
 
@@ -69,7 +72,9 @@ def _masked_mean(values, mask):
 class _TransitionLayer(keras.layers.Layer):
     """Shared parts: the lr-scaled weights, the ``-inf`` masking call and its config."""
 
-    _gau_keras_metrics_read_weights = True    # jax_training.READS_WEIGHTS_IN_METRICS
+    #: read by the bert4keras face's models (``gau_keras.bert4keras.jax_training``): on JAX they map the
+    #: step's weights where Keras computes the metrics, which read ``trans``
+    _gau_keras_metrics_read_weights = True
 
     def __init__(self, lr_multiplier=1, **kwargs):
         super().__init__(**kwargs)
@@ -79,12 +84,20 @@ class _TransitionLayer(keras.layers.Layer):
         self.supports_masking = True
 
     def _transition_weight(self, name, shape):
-        jax_training.install()      # JAX: the accuracies read this weight inside the metrics' scope
         return self.add_weight(name=name, shape=shape, initializer=_scaled_glorot(self.lr_multiplier))
 
     def _scaled(self, variable):
         """The effective value of a stored weight, float32."""
-        value = ops.cast(variable, "float32")
+        try:
+            value = ops.cast(variable, "float32")
+        except TypeError as error:      # JAX: Keras left the variable without a value in this scope
+            if keras.backend.backend() != "jax":
+                raise
+            raise RuntimeError(
+                f"{self.name}: on JAX a metric of this layer reads its transition weights, which Keras does not "
+                "map where a plain keras.Model computes its metrics; build the model with the bert4keras face's "
+                "Model (gau_keras.backend.keras.models.Model, or build_transformer_model's), which maps them "
+                "(gau_keras.bert4keras.jax_training)") from error
         return value * self.lr_multiplier if self.lr_multiplier != 1 else value
 
     def call(self, inputs, mask=None):

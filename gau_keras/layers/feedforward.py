@@ -1,6 +1,7 @@
 """Position-wise feed-forward layer (RoFormerV2's FFN)."""
 import keras
 
+from gau_keras import activations as gau_activations
 from gau_keras.layers.recompute import recompute_call
 from gau_keras.registration import PACKAGE
 
@@ -20,7 +21,7 @@ class FeedForward(keras.layers.Layer):
         self.recompute = bool(recompute)
         self.units = units
         activations = activation if isinstance(activation, (list, tuple)) else [activation]
-        self.activation = [keras.activations.get(a) for a in activations]
+        self.activation = [gau_activations.get(a) for a in activations]   # 'gelu' as set_gelu chose
         self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
 

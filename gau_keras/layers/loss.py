@@ -12,17 +12,20 @@ every bert4keras script does), so under a distribution strategy that call
 belongs inside ``strategy.scope()``, with the rest of the model; a layer first
 called on real tensors makes them on that call and drops that first value.
 
-On JAX the values are noted during the call and added when the model
-computes its loss (``gau_keras.bert4keras.jax_training``, installed when a Loss
-layer is built): the same logs as on TensorFlow.
+On JAX the values are noted during the call and added when a model of the
+bert4keras face computes its loss (``gau_keras.bert4keras.jax_training``: the
+``Model`` of ``gau_keras.backend.keras``, ``build_transformer_model``'s): the same
+logs as on TensorFlow. A plain ``keras.Model`` on JAX has nowhere to put them:
+they are dropped, with a warning.
 
 The layer has no ``compute_output_shape`` on purpose: Keras then infers the
 output by running ``call`` on the symbolic inputs, which is when
 ``compute_loss`` names its metrics.
 """
+import warnings
+
 import keras
 
-from gau_keras.bert4keras import jax_training
 from gau_keras.registration import PACKAGE
 
 
@@ -41,6 +44,7 @@ class _MetricBook:
         self.pending = []
         self.symbolic = False
         self.deferred = []      # JAX: this call's (tracker, value), applied in compute_loss
+        self.warned = False     # JAX: told once that a plain keras.Model drops them
 
     def flush(self):
         for tracker, value in self.deferred:
@@ -65,7 +69,9 @@ class Loss(keras.layers.Layer):
     no input has one, as Keras 2 passed it.
     """
 
-    _gau_keras_defers_metrics = True      # jax_training.DEFERS_METRICS
+    #: read by the bert4keras face's models (``gau_keras.bert4keras.jax_training``): on JAX they add
+    #: the values ``add_metric`` noted when they compute the loss
+    _gau_keras_defers_metrics = True
 
     def __init__(self, output_axis=None, **kwargs):
         super().__init__(**kwargs)
@@ -76,7 +82,6 @@ class Loss(keras.layers.Layer):
         self._metric_book = _MetricBook()
 
     def build(self, input_shape):
-        jax_training.install()
         self.built = True
 
     def __call__(self, *args, **kwargs):
@@ -124,6 +129,11 @@ class Loss(keras.layers.Layer):
             book.pending.append(name)   # the tracker is made when this call returns
             return
         if keras.backend.backend() == "jax":
+            if not getattr(self, "_gau_keras_in_face_model", False) and not book.warned:
+                book.warned = True
+                warnings.warn(f"{self.name}.add_metric({name!r}) on JAX: only a model of the bert4keras face "
+                              "(gau_keras.backend.keras.models.Model, build_transformer_model's) adds it to the "
+                              "logs; a plain keras.Model drops it", UserWarning, stacklevel=2)
             book.deferred.append((book.trackers[name], value))
         else:
             book.trackers[name].update_state(value)

@@ -5,6 +5,7 @@ Design notes: docs/models.md (The norm).
 import keras
 from keras import ops
 
+from gau_keras import activations as gau_activations
 from gau_keras import ops as gops
 from gau_keras.registration import PACKAGE
 
@@ -41,7 +42,7 @@ class ScaleOffset(keras.layers.Layer):
         self.offset = offset
         self.conditional = bool(conditional)
         self.hidden_units = hidden_units
-        self.hidden_activation = keras.activations.get(hidden_activation)
+        self.hidden_activation = gau_activations.get(hidden_activation)
         self.hidden_initializer = keras.initializers.get(hidden_initializer)
         self.gamma_initializer = keras.initializers.get(gamma_initializer)
         self.beta_initializer = keras.initializers.get(beta_initializer)

@@ -17,7 +17,6 @@ import os
 import keras
 import numpy as np
 
-from gau_keras.bert4keras.model import Model
 from gau_keras.models.config import ConfigError, UnknownArgumentError, resolve_arguments
 from gau_keras.models.presets import model_files
 from gau_keras.models.registry import BACKBONES, register_backbone_class
@@ -60,7 +59,7 @@ def _config_value(key, value):
     return _plain(value)
 
 
-class Backbone(Model):
+class Backbone(keras.Model):
     """The model of one architecture; subclasses set ``transformer_class`` and ``presets``
     (``{name: model directory}``). Constructor arguments are the builder's (``vocab_size``,
     ``hidden_size``, ..., ``with_mlm``, ``application``); see ``build_transformer_model``."""

@@ -9,7 +9,6 @@ import logging
 
 import keras
 
-from gau_keras.bert4keras.model import Model
 from gau_keras.initializers import ScaledTruncatedNormal
 from gau_keras.layers import (
     AttentionBias,
@@ -159,8 +158,8 @@ class Transformer(CheckpointMapping):
     # ------------------------------------------------------------------ build
     def build(self, attention_caches=None, layer_norm_cond=None, layer_norm_cond_hidden_size=None,
               layer_norm_cond_hidden_act=None, additional_input_layers=None, **kwargs):
-        """Creates ``self.model`` once: a ``keras.Model`` that also takes bert4keras-era
-        (Keras 2) calls (``gau_keras.bert4keras.model.Model``).
+        """Creates ``self.model`` once: a plain ``keras.Model`` (``build_transformer_model``
+        gives it bert4keras-era (Keras 2) calls, ``gau_keras.bert4keras.model``).
 
         bert4keras's build arguments: ``additional_input_layers`` (Keras inputs
         appended to the model's, for layers of your own that use them) is
@@ -183,7 +182,7 @@ class Transformer(CheckpointMapping):
         self.layer_norm_conds = [layer_norm_cond, layer_norm_cond_hidden_size,
                                  layer_norm_cond_hidden_act or "linear"]
         self.build_graph(additional_input_layers)
-        self.model = Model(self.inputs, self.output, name=self.name)
+        self.model = keras.Model(self.inputs, self.output, name=self.name)
         self.built = True
         return self.model
 

@@ -42,6 +42,12 @@ def extend_with_unified_language_model(base):
     return _with_application(base, "unilm")
 
 
+#: what ``build_transformer_model`` applies to the model it returns (``transformer.model``): the
+#: bert4keras face (``gau_keras.bert4keras.model``, above the models) adds its Keras 2 calls
+#: there; the models themselves (Backbones, ``Transformer.build``) are plain ``keras.Model``s
+MODEL_FACES = []
+
+
 def _build(cls, configs, build_arguments):
     """The built builder object of ``cls``: its model is the class's ``Backbone`` (a config
     of its own, rebuilt from ``.keras`` files) unless the model takes what a config cannot
@@ -88,4 +94,6 @@ def build_transformer_model(config_path=None, checkpoint_path=None, model="bert"
     transformer = _build(cls, configs, build_arguments)
     if checkpoint_path is not None:
         transformer.load_weights_from_checkpoint(checkpoint_path)
+    for face in MODEL_FACES:
+        transformer.model = face(transformer.model)
     return transformer.model if return_keras_model else transformer

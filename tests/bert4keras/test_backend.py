@@ -408,26 +408,30 @@ def test_recompute_grad_gives_the_same_gradients(monkeypatch):
     np.testing.assert_allclose(out, plain_out, rtol=1e-6)
 
 
-def test_set_gelu_switches_the_activation_name(tmp_path):
+def test_set_gelu_switches_the_activation_name_of_our_layers_not_keras(tmp_path):
+    """set_gelu('tanh'): our layers and the face's keras.activations.get take the tanh GELU for
+    'gelu'; Keras's own name table (keras.activations.get, Dense) is left as it is."""
     from gau_keras.layers import FeedForward
 
     x = np.linspace(-3, 3, 13).astype("float32")
     try:
         B.set_gelu("tanh")
-        assert keras.activations.get("gelu") is B.gelu_tanh
-        assert FeedForward(4, activation="gelu").activation == [B.gelu_tanh]
-        dense = keras.layers.Dense(1, activation="gelu")
-        restored = keras.layers.Dense.from_config(dense.get_config())
-        assert restored.activation is B.gelu_tanh
-        keras.Sequential([keras.Input((3,)), dense]).save(tmp_path / "tanh.keras")
+        assert B.keras.activations.get("gelu") is B.gelu_tanh
+        assert keras.activations.get("gelu") is keras.activations.gelu
+        assert keras.layers.Dense(1, activation="gelu").activation is keras.activations.gelu
+        layer = FeedForward(4, activation="gelu")
+        assert layer.activation == [B.gelu_tanh]
+        restored = FeedForward.from_config(layer.get_config())
+        assert restored.activation == [B.gelu_tanh]
+        keras.Sequential([keras.Input((3,)), layer]).save(tmp_path / "tanh.keras")
         with pytest.raises(ValueError, match="version"):
             B.set_gelu("sigmoid")
     finally:
         B.set_gelu("erf")
     loaded = keras.saving.load_model(tmp_path / "tanh.keras")        # keeps the tanh GELU it was built with
-    assert loaded.layers[0].activation is B.gelu_tanh
-    assert keras.layers.Dense(1, activation="gelu").activation is keras.activations.gelu
-    assert keras.activations.get("gelu") is keras.activations.gelu
+    assert loaded.layers[0].activation == [B.gelu_tanh]
+    assert FeedForward(4, activation="gelu").activation == [keras.activations.gelu]
+    assert B.keras.activations.get("gelu") is keras.activations.get("gelu") is keras.activations.gelu
     np.testing.assert_allclose(K.eval(keras.activations.get("gelu")(x)), K.eval(B.gelu_erf(x)), rtol=1e-6)
     assert not np.allclose(K.eval(B.gelu_tanh(x)), K.eval(B.gelu_erf(x)), rtol=0, atol=1e-6)
 

@@ -46,7 +46,7 @@ PLAIN_RUN = textwrap.dedent('''
     if sys.argv[1] != "without":
         import gau_keras, gau_keras.backend, gau_keras.layers, gau_keras.models  # noqa: F401
     import keras
-    if sys.argv[1] == "with-compat-layers":     # on JAX this wraps keras.Model's training methods
+    if sys.argv[1] == "with-compat-layers":     # changes nothing in keras.Model, on JAX too
         from gau_keras.layers import ConditionalRandomField, Loss
         class Mean(Loss):
             def compute_loss(self, inputs, mask=None):
@@ -70,9 +70,9 @@ PLAIN_RUN = textwrap.dedent('''
 
 
 def test_a_plain_keras_model_behaves_as_without_gau_keras():
-    """Importing gau_keras changes nothing in Keras; building a Loss or CRF layer on JAX wraps
-    keras.Model's training methods (gau_keras.bert4keras.jax_training), and a model without such
-    layers still trains to the same losses and logs."""
+    """Importing gau_keras changes nothing in Keras, nor does building a Loss or CRF layer (the JAX
+    support of their metrics lives in the face's models, gau_keras.bert4keras.jax_training): a plain
+    model still trains to the same losses and logs."""
     results = {}
     for flag in ("with", "without", "with-compat-layers"):
         run = subprocess.run([sys.executable, "-c", PLAIN_RUN, flag], capture_output=True, text=True, timeout=300,
@@ -83,8 +83,7 @@ def test_a_plain_keras_model_behaves_as_without_gau_keras():
     assert results["with"] == results["without"]
     compat = results.pop("with-compat-layers")
     assert compat["logs"] == results["without"]["logs"], (compat["logs"], results["without"]["logs"])
-    wrapped = "gau_keras.bert4keras.jax_training"
-    assert (compat["methods"] == [wrapped] * 4) == (keras.backend.backend() == "jax"), compat["methods"]
+    assert compat["methods"] == results["without"]["methods"], compat["methods"]
     assert results["with"]["type"] == "Functional" and not results["with"]["fit_generator"]
     assert not results["with"]["kld"] and not results["with"]["get_output_at"]
 

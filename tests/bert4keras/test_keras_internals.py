@@ -20,7 +20,7 @@ INTERNALS = [
     ("keras.src.backend", "get_keras_mask", "bert4keras/model.py: Keras2FunctionMetric"),
     ("keras.src.losses.loss", "apply_mask", "bert4keras/model.py: Keras2FunctionMetric"),
     ("keras.src.utils.naming", "get_object_name", "bert4keras/model.py: the names of function metrics"),
-    ("keras.src.activations", "ALL_OBJECTS_DICT", "backend.py: set_gelu"),
+    ("keras.src.models.functional", "Functional", "bert4keras/model.py: the face's Model, keras2()"),
     ("keras.src.trainers.data_adapters.data_adapter", "DataAdapter", "snippets/_keras_stream.py: DataGenerator.forfit"),
     ("keras.src.trainers.data_adapters.data_adapter_utils", "get_tensor_spec", "snippets/_keras_stream.py"),
     ("keras.src.trainers.data_adapters.data_adapter_utils", "get_numpy_iterator", "snippets/_keras_stream.py"),
@@ -51,10 +51,13 @@ def test_the_stateless_scope_maps_variables_as_jax_training_expects():
     assert get_stateless_scope() is None
 
 
-def test_activation_names_are_looked_up_in_the_dict_set_gelu_edits():
-    from keras.src import activations
+def test_a_functional_model_is_a_functional_instance():
+    """keras2() gives a plain functional model the face by making its class the face's Model, a
+    subclass of the class keras.Model(inputs, outputs) makes."""
+    from keras.src.models.functional import Functional
 
-    assert activations.ALL_OBJECTS_DICT["gelu"] is keras.activations.gelu
+    x = keras.Input((3,))
+    assert type(keras.Model(x, keras.layers.Dense(2)(x))) is Functional
 
 
 def test_the_generator_adapter_keeps_the_first_batches_and_signature_we_read():
