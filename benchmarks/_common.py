@@ -41,8 +41,7 @@ import traceback
 #: forward + backward ≈ 3 × forward matmul FLOPs (backward: two matmuls per forward one).
 TRAIN_FLOP_FACTOR = 3
 
-WORKER_ENV = {"TF_CPU_ALLOCATOR_USE_BFC": "true", "MALLOC_MMAP_THRESHOLD_": "65536",
-              "TF_CPP_MIN_LOG_LEVEL": "2"}
+WORKER_ENV = {"TF_CPU_ALLOCATOR_USE_BFC": "true", "MALLOC_MMAP_THRESHOLD_": "65536"}
 
 MIB = 2.0 ** 20
 
@@ -169,7 +168,9 @@ class Worker:
     def __init__(self, argv, label):
         self.label = label
         self.stderr = tempfile.TemporaryFile(mode="w+")
-        env = dict(os.environ, **WORKER_ENV)
+        from gau_keras import cli_env  # here: importing gau_keras loads Keras, after the caller chose its backend
+
+        env = dict(os.environ, **WORKER_ENV, **{cli_env.TF_LOG_LEVEL: cli_env.SCRIPT_TF_LOG_LEVEL})
         self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self.stderr, text=True, env=env, bufsize=1)
 

@@ -31,7 +31,7 @@ import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import gau_keras.cli_env  # noqa: E402,F401  (first: the script's TensorFlow log level, before TensorFlow loads)
 
 PROBES = HERE / "fill_mask_probes.tsv"
 

@@ -41,9 +41,10 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))  # the repository root
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # _common
-
 import _common  # noqa: E402  (path set above)
 import numpy as np  # noqa: E402
+
+from gau_keras.recurrence.switches import sru_kernel_set  # noqa: E402
 
 SHAPES = "8x512x512x128,16x1024x1024x256"
 TINY_SHAPES = "2x12x16x8,2x20x32x8"
@@ -203,16 +204,9 @@ def train_steps(B, L, d, p, dtype, seed):
     for variant, implementation in (("SRU++ kernel", "pallas"), ("SRU++ scan", "scan")):
         keras.utils.set_random_seed(seed)
         model = keras.Sequential([keras.Input((L, d)), SRUpp(d, p, num_layers=2, dtype=policy)])
-        previous = os.environ.get("GAU_KERAS_SRU_KERNEL")
-        os.environ["GAU_KERAS_SRU_KERNEL"] = implementation  # read when the step is traced
-        try:
+        with sru_kernel_set(implementation):   # read when the step is traced
             steps[variant] = keras_train_step(model, B, L, d, seed)
             steps[variant]()  # traces and compiles now, under this implementation
-        finally:
-            if previous is None:
-                os.environ.pop("GAU_KERAS_SRU_KERNEL", None)
-            else:
-                os.environ["GAU_KERAS_SRU_KERNEL"] = previous
     keras.utils.set_random_seed(seed)
     gru = keras.Sequential([keras.Input((L, d)), keras.layers.GRU(d, return_sequences=True, dtype=policy),
                             keras.layers.GRU(d, return_sequences=True, dtype=policy)])
@@ -342,7 +336,7 @@ def main(argv=None):
 
 if __name__ == "__main__":
     os.environ.setdefault("KERAS_BACKEND", "jax")  # before Keras loads (it is imported where it is used)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import gau_keras.cli_env  # noqa: F401  (after KERAS_BACKEND: the script's TensorFlow log level)
     if OFFICIAL_FLAG in sys.argv:
         sys.argv.remove(OFFICIAL_FLAG)
         official_worker(arguments())

@@ -34,9 +34,11 @@ import time
 
 WORKER_FLAG = "--tf-worker"
 os.environ["KERAS_BACKEND"] = "tensorflow" if WORKER_FLAG in sys.argv else "jax"  # before Keras loads
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))  # the repository root
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # _common
+import gau_keras.cli_env  # noqa: E402,F401  (first: the script's TensorFlow log level, before TensorFlow loads)
+
+# isort: split
 
 import _common  # noqa: E402  (path set above)
 import numpy as np  # noqa: E402

@@ -41,7 +41,6 @@ about twice its bytes (the custom variant keeps exactly h and c, 2 x B*L*d*4
 bytes, yet may show 3 x).  "autodiff" here is the graph while-loop without XLA.
 """
 import argparse
-import contextlib
 import functools
 import os
 import pathlib
@@ -50,8 +49,10 @@ import sys
 import tempfile
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))  # the repository root
+import gau_keras.cli_env  # noqa: E402,F401  (first: the script's TensorFlow log level, before TensorFlow loads)
+
+# isort: split
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -59,6 +60,7 @@ import tensorflow as tf  # noqa: E402
 
 from gau_keras.layers import SRUpp  # noqa: E402
 from gau_keras.recurrence import TRACE_SCOPE, sru_recurrence, sru_recurrence_autodiff  # noqa: E402
+from gau_keras.recurrence.switches import sru_kernel_set  # noqa: E402
 from gau_keras.recurrence.tensorflow import native as kernels  # noqa: E402
 
 MiB = 2 ** 20
@@ -264,18 +266,9 @@ def rnn_model(cls, d, layers, L):
     return keras.Model(inputs, h)
 
 
-@contextlib.contextmanager
 def sru_implementation(name):
     """``$GAU_KERAS_SRU_KERNEL`` while a step is traced (the layer reads it when traced)."""
-    before = os.environ.get("GAU_KERAS_SRU_KERNEL")
-    os.environ["GAU_KERAS_SRU_KERNEL"] = name
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("GAU_KERAS_SRU_KERNEL")
-        else:
-            os.environ["GAU_KERAS_SRU_KERNEL"] = before
+    return sru_kernel_set(name)
 
 
 def step_tables(B, d, proj, layers, L, repeats, seed=0, gru_lstm=True):

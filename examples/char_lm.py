@@ -19,13 +19,14 @@ positions.
 import argparse
 import collections
 import math
-import os
 import pathlib
 import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))  # the repository root
+import gau_keras.cli_env  # noqa: E402,F401  (first: the script's TensorFlow log level, before TensorFlow loads)
+
+# isort: split
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

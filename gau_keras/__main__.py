@@ -15,7 +15,6 @@
 ``gau_keras.data.clue.TASKS`` that has a head. ``gau-keras --help`` lists every subcommand.
 """
 import argparse
-import os
 import sys
 
 from gau_keras import cli_env, flags
@@ -109,7 +108,7 @@ def _delegate(argv):
 
 
 def main(argv=None):
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", cli_env.CLI_TF_LOG_LEVEL)   # when called in-process
+    cli_env.default_tf_log_level(cli_env.CLI_TF_LOG_LEVEL)   # when called in-process
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and (argv[0] in DELEGATED or argv[0] == "finetune"):
         return _delegate(argv)

@@ -13,14 +13,11 @@ import os
 import numpy as np
 
 from gau_keras import optional
+from gau_keras.errors import CheckpointError
 
 
 def _tf():
     return optional.tensorflow("reading or writing a TF1 checkpoint")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint is missing, unreadable, or does not fit the model."""
 
 
 def resolve_checkpoint(path):

@@ -1,4 +1,5 @@
-"""The ``gau-keras`` command's environment, set before TensorFlow is imported.
+"""The ``gau-keras`` command's environment, set before TensorFlow is imported: the one
+place the project sets TensorFlow's C++ log level (``TF_CPP_MIN_LOG_LEVEL``).
 
 ``import gau_keras`` imports TensorFlow (it registers the serialisable
 classes), and a console script imports the package before its ``main`` runs,
@@ -11,15 +12,44 @@ while they load, before that setting is read ("All log messages before
 absl::InitializeLog() ...", "Could not find cuda drivers ...", on CPUs
 where oneDNN's custom operations switch on "oneDNN custom operations are
 on ..."), are held back
-too; anything else written while TensorFlow loads is passed on.
+too; anything else written while TensorFlow loads is passed on. A script
+of the checkout's ``pretrain/``, ``finetune/``, ``benchmarks/`` or
+``examples/`` folders gets ``TF_CPP_MIN_LOG_LEVEL=2`` (no notices held
+back): its first import of gau_keras, before TensorFlow's, sets it.
 A library user's process is left alone.
 """
 import os
 import re
 import sys
 
+#: the variable TensorFlow's C++ log reads, once, when it loads: set it before (`default_tf_log_level`)
+TF_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL"
 #: TensorFlow's C++ log level of the command line (3: errors are raised as Python exceptions instead)
 CLI_TF_LOG_LEVEL = "3"
+#: TensorFlow's C++ log level of the checkout's scripts and of a command run in-process (2: no notices)
+SCRIPT_TF_LOG_LEVEL = "2"
+#: the checkout's folders of scripts (``python pretrain/pretrain.py``, ``python -m finetune``)
+SCRIPT_FOLDERS = ("finetune", "pretrain", "benchmarks", "examples")
+#: the folder holding this gau_keras package (a checkout's root when run from one)
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def default_tf_log_level(level=SCRIPT_TF_LOG_LEVEL):
+    """Sets ``TF_CPP_MIN_LOG_LEVEL`` to ``level`` unless the user set it: the one place the project
+    writes it. TensorFlow reads it once, as it loads: `quiet_tensorflow` calls this on ``import
+    gau_keras``, before the package loads TensorFlow."""
+    os.environ.setdefault(TF_LOG_LEVEL, level)
+
+
+def is_checkout_script(main_file=None):
+    """Whether this process runs a script of the checkout's ``SCRIPT_FOLDERS`` (``main_file``:
+    the ``__main__`` module's file, by default this process's)."""
+    if main_file is None:
+        main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not main_file:
+        return False
+    folder = os.path.dirname(os.path.abspath(main_file))
+    return os.path.basename(folder) in SCRIPT_FOLDERS and os.path.dirname(folder) == CHECKOUT
 
 
 def is_command_line(argv=None, orig_argv=None):
@@ -60,10 +90,16 @@ def import_tensorflow_quietly():
 
 
 def quiet_tensorflow():
-    """``TF_CPP_MIN_LOG_LEVEL`` for the command line, unless the user set it."""
-    if not is_command_line() or "TF_CPP_MIN_LOG_LEVEL" in os.environ:
+    """``TF_CPP_MIN_LOG_LEVEL`` for the command line (its load notices held back too) or a
+    checkout's script, unless the user set it; a library user's process is left alone."""
+    if TF_LOG_LEVEL in os.environ:
         return
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = CLI_TF_LOG_LEVEL
+    if is_checkout_script():
+        default_tf_log_level(SCRIPT_TF_LOG_LEVEL)
+        return
+    if not is_command_line():
+        return
+    default_tf_log_level(CLI_TF_LOG_LEVEL)
     if os.environ.get("GAU_KERAS_TF_FREE") != "1" and "tensorflow" not in sys.modules:
         try:
             import_tensorflow_quietly()

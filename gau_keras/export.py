@@ -182,15 +182,10 @@ def _check_ids(ids, name, size, key, longest=None):
 def plain_recurrence():
     """SRU++ layers traced with their XLA loops (plain TensorFlow ops, no custom op a serving binary
     would lack) inside the block; the process's ``GAU_KERAS_SRU_KERNEL`` is restored after it."""
-    before = os.environ.get("GAU_KERAS_SRU_KERNEL")
-    os.environ["GAU_KERAS_SRU_KERNEL"] = "xla"
-    try:
+    from gau_keras.recurrence.switches import sru_kernel_set
+
+    with sru_kernel_set("xla"):
         yield
-    finally:
-        if before is None:
-            os.environ.pop("GAU_KERAS_SRU_KERNEL", None)
-        else:
-            os.environ["GAU_KERAS_SRU_KERNEL"] = before
 
 
 def load_for_export(model_dir=None, keras_file=None, model="gau_alpha"):

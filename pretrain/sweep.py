@@ -7,9 +7,9 @@
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, CHECKOUT)   # this checkout's gau_keras, installed or not
+# importing gau_keras sets this script's TensorFlow log level before TensorFlow loads (gau_keras.cli_env)
 
 from gau_keras.training.pretrain.sweep import main  # noqa: E402
 

@@ -61,7 +61,7 @@ def test_the_app_folders_are_entry_points_only():
 
 #: docs/architecture.md, "The floors": each module of gau_keras imports only from its floor and below
 FLOORS = {
-    1: ("registration", "ops", "recurrence", "initializers", "optional", "uniout", "tokenizers", "segmenters",
+    1: ("errors", "registration", "ops", "recurrence", "initializers", "optional", "uniout", "tokenizers", "segmenters",
         "input_checks", "keras_archive"),
     2: ("snippets", "activations"),
     3: ("layers", "losses", "optimizers", "metrics"),

@@ -20,6 +20,7 @@ import os
 
 import keras
 
+from gau_keras.errors import ConfigError
 from gau_keras.ops import ATTENTION_NORMALIZATIONS
 
 logger = logging.getLogger(__name__)
@@ -53,11 +54,6 @@ _RATES = ("dropout_rate", "attention_dropout_rate")
 _POSITIVE_FLOATS = ("layer_norm_epsilon",)
 #: head options: True (the head's own activation), False, or an activation name
 _HEAD_OPTIONS = ("with_mlm", "with_pool", "with_discriminator")
-
-
-class ConfigError(ValueError):
-    """A model config value that cannot build a model; the message names the key, the value and
-    the file or the model."""
 
 
 def _where(where, model=None):

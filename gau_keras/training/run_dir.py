@@ -30,6 +30,7 @@ import time
 import tensorflow as tf
 
 from gau_keras import flags
+from gau_keras.errors import CheckpointError, RunDirError
 
 CHECKPOINT_RE = re.compile(r"^ckpt-(\d+)\.index$")
 #: what a run writes into its .lock
@@ -50,11 +51,6 @@ def warn(message):
 
 def is_local(path):
     return "://" not in path
-
-
-class RunDirError(ValueError):
-    """A run directory that cannot be used (not a writable folder, a ``.lock`` that is not
-    the run's lock file, or in use by another run); the message names it and the option."""
 
 
 def check_writable_dir(directory, option):
@@ -255,15 +251,15 @@ def refuse_other_format(directory, backend):
     other = next(name for name in FORMATS if name != backend)
     found = checkpoint_updates(directory)[other]
     if found:
-        raise SystemExit(f"error: {directory} holds {FORMATS[other]} up to update {found[-1]}, written under "
+        raise RunDirError(f"{directory} holds {FORMATS[other]} up to update {found[-1]}, written under "
                          f"KERAS_BACKEND={other}; resume the run there, or pass --restart to move them aside and "
                          f"start from update 0 under KERAS_BACKEND={backend}")
 
 
 def disk_full(update, directory, kept):
     """The error of a checkpoint that did not fit on the disk (``kept``: the
-    checkpoints left, oldest first)."""
-    raise SystemExit(f"error: cannot write checkpoint {update} to {directory}: no space left on device; "
+    checkpoints left, oldest first): a `RunDirError`."""
+    raise RunDirError(f"cannot write checkpoint {update} to {directory}: no space left on device; "
                      + (f"the previous checkpoint {os.path.basename(kept[-1])} is kept" if kept
                         else "no earlier checkpoint exists")
                      + "; free some space and start the run again to resume") from None
@@ -321,7 +317,7 @@ def restore_newest(checkpoint, directory, repair=True):
     warning naming them, and the state file is rewritten to list those that
     remain (not with ``repair=False``: another process owns the folder).
     Returns the restored prefix, or None when there was none;
-    raises SystemExit when checkpoints exist but none restores.
+    raises `CheckpointError` when checkpoints exist but none restores.
     """
     prefixes = scan_checkpoints(directory)
     if not prefixes:
@@ -347,7 +343,7 @@ def restore_newest(checkpoint, directory, repair=True):
             if problem or failed:
                 write_state_file(directory, [p for p in prefixes if p not in failed])
         return prefix
-    raise SystemExit(f"error: none of the {len(prefixes)} checkpoints in {directory} restores (newest "
+    raise CheckpointError(f"none of the {len(prefixes)} checkpoints in {directory} restores (newest "
                      f"{prefixes[-1]}); fix or remove them, or pass --restart to move them aside and "
                      f"start from update 0")
 

@@ -33,6 +33,7 @@ from gau_keras.data.clue.forms import FORMS
 from gau_keras.data.clue.records import Malformed, Skip
 from gau_keras.data.clue.tasks import TASKS, get_task
 from gau_keras.data.mlm import mostly_unusable
+from gau_keras.errors import DataFileError
 
 logger = logging.getLogger(__name__)
 
@@ -43,10 +44,6 @@ class MalformedRecordWarning(UserWarning):
 
 class EmptyTextWarning(UserWarning):
     """Some examples of a CLUE file have an empty text (they are kept)."""
-
-
-class DataFileError(ValueError):
-    """A CLUE file refused as a whole: another task's records, mostly malformed records, or only empty texts."""
 
 
 @dataclass

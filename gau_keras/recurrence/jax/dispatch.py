@@ -5,7 +5,6 @@ by the host that traces: a step traced on a CPU and compiled or exported for a
 GPU or TPU gets the kernel there.  ``implementation`` (or
 ``$GAU_KERAS_SRU_KERNEL``) overrides it: ``kernel_choice``.
 """
-import os
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +12,7 @@ import jax.numpy as jnp
 import gau_keras.recurrence.jax.pallas_kernel as pallas_kernel
 import gau_keras.recurrence.jax.scan as scan
 from gau_keras.recurrence.jax.prepare import compute_dtype, prepare
+from gau_keras.recurrence.switches import sru_kernel
 
 __all__ = ["sru_recurrence", "kernel_choice", "MODES"]
 
@@ -24,8 +24,7 @@ KERNEL_PLATFORMS = {"cuda": "triton", "tpu": "mosaic"}
 
 def _mode(implementation):
     """The requested mode, validated: "auto", "pallas" or "scan"."""
-    mode = implementation or os.environ.get("GAU_KERAS_SRU_KERNEL") or "auto"
-    source = "implementation" if implementation else "GAU_KERAS_SRU_KERNEL"
+    mode, source = sru_kernel(implementation)
     if mode == "native":
         raise ValueError(f"sru_recurrence: {source}='native' is TensorFlow's C++ kernel; on the JAX backend "
                          f"use 'auto', 'pallas' (the fused kernel) or 'scan' (the lax.scan pair)")

@@ -15,13 +15,13 @@ every intermediate of every step).  Two implementations of that pair:
 ``__init__.py``: AutoGraph mixes up functions of two ``__init__.py`` files
 traced in one ``tf.function``.)
 """
-import os
 
 import tensorflow as tf
 
 import gau_keras.recurrence.tensorflow.native as native
 import gau_keras.recurrence.tensorflow.xla_loops as xla_loops
 from gau_keras.recurrence.common import TRACE_SCOPE, warn_once
+from gau_keras.recurrence.switches import sru_kernel
 from gau_keras.recurrence.tensorflow.prepare import prepare
 
 __all__ = ["sru_recurrence", "kernel_choice", "ACCELERATOR_WARNING"]
@@ -52,8 +52,7 @@ def kernel_choice(dtype="float32", implementation=None):
     "xla" (or its alias "scan", the JAX backend's name for its loops) always
     uses the XLA loops (plain graph loops when XLA fails); "pallas" (JAX's
     kernel) raises ValueError."""
-    mode = implementation or os.environ.get("GAU_KERAS_SRU_KERNEL") or "auto"
-    source = "implementation" if implementation else "GAU_KERAS_SRU_KERNEL"
+    mode, source = sru_kernel(implementation)
     if mode == "pallas":
         raise ValueError(f"sru_recurrence: {source}='pallas' is the JAX backend's fused kernel; on TensorFlow "
                          f"use 'auto', 'native' or 'xla' (KERAS_BACKEND=jax runs the Pallas kernel)")

@@ -10,13 +10,13 @@ functions (e.g. a jit-compiled training step), for dtypes the native kernel
 lacks, and when no C++ compiler is available. The equations: docs/srupp.md.
 """
 import functools
-import os
 
 import tensorflow as tf
 
+from gau_keras.recurrence.switches import sru_xla
 from gau_keras.recurrence.tensorflow.prepare import flip_time, unflip_time
 
-USE_XLA = os.environ.get("GAU_KERAS_SRU_XLA", "1") != "0"
+USE_XLA = sru_xla()
 
 
 def _parts(layout, U, x, weight_c, bias, scale_x):

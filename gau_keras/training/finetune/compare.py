@@ -21,14 +21,13 @@ markdown table and written to ``OUT_DIR/summary.md`` and ``OUT_DIR/summary.json`
 """
 import argparse
 import json
-import os
 import pathlib
 import shlex
 import subprocess
 import sys
 import time
 
-from gau_keras import flags
+from gau_keras import cli_env, flags
 
 #: the tasks compared, each run as ``gau-keras finetune <task>`` with its registry defaults
 #: overridden by its ``budget`` (`gau_keras.data.clue.TASKS`; sized for a 2-core CPU: few-shot
@@ -204,7 +203,7 @@ def main(argv=None):
         print(f"error: --variant labels must differ, got {labels}", file=sys.stderr)
         return 2
     args.lrs = args.lrs or [args.lr]
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    cli_env.default_tf_log_level()
     from gau_keras.training.run_dir import write_json, write_text
     budgets = protocol(tasks)
     results, rates, grid = {}, {}, {}

@@ -41,7 +41,6 @@ library caller (a ValueError naming the field).
 import argparse
 import dataclasses
 import json
-import os
 import pathlib
 import sys
 import time
@@ -50,7 +49,7 @@ from typing import Optional
 
 import numpy as np
 
-from gau_keras import flags
+from gau_keras import cli_env, flags
 from gau_keras.training.finetune import tasks
 from gau_keras.training.finetune.batching import PaddedBatches
 
@@ -496,7 +495,7 @@ def _train_and_predict(args):
 
 def run(task, argv=None, prog="gau-keras finetune"):
     """The command line of the task ``task`` (its name); returns the exit status."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    cli_env.default_tf_log_level()
     options = parse_options(task, argv, prog)
     if options.devices > 1:
         try:   # before anything starts TensorFlow's runtime

@@ -11,6 +11,8 @@ import os
 import shutil
 import sys
 
+from gau_keras.errors import DataFileError
+
 MODEL_FILES = ("bert_config.json", "vocab.txt", "bert_model.ckpt.index",
                "bert_model.ckpt.data-00000-of-00001", "checkpoint")
 
@@ -24,7 +26,7 @@ def read_log(path):
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
-                raise SystemExit(f"error: {path}:{number}: not JSON ({e})") from None
+                raise DataFileError(f"{path}:{number}: not JSON ({e})") from None
             (evals if "eval_loss" in record else train).append(record)
     return train, evals
 
@@ -140,7 +142,10 @@ def main(argv=None):
         parser.error(f"{export} lacks {missing}; run pretrain.py --export-only first")
     if os.path.exists(args.output) and not args.overwrite:
         parser.error(f"{args.output} exists; pass --overwrite to replace it")
-    train, evals = read_log(os.path.join(args.run_dir, "log.jsonl"))
+    try:
+        train, evals = read_log(os.path.join(args.run_dir, "log.jsonl"))
+    except DataFileError as error:
+        raise SystemExit(f"error: {error}") from None
     if not train:
         parser.error(f"{args.run_dir}/log.jsonl has no training records")
     os.makedirs(args.output, exist_ok=True)

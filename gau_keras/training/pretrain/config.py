@@ -12,6 +12,8 @@ the config itself applies after the last one, up to ``train.steps``
 import copy
 import json
 
+from gau_keras.errors import ConfigError
+
 DEFAULTS = {
     "model": "gau_alpha",
     "model_config": None,            # bert_config.json keys, inline
@@ -128,13 +130,13 @@ def load(path, args=None):
         with open(path, encoding="utf-8") as f:
             given = json.load(f)
     except OSError as e:
-        raise SystemExit(f"error: cannot read config {path!r}: {e}") from None
+        raise ConfigError(f"cannot read config {path!r}: {e}") from None
     except json.JSONDecodeError as e:
-        raise SystemExit(f"error: config {path!r} is not valid JSON: {e}") from None
+        raise ConfigError(f"config {path!r} is not valid JSON: {e}") from None
     try:
         config = _merge(given, path)
     except ValueError as e:
-        raise SystemExit(f"error: {e}") from None
+        raise ConfigError(str(e)) from None
     file_steps = config["train"]["steps"]
     if args is not None:
         overrides = {("data", "train"): args.data, ("data", "eval"): args.eval_data,
@@ -148,19 +150,19 @@ def load(path, args=None):
         for key in keys:
             value = value[key]
         if value in (None, ""):
-            raise SystemExit(f"error: config {path!r} must set {'.'.join(keys)}")
+            raise ConfigError(f"config {path!r} must set {'.'.join(keys)}")
     if (config["model_config"] is None) == (config["model_config_path"] is None):
-        raise SystemExit(f"error: config {path!r} must set exactly one of model_config, model_config_path")
+        raise ConfigError(f"config {path!r} must set exactly one of model_config, model_config_path")
     try:
         validate(config, path)
     except ValueError as e:
-        raise SystemExit(f"error: {e}") from None
+        raise ConfigError(str(e)) from None
     if not _fits(file_steps, INT):
         file_steps = config["train"]["steps"]
     try:   # every stage, also those beyond a --steps that cuts the run short
         stage_configs({**config, "train": {**config["train"], "steps": file_steps}}, path, file_steps)
     except ValueError as e:
-        raise SystemExit(f"error: {e}") from None
+        raise ConfigError(str(e)) from None
     config["config_path"] = path
     return config
 

@@ -24,6 +24,7 @@ import tensorflow as tf
 from keras import ops
 
 from gau_keras.distribution import JaxDataParallel
+from gau_keras.errors import CheckpointError, DeviceError
 from gau_keras.training import run_dir
 from gau_keras.training.pretrain.trainer import tf_config_workers
 
@@ -51,24 +52,24 @@ class Devices:
 def choose_devices(tpu=None, devices=None):
     """All of this host's JAX devices, or the first ``devices`` (``--devices N``)."""
     if tpu:
-        raise SystemExit(f"error: --tpu {tpu}: naming a TPU is TensorFlow's TPUStrategy; under KERAS_BACKEND=jax "
+        raise DeviceError(f"--tpu {tpu}: naming a TPU is TensorFlow's TPUStrategy; under KERAS_BACKEND=jax "
                          f"run on the TPU VM itself, whose TPU cores are JAX's local devices (all are used, or "
                          f"--devices N)")
     workers = tf_config_workers()
     if workers > 1:
-        raise SystemExit(f"error: TF_CONFIG names {workers} workers: multi-worker pretraining runs under "
+        raise DeviceError(f"TF_CONFIG names {workers} workers: multi-worker pretraining runs under "
                          f"KERAS_BACKEND=tensorflow (MultiWorkerMirroredStrategy); under JAX a run trains on one "
                          f"host's devices")
     try:
         return Devices(JaxDataParallel(devices))
     except ValueError as e:
-        raise SystemExit(f"error: {e}") from None
+        raise DeviceError(str(e)) from None
 
 
 def resolve_xla(explicit, configured, kind):
     """Always True: JAX runs a step compiled by XLA (``jax.jit``) or op by op."""
     if explicit is False:
-        raise SystemExit("error: --no-xla: under KERAS_BACKEND=jax the training step is always compiled with "
+        raise DeviceError("--no-xla: under KERAS_BACKEND=jax the training step is always compiled with "
                          "XLA (jax.jit); train under KERAS_BACKEND=tensorflow to run it without")
     if configured is False:
         print("note: train.xla=false does not apply under KERAS_BACKEND=jax: the step is compiled with XLA (jax.jit)")
@@ -278,7 +279,7 @@ class TrainingState:
             self._at_checkpoint = int(os.path.basename(path))
             return path
         if steps:
-            raise SystemExit(f"error: none of the {len(steps)} checkpoints in {self.directory} restores (newest "
+            raise CheckpointError(f"none of the {len(steps)} checkpoints in {self.directory} restores (newest "
                              f"{steps[-1]}); fix or remove them, or pass --restart to move them aside and "
                              f"start from update 0")
         self._open()

@@ -32,8 +32,9 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from gau_keras import flags, tf_free_children
+from gau_keras import cli_env, flags, tf_free_children
 from gau_keras.data.mlm import MaskStats, SequencePacker, WholeWordMLM, mostly_unusable
+from gau_keras.errors import GauKerasError, OutputDirError
 from gau_keras.segmenters import SEGMENTERS, get_segmenter, lac_model_dir, restore_default_sigterm
 from gau_keras.tokenizers import Tokenizer, load_vocab
 
@@ -133,13 +134,9 @@ def files_under(folder):
 
 def check_writable(output_dir):
     """Before any work: a local ``output_dir`` must be a folder this process can write (it is created if
-    missing); a one-line SystemExit names it otherwise. Remote (``gs://``) folders are checked when written."""
-    if "://" in output_dir:
-        return
-    try:
-        flags.check_writable_folder(output_dir, "--output-dir")
-    except ValueError as e:
-        raise SystemExit(f"prepare_corpus: {e}") from None
+    missing); an `OutputDirError` names it otherwise. Remote (``gs://``) folders are checked when written."""
+    if "://" not in output_dir:
+        flags.check_writable_folder(output_dir, "--output-dir", OutputDirError)
 
 
 # -- reading (main process) ---------------------------------------------------
@@ -251,7 +248,7 @@ def check_output_dir(gfile, output_dir, overwrite):
     (without ``overwrite``) an earlier run's output; with ``overwrite`` the
     earlier run's files are removed."""
     if gfile.exists(output_dir) and not gfile.isdir(output_dir):
-        raise SystemExit(f"prepare_corpus: --output-dir {output_dir} is a file, not a folder")
+        raise OutputDirError(f"--output-dir {output_dir} is a file, not a folder")
     if not gfile.exists(output_dir):
         return
     existing = gfile.glob(gfile.join(output_dir, SHARD_GLOB))
@@ -259,12 +256,12 @@ def check_output_dir(gfile, output_dir, overwrite):
     ours = _files_of_earlier_run(gfile, output_dir)
     foreign = [p for p in existing if os.path.basename(p) not in ours]
     if foreign:
-        raise SystemExit(f"prepare_corpus: {output_dir} already holds {foreign[0]}"
+        raise OutputDirError(f"{output_dir} already holds {foreign[0]}"
                          + (f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else "")
                          + f", which no {SUMMARY} there lists as written by prepare_corpus; move it away or "
                            "choose another --output-dir (--overwrite only replaces an earlier run's files)")
     if existing and not overwrite:
-        raise SystemExit(f"prepare_corpus: {output_dir} already holds {len(existing)} shard/summary files "
+        raise OutputDirError(f"{output_dir} already holds {len(existing)} shard/summary files "
                          f"(e.g. {existing[0]}); pass --overwrite to replace them")
     for path in existing:
         gfile.remove(path)
@@ -337,7 +334,7 @@ def run(args):
     """Prepares the shards; returns the summary dict (``status`` "failed"
     with an ``error`` when the input was mostly unusable). A run that fails
     before its summary leaves no shard and no summary.json behind."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    cli_env.default_tf_log_level()
     import tensorflow as tf  # after argument checks; the workers never import it
 
     from gau_keras.data.tfrecord import ShardedWriter
@@ -357,11 +354,9 @@ def run(args):
             with tqdm(total=total_bytes, unit="B", unit_scale=True, desc="prepare_corpus",
                       file=sys.stderr) as progress:
                 process_corpus(args, writer, stats, skipped, progress)
-    except BaseException as e:
+    except BaseException:
         if gfile.exists(summary_path):
             gfile.remove(summary_path)
-        if isinstance(e, WorkerStartupError):
-            raise SystemExit(f"prepare_corpus: error: a worker failed at start-up: {e}") from None
         raise
     summary = make_summary(args, stats, skipped, writer, time.time() - start)
     problem = usable_input_problem(summary)
@@ -455,8 +450,15 @@ def print_summary(summary, output_dir):
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    summary = run(args)
+    """The prepare_corpus command: a bad output folder (`GauKerasError`) or a worker that cannot
+    start ends it as one line ``prepare_corpus: ...``; so does an unusable input, after its summary."""
+    try:
+        args = parse_args(argv)
+        summary = run(args)
+    except WorkerStartupError as error:
+        raise SystemExit(f"prepare_corpus: error: a worker failed at start-up: {error}") from None
+    except GauKerasError as error:
+        raise SystemExit(f"prepare_corpus: {error}") from None
     print_summary(summary, args.output_dir)
     if summary["status"] != "done":
         raise SystemExit(f"prepare_corpus: error: {summary['error']} (see {args.output_dir}/{SKIPPED_LOG})")

@@ -20,7 +20,8 @@ import os
 import sys
 import time
 
-from gau_keras import flags
+from gau_keras import cli_env, flags
+from gau_keras.errors import CheckpointError, ConfigError, GauKerasError
 from gau_keras.training.pretrain import config as config_lib
 
 
@@ -54,13 +55,23 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")      # before TensorFlow loads (not on import)
+    """The ``pretrain`` command; a `GauKerasError` (bad config, data, run directory, devices)
+    ends it as the one line ``error: <message>``."""
+    cli_env.default_tf_log_level()      # before TensorFlow loads (not on import)
     args = parse_args(argv)
+    try:
+        return execute(args)
+    except GauKerasError as error:
+        raise SystemExit(f"error: {error}") from None
+
+
+def execute(args):
+    """What ``main`` runs for the parsed ``args``: train, or ``--evaluate-only`` / ``--export-only``."""
     config = config_lib.load(args.config, args)
     from gau_keras.training.pretrain import trainer  # imports TensorFlow
 
     if args.evaluate_only and not config["data"]["eval"]:
-        raise SystemExit("error: --evaluate-only needs data.eval (or --eval-data)")
+        raise ConfigError("--evaluate-only needs data.eval (or --eval-data)")
     stages = config_lib.stage_configs(config, args.config)
     if not (args.evaluate_only or args.export_only):
         train_stages(trainer, stages, args)
@@ -69,7 +80,7 @@ def main(argv=None):
     output_dir = config["train"]["output_dir"]
     if not any(run_dir.checkpoint_updates(os.path.join(output_dir, "checkpoints")).values()):
         flag = "--evaluate-only" if args.evaluate_only else "--export-only"
-        raise SystemExit(f"error: {flag}: no checkpoint in {os.path.join(output_dir, 'checkpoints')}; "
+        raise CheckpointError(f"{flag}: no checkpoint in {os.path.join(output_dir, 'checkpoints')}; "
                          f"train first (the random initial weights are not a model)")
     # evaluate with the data settings of the stage the newest checkpoint is in
     if args.evaluate_only:

@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 
+from gau_keras.errors import GauKerasError, OptionError
 from gau_keras.training.pretrain import config as config_lib
 
 #: the schedule as fractions of the run: a linear decay to 0.1x (no warm-up, as GAU-alpha).
@@ -32,9 +33,9 @@ def _floats(text, option, kind=float):
     try:
         values = [kind(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise SystemExit(f"error: {option}: expected comma-separated numbers, got {text!r}") from None
+        raise OptionError(f"{option}: expected comma-separated numbers, got {text!r}") from None
     if not values or min(values) <= 0:
-        raise SystemExit(f"error: {option}: expected positive numbers, got {text!r}")
+        raise OptionError(f"{option}: expected positive numbers, got {text!r}")
     return values
 
 
@@ -62,7 +63,7 @@ def point_config(base, lr, batch, args, out_dir):
     config = copy.deepcopy(base)
     micro = min(batch, args.max_batch)
     if batch % micro:
-        raise SystemExit(f"error: effective batch {batch} is not a multiple of --max-batch {args.max_batch}")
+        raise OptionError(f"effective batch {batch} is not a multiple of --max-batch {args.max_batch}")
     accumulation = batch // micro
     updates = max(1, args.sequences // batch)
     config["data"]["batch_size"] = micro
@@ -112,6 +113,15 @@ def run_point(config_path, run_dir, updates):
 
 
 def main(argv=None):
+    """The sweep command; a bad option or config (`GauKerasError`) ends it as one line ``error: ...``."""
+    try:
+        return sweep(argv)
+    except GauKerasError as error:
+        raise SystemExit(f"error: {error}") from None
+
+
+def sweep(argv=None):
+    """Writes each point's config, runs the points (unless ``--dry-run``), writes the tables."""
     args = parse_args(argv)
     base = config_lib.load(args.config)
     os.makedirs(args.out, exist_ok=True)

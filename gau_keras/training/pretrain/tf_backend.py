@@ -12,6 +12,7 @@ import tempfile
 import tensorflow as tf
 
 from gau_keras.distribution import tf_mirrored
+from gau_keras.errors import DeviceError
 from gau_keras.training import run_dir
 from gau_keras.training.pretrain.trainer import default_xla, tf_config_workers
 
@@ -62,12 +63,12 @@ def choose_devices(tpu=None, devices=None):
     if devices is None:
         return Devices(*choose_strategy(tpu))
     if tpu or tf_config_workers() > 1:
-        raise SystemExit(f"error: --devices {devices} trains on this host's GPUs or CPU; it cannot be combined "
+        raise DeviceError(f"--devices {devices} trains on this host's GPUs or CPU; it cannot be combined "
                          f"with {'--tpu' if tpu else 'a TF_CONFIG of several workers'}")
     try:
         strategy = tf_mirrored(devices)
     except ValueError as e:
-        raise SystemExit(f"error: {e}") from None
+        raise DeviceError(str(e)) from None
     return Devices(strategy, "gpu" if tf.config.list_physical_devices("GPU") else "cpu")
 
 

@@ -26,13 +26,13 @@ import tensorflow as tf
 from keras import ops
 from tqdm import tqdm
 
-from gau_keras.checkpoints import CheckpointError
 from gau_keras.data import tfrecord
 from gau_keras.data.mlm import random_token_ids
+from gau_keras.errors import CheckpointError, ConfigError, DataFileError, DeviceError
 from gau_keras.layers.heads import GatherPositions
 from gau_keras.losses import masked_lm_sums, masked_positions
 from gau_keras.models.builder import build_transformer_model
-from gau_keras.models.config import ConfigError, read_config
+from gau_keras.models.config import read_config
 from gau_keras.optimizers import LAMB, PiecewiseLinearDecay
 from gau_keras.tokenizers import Tokenizer, load_vocab
 from gau_keras.training import run_dir
@@ -51,7 +51,7 @@ def backend():
     """The module of Keras's backend: ``choose_devices``, ``resolve_xla``, ``TrainingState``."""
     name = keras.backend.backend()
     if name not in BACKENDS:
-        raise SystemExit(f"error: pretraining runs on the TensorFlow and JAX backends, not KERAS_BACKEND={name}")
+        raise DeviceError(f"pretraining runs on the TensorFlow and JAX backends, not KERAS_BACKEND={name}")
     return importlib.import_module(BACKENDS[name])
 
 
@@ -71,7 +71,7 @@ def training_dataset(config, tokenizer, pattern, repeat, dynamic_mask=None, repl
     data = config["data"]
     batch = data["batch_size"]
     if batch % replicas:
-        raise SystemExit(f"error: data.batch_size={batch} is not divisible by the {replicas} replicas")
+        raise ConfigError(f"data.batch_size={batch} is not divisible by the {replicas} replicas")
     try:
         return tfrecord.load_dataset(
             pattern, batch, maxlen=data["maxlen"], dynamic_mask=dynamic_mask, shuffle=repeat,
@@ -80,7 +80,7 @@ def training_dataset(config, tokenizer, pattern, repeat, dynamic_mask=None, repl
             char_mask_fraction=data["char_mask_fraction"] if repeat else 0.0,   # held-out masks stay as stored
             pair_segments=data["pair_segments"], sep_token_id=tokenizer.token_sep_id, vocab=config["vocab"])
     except (FileNotFoundError, ValueError) as e:
-        raise SystemExit(f"error: {config['config_path']}: {e}") from None
+        raise DataFileError(f"{config['config_path']}: {e}") from None
 
 
 def check_data(config):
@@ -96,11 +96,8 @@ def check_data(config):
 
 def lock_run_dir(output_dir):
     """The acquired ``run_dir.RunLock`` of ``output_dir``; a folder that cannot be used
-    (not writable, in use, a ``.lock`` that is not a lock file) is a one-line SystemExit."""
-    try:
-        return run_dir.RunLock(output_dir).acquire()
-    except run_dir.RunDirError as e:
-        raise SystemExit(f"error: {e}") from None
+    (not writable, in use, a ``.lock`` that is not a lock file) is a `RunDirError`."""
+    return run_dir.RunLock(output_dir).acquire()
 
 
 def default_precision(kind, replicas):
@@ -205,7 +202,7 @@ class Trainer:
     def _choose_precision(self):
         precision = self.config["train"]["precision"]
         if precision not in PRECISIONS:
-            raise SystemExit(f"error: {self.config['config_path']}: train.precision must be one of "
+            raise ConfigError(f"{self.config['config_path']}: train.precision must be one of "
                              f"{PRECISIONS}, got {precision!r}")
         if precision == "auto":
             return default_precision(self.device_kind, self.devices.replicas)
@@ -216,12 +213,9 @@ class Trainer:
         ``build_transformer_model`` uses (errors name the key and the file)."""
         where = self.config["model_config_path"] or self.config["config_path"]
         raw = config_lib.model_config(self.config)
-        try:
-            configs = read_config(raw, where=where)
-        except ConfigError as e:
-            raise SystemExit(f"error: {e}") from None
+        configs = read_config(raw, where=where)
         if configs.get("vocab_size") != len(self.token_dict):
-            raise SystemExit(f"error: {where}: model vocab_size={configs.get('vocab_size')} "
+            raise ConfigError(f"{where}: model vocab_size={configs.get('vocab_size')} "
                              f"but vocab {self.config['vocab']!r} has {len(self.token_dict)} tokens")
         return raw
 
@@ -260,7 +254,7 @@ class Trainer:
             try:
                 n = self.transformer.load_weights_from_checkpoint(path)
             except CheckpointError as e:     # another size or another model: a one-line error
-                raise SystemExit(f"error: train.init_checkpoint {path} does not fit the {self.config['model']} "
+                raise CheckpointError(f"train.init_checkpoint {path} does not fit the {self.config['model']} "
                                  f"model of {self.config['config_path']}: {e}") from None
             print(f"initialised {n} weights from {path}")
         if self.is_chief:
@@ -327,7 +321,7 @@ class Trainer:
         try:
             return next(self.iterator)
         except tf.errors.DataLossError as e:   # a record damaged past the start of its shard
-            raise SystemExit(f"error: {self.config['config_path']}: a shard of data.train "
+            raise DataFileError(f"{self.config['config_path']}: a shard of data.train "
                              f"{self.config['data']['train']!r} is damaged ({str(e).strip().splitlines()[0]}); "
                              f"prepare the shards again") from None
 

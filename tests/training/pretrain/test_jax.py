@@ -60,6 +60,7 @@ def _full_disk_run(root, shards):
     """Update 2's checkpoint meets a full disk: the error and what is left."""
     import errno
 
+    from gau_keras.errors import RunDirError
     from gau_keras.training.pretrain import config as config_lib
     from gau_keras.training.pretrain.trainer import Trainer
 
@@ -76,8 +77,8 @@ def _full_disk_run(root, shards):
     manager.save_checkpointables = save_until_full
     try:
         trainer.train()
-    except SystemExit as stop:
-        return {"message": str(stop), "left": sorted(os.listdir(root / "full" / "checkpoints"))}
+    except RunDirError as stop:
+        return {"message": f"error: {stop}", "left": sorted(os.listdir(root / "full" / "checkpoints"))}
     return {"message": None}
 
 

@@ -154,7 +154,7 @@ def test_a_worker_that_cannot_start_stops_the_run(tmp_path):
     code = ("import sys; from gau_keras.training.pretrain import prepare_corpus as pc;"
             f"args = pc.parse_args({argv!r});"
             f"open({argv[argv.index('--vocab') + 1]!r}, 'a', encoding='utf-8').write('我\\n');"
-            "pc.run(args)")
+            "pc.parse_args = lambda argv: args; pc.main([])")     # main() reports the error raised in run()
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
                             timeout=120)   # before the fix: the pool restarted the workers forever
     assert result.returncode == 1

@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from gau_keras.errors import ConfigError, RunDirError
 from gau_keras.training.pretrain import bundle_model, pretrain
 from gau_keras.training.pretrain import config as config_lib
 from tests.pretrain_utils import TEXTS, losses, make_shards, write_config
@@ -148,7 +149,7 @@ def test_config_errors_name_the_key(tmp_path, shards):
     config["train"]["stpes"] = 3
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(config))
-    with pytest.raises(SystemExit, match="stpes"):
+    with pytest.raises(ConfigError, match="stpes"):
         config_lib.load(str(bad))
     config["train"].pop("stpes")
     config["model_config"]["vocab_size"] = 7
@@ -307,10 +308,10 @@ def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path,
         raise tf.errors.ResourceExhaustedError(None, None, f"{temp}/part-00000: No space left on device")
 
     trainer.state.manager.save = save_until_full
-    with pytest.raises(SystemExit) as stopped:
+    with pytest.raises(RunDirError) as stopped:
         trainer.train()
     folder = tmp_path / "full" / "checkpoints"
-    assert str(stopped.value) == (f"error: cannot write checkpoint 2 to {folder}: no space left on device; the "
+    assert str(stopped.value) == (f"cannot write checkpoint 2 to {folder}: no space left on device; the "
                                   f"previous checkpoint ckpt-1 is kept; free some space and start the run again "
                                   f"to resume")
     assert sorted(os.listdir(folder)) == ["checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]

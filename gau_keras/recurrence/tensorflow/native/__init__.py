@@ -29,6 +29,8 @@ import subprocess
 import tempfile
 import warnings
 
+from gau_keras.recurrence.switches import kernel_cache_dir
+
 SOURCE = pathlib.Path(__file__).with_name("sru_ops.cc")
 
 
@@ -55,11 +57,6 @@ def _build_command(compiler, output):
              "-o", str(output)] + list(tf.sysconfig.get_compile_flags()) + list(tf.sysconfig.get_link_flags()))
 
 
-def _cache_dir():
-    root = os.environ.get("GAU_KERAS_KERNEL_CACHE") or pathlib.Path.home() / ".cache" / "gau_keras" / "kernels"
-    return pathlib.Path(root)
-
-
 def library_path(compiler):
     """Where the library for this source, TensorFlow, compiler and CPU lives in the cache."""
     import tensorflow as tf
@@ -68,7 +65,7 @@ def library_path(compiler):
     for part in (SOURCE.read_bytes(), tf.__version__.encode(), shlex.join(_build_command(compiler, "out")).encode(),
                  subprocess.run([compiler, "--version"], capture_output=True).stdout):
         key.update(part)
-    return _cache_dir() / key.hexdigest()[:16] / "sru_ops.so"
+    return kernel_cache_dir() / key.hexdigest()[:16] / "sru_ops.so"
 
 
 def checksum_path(target):
