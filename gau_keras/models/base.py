@@ -118,8 +118,8 @@ class Transformer(CheckpointMapping):
         self.prefix = prefix or ""
         self.name = name
         # per graph (the model inputs they are computed from): see graph_inputs
-        self._attention_biases = {}
-        self._position_biases = {}
+        self._attention_biases = GraphCache()
+        self._position_biases = GraphCache()
         self.attention_scores = None
         self.inputs = self.input = None
         self.outputs = self.output = None
@@ -322,26 +322,26 @@ class Transformer(CheckpointMapping):
     @property
     def attention_bias(self):
         """The attention bias of the model's own graph (bert4keras's attribute), or None."""
-        return self._attention_biases.get(self._own_key(self._bias_source()[0]))
+        return self._attention_biases.get(self._own_input(self._bias_source()[0]))
 
     @attention_bias.setter
     def attention_bias(self, value):
-        self._attention_biases[self._own_key(self._bias_source()[0])] = value
+        self._attention_biases.set(self._own_input(self._bias_source()[0]), value)
 
     @property
     def position_bias(self):
         """The position embeddings of the model's own graph (bert4keras's attribute), or None."""
-        return self._position_biases.get(self._own_key("Input-Token"))
+        return self._position_biases.get(self._own_input("Input-Token"))
 
     @position_bias.setter
     def position_bias(self, value):
-        self._position_biases[self._own_key("Input-Token")] = value
+        self._position_biases.set(self._own_input("Input-Token"), value)
 
-    def _own_key(self, name):
-        """The cache key of the model's own graph: its input ``name`` (None before it has inputs)."""
+    def _own_input(self, name):
+        """The model's own input ``name``: the key of its graph in the caches (None before it has inputs)."""
         if not self.inputs:
             return None
-        return id(self.inputs[self._input_index(name)])
+        return self.inputs[self._input_index(name)]
 
     def _bias_source(self):
         """(input the application's attention bias comes from, its mode, its layer name)."""
@@ -383,24 +383,43 @@ class Transformer(CheckpointMapping):
             raise ValueError("application='unilm' needs segment ids: segment_vocab_size must be > 0")
         source_name, mode, layer_name = self._bias_source()
         source = self.graph_input(self.inputs if inputs is None else inputs, source_name)
-        key = id(source)
-        if key not in self._attention_biases:
-            self._attention_biases[key] = self.apply(source, AttentionBias, mode=mode, name=layer_name)
-        return self._attention_biases[key]
+        return self._attention_biases.get_or_build(
+            source, lambda: self.apply(source, AttentionBias, mode=mode, name=layer_name))
 
     def compute_position_bias(self, inputs=None):
         """Rotary sinusoidal embeddings [1, L, attention_key_size] (or [B, L,
         attention_key_size] from ``Input-Position``) for the graph of ``inputs``
         (hidden states [B, L, ...]), built once per graph."""
-        key = id(self.graph_input(inputs, "Input-Token"))
-        if key not in self._position_biases:
-            if self.custom_position_ids:    # [1 or B, L, d] from the Input-Position ids
-                inputs = [inputs, self.inputs[1 + int(self.segment_vocab_size > 0)]]
-            self._position_biases[key] = self.apply(inputs, SinusoidalPositionEmbedding,
-                                                    output_dim=self.attention_key_size, merge_mode="zero",
-                                                    custom_position_ids=self.custom_position_ids,
-                                                    name="Embedding-Rotary-Position")
-        return self._position_biases[key]
+        def build():
+            # [1 or B, L, d]; from the Input-Position ids with custom_position_ids
+            positions = [inputs, self.inputs[1 + int(self.segment_vocab_size > 0)]] if self.custom_position_ids \
+                else inputs
+            return self.apply(positions, SinusoidalPositionEmbedding, output_dim=self.attention_key_size,
+                              merge_mode="zero", custom_position_ids=self.custom_position_ids,
+                              name="Embedding-Rotary-Position")
+
+        return self._position_biases.get_or_build(self.graph_input(inputs, "Input-Token"), build)
+
+
+class GraphCache:
+    """Values built once per graph (an attention bias, position embeddings), found by the graph's
+    input tensor itself: by identity, not ``id()``, which Python reuses once a tensor is freed."""
+
+    def __init__(self):
+        self._items = []
+
+    def get(self, source):
+        """The value of the graph of input ``source``, or None."""
+        return next((value for tensor, value in self._items if tensor is source), None)
+
+    def set(self, source, value):
+        self._items = [(t, v) for t, v in self._items if t is not source] + [(source, value)]
+
+    def get_or_build(self, source, build):
+        """The value of the graph of ``source``; ``build()`` makes it on first use."""
+        if not any(tensor is source for tensor, _ in self._items):
+            self.set(source, build())
+        return self.get(source)
 
 
 def graph_inputs(tensors):

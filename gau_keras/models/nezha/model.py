@@ -36,13 +36,10 @@ class NEZHA(BERT):
     def compute_position_bias(self, inputs=None):
         """The relative embeddings [L, L, attention_key_size] of the graph of ``inputs``
         (hidden states [B, L, H]), built once per graph."""
-        key = id(self.graph_input(inputs, "Input-Token"))
-        if key not in self._position_biases:
-            self._position_biases[key] = self.apply(
-                [inputs, inputs], RelativePositionEmbedding, input_dim=2 * self.max_relative_position + 1,
-                output_dim=self.attention_key_size, embeddings_initializer=Sinusoidal(), trainable=False,
-                name="Embedding-Relative-Position")
-        return self._position_biases[key]
+        return self._position_biases.get_or_build(self.graph_input(inputs, "Input-Token"), lambda: self.apply(
+            [inputs, inputs], RelativePositionEmbedding, input_dim=2 * self.max_relative_position + 1,
+            output_dim=self.attention_key_size, embeddings_initializer=Sinusoidal(), trainable=False,
+            name="Embedding-Relative-Position"))
 
 
 

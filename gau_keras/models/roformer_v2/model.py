@@ -7,7 +7,7 @@ import keras
 from gau_keras.layers import Add, Embedding, FeedForward, LayerNormalization, MultiHeadAttention
 from gau_keras.models.backbone import Backbone, register_backbone
 from gau_keras.models.base import Transformer
-from gau_keras.models.checkpointing import POOLER_VARIABLES
+from gau_keras.models.bert.checkpoint import roformer_v2_names
 from gau_keras.models.registry import register
 
 
@@ -89,26 +89,7 @@ class RoFormerV2(Transformer):
         return self.layers["Embedding-Token"](x, mode="dense")
 
     def variable_mapping(self):
-        mapping = {
-            "Embedding-Token": {"embeddings": "bert/embeddings/word_embeddings"},
-            "Embedding-Segment": {"embeddings": "bert/embeddings/token_type_embeddings"},
-            "Embedding-Mapping": {"kernel": "bert/encoder/embedding_hidden_mapping_in/kernel"},
-            "Output-Mapping": {"kernel": "cls/predictions/transform/dense/kernel"},
-            "Pooler-Dense": dict(POOLER_VARIABLES),
-        }
-        for i in range(self.num_hidden_layers):
-            prefix = f"bert/encoder/layer_{i}/"
-            mapping[f"Transformer-{i}-MultiHeadSelfAttention"] = {
-                "q_dense.kernel": prefix + "attention/self/query/kernel",
-                "k_dense.kernel": prefix + "attention/self/key/kernel",
-                "v_dense.kernel": prefix + "attention/self/value/kernel",
-                "o_dense.kernel": prefix + "attention/output/dense/kernel",
-            }
-            mapping[f"Transformer-{i}-FeedForward"] = {
-                "i0_dense.kernel": prefix + "intermediate/dense/kernel",
-                "o_dense.kernel": prefix + "output/dense/kernel",
-            }
-        return mapping
+        return roformer_v2_names(self.num_hidden_layers)
 
 
 
