@@ -285,19 +285,38 @@ class Transformer(CheckpointMapping):
     def initializer(self):
         return ScaledTruncatedNormal(self.num_hidden_layers, order=self.initializer_order)
 
-    def apply_mlm_head(self, x, width):
-        """The tied MLM head on hidden states of ``width``: (Output-Mapping when
-        width != embedding_size) -> Output-MLM-Dropout -> Embedding-Token
-        (dense) -> Output-MLM-Activation."""
+    #: the name of the MLM head's activation layer (BERT's family: ``MLM-Activation``)
+    mlm_activation_name = "Output-MLM-Activation"
+
+    def mlm_transform(self, x, width, arguments=None):
+        """Hook: the MLM head's layers before the tied token embedding, on hidden states of
+        ``width``: Output-Mapping (when width != embedding_size) -> Output-MLM-Dropout
+        (``arguments``: its call arguments, e.g. ``training``)."""
         if self.embedding_size != width:
             x = self.apply(x, keras.layers.Dense, units=self.embedding_size, use_bias=False,
                            kernel_initializer=self.initializer, name="Output-Mapping")
-        x = self.apply(x, keras.layers.Dropout, rate=self.dropout_rate, name="Output-MLM-Dropout")
+        return self.apply(x, keras.layers.Dropout, arguments=arguments, rate=self.dropout_rate,
+                          name="Output-MLM-Dropout")
+
+    def mlm_output_bias(self, logits):
+        """Hook: what follows the tied token embedding's logits (none here; BERT: MLM-Bias)."""
+        return logits
+
+    def mlm_head_logits(self, x, width, arguments=None):
+        """The one MLM head up to its logits, on hidden states [..., width] -> [..., V]:
+        ``mlm_transform`` -> Embedding-Token (dense: the tied matrix) -> ``mlm_output_bias``.
+        Layers are made on first use and reused after (the head of the built model)."""
+        x = self.mlm_transform(x, width, arguments)
         x = self.apply(x, Embedding, arguments={"mode": "dense"}, name="Embedding-Token")
+        return self.mlm_output_bias(x)
+
+    def apply_mlm_head(self, x, width):
+        """The MLM head on hidden states of ``width``: its logits (``mlm_head_logits``) ->
+        ``mlm_activation_name`` (softmax for ``with_mlm=True``, else the named activation)."""
         activation = "softmax" if self.with_mlm is True else self.with_mlm
         # float32 under mixed precision: a softmax over the vocab in float16 is off by ~1e-2
-        return self.apply(x, keras.layers.Activation, activation=activation, dtype="float32",
-                          name="Output-MLM-Activation")
+        return self.apply(self.mlm_head_logits(x, width), keras.layers.Activation, activation=activation,
+                          dtype="float32", name=self.mlm_activation_name)
 
     def apply_pooler(self, x):
         """bert4keras's BERT pooler: ``Pooler`` ([CLS] vector, [B, H]) ->
@@ -308,15 +327,17 @@ class Transformer(CheckpointMapping):
                           kernel_initializer=self.initializer, name="Pooler-Dense")
 
     def apply_heads(self, x, width):
-        """bert4keras's BERT output rule on hidden states ``x`` [B, L, width]:
-        no head -> ``x``; one of pooler / MLM -> that head's output; both ->
-        ``[pooled, mlm]``."""
-        outputs = [x]
+        """The heads on hidden states ``x`` [B, L, width]: the pooler's (``apply_pooler``) and
+        the MLM head's outputs, packed by ``pack_outputs``."""
+        heads = []
         if self.with_pool:
-            outputs.append(self.apply_pooler(x))
+            heads.append(self.apply_pooler(x))
         if self.with_mlm:
-            outputs.append(self.apply_mlm_head(x, width))
-        return outputs[0] if len(outputs) == 1 else outputs[1] if len(outputs) == 2 else outputs[1:]
+            heads.append(self.apply_mlm_head(x, width))
+        return pack_outputs(x, heads)
+
+    def apply_final_layers(self, x):
+        return self.apply_heads(x, self.hidden_size)
 
     # ------------------------------------------------------------- biases
     @property
@@ -399,6 +420,14 @@ class Transformer(CheckpointMapping):
                               name="Embedding-Rotary-Position")
 
         return self._position_biases.get_or_build(self.graph_input(inputs, "Input-Token"), build)
+
+
+def pack_outputs(hidden, heads):
+    """bert4keras's output rule: no head -> the encoder output ``hidden``; one head -> its
+    output; several -> the list of their outputs, in order (pooled or NSP, then MLM)."""
+    if not heads:
+        return hidden
+    return heads[0] if len(heads) == 1 else list(heads)
 
 
 class GraphCache:

@@ -123,31 +123,32 @@ class BERT(Transformer):
         return self.residual(x, y, name)
 
     # ------------------------------------------------------------------- heads
-    def apply_final_layers(self, x):
-        outputs = [x]
-        if self.with_pool:
-            pooled = self.apply_pooler(x)
-            if self.with_nsp:
-                pooled = self.apply(pooled, keras.layers.Dense, units=2, activation="softmax", dtype="float32",
-                                    kernel_initializer=self.initializer, name="NSP-Proba")
-            outputs.append(pooled)
-        if self.with_mlm:
-            logits = self.mlm_logits(x)
-            activation = "softmax" if self.with_mlm is True else self.with_mlm
-            # float32 under mixed precision: a softmax over the vocab in float16 is off by ~1e-2
-            outputs.append(self.apply(logits, keras.layers.Activation, activation=activation, dtype="float32",
-                                      name="MLM-Activation"))
-        return outputs[0] if len(outputs) == 1 else outputs[1] if len(outputs) == 2 else outputs[1:]
+    mlm_activation_name = "MLM-Activation"
+
+    def apply_pooler(self, x):
+        """The pooler (``Transformer.apply_pooler``), under the next-sentence head ``NSP-Proba``
+        [B, 2] with ``with_nsp``."""
+        pooled = super().apply_pooler(x)
+        if not self.with_nsp:
+            return pooled
+        return self.apply(pooled, keras.layers.Dense, units=2, activation="softmax", dtype="float32",
+                          kernel_initializer=self.initializer, name="NSP-Proba")
+
+    def mlm_transform(self, x, width, arguments=None):
+        """BERT's MLM transform: MLM-Dense (hidden_act, to the embedding size) -> MLM-Norm."""
+        x = self.apply(x, keras.layers.Dense, units=self.embedding_size, activation=self.hidden_act,
+                       kernel_initializer=self.initializer, name="MLM-Dense")
+        return self.layer_norm(x, "MLM-Norm", self.norm_epsilon(1e-12))
+
+    def mlm_output_bias(self, logits):
+        # float32 under mixed precision: the tied embedding's logits are float32 (mode='dense')
+        return self.apply(logits, ScaleOffset, scale=False, dtype="float32", name="MLM-Bias")
 
     def mlm_logits(self, hidden, training=False):
-        """The MLM head up to its logits on hidden states [..., H] -> [..., V]: MLM-Dense
-        (hidden_act) -> MLM-Norm -> the tied token embedding -> MLM-Bias."""
-        x = self.apply(hidden, keras.layers.Dense, units=self.embedding_size, activation=self.hidden_act,
-                       kernel_initializer=self.initializer, name="MLM-Dense")
-        x = self.layer_norm(x, "MLM-Norm", self.norm_epsilon(1e-12))
-        x = self.apply(x, Embedding, arguments={"mode": "dense"}, name="Embedding-Token")
-        # float32 under mixed precision: the tied embedding's logits are float32 (mode='dense')
-        return self.apply(x, ScaleOffset, scale=False, dtype="float32", name="MLM-Bias")
+        """The MLM head up to its logits on hidden states [..., H] -> [..., V] (``mlm_head_logits``:
+        MLM-Dense -> MLM-Norm -> the tied token embedding -> MLM-Bias); ``training`` changes
+        nothing (no dropout in BERT's head)."""
+        return self.mlm_head_logits(hidden, self.hidden_size)
 
     # -------------------------------------------------------------- checkpoint
     def variable_mapping(self):

@@ -75,18 +75,10 @@ class RoFormerV2(Transformer):
                        use_bias=False, recompute=self.recompute, kernel_initializer=self.initializer, name=name)
         return self.residual(x, y, name)
 
-    def apply_final_layers(self, x):
-        return self.apply_heads(x, self.hidden_size)
-
     def mlm_logits(self, hidden, training=False):
-        """The tied MLM head on any hidden states [..., H] -> logits [..., V]
-        (used by pretraining on the masked positions only)."""
-        x = hidden
-        if "Output-Mapping" in self.layers:
-            x = self.layers["Output-Mapping"](x)
-        if "Output-MLM-Dropout" in self.layers:
-            x = self.layers["Output-MLM-Dropout"](x, training=training)
-        return self.layers["Embedding-Token"](x, mode="dense")
+        """The tied MLM head on any hidden states [..., H] -> logits [..., V] (used by pretraining
+        on the masked positions only): ``mlm_head_logits``, its dropout run as ``training`` says."""
+        return self.mlm_head_logits(hidden, self.hidden_size, {"training": training})
 
     def variable_mapping(self):
         return roformer_v2_names(self.num_hidden_layers)
