@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from gau_keras.training.finetune import runner
+from gau_keras.training.finetune import runner, training
 from gau_keras.training.run_dir import RunLock
 from tests.finetune_utils import tiny_model_dir
 
@@ -74,7 +74,7 @@ def test_an_out_dir_in_use_or_not_writable_is_refused_before_any_work(setup, tmp
     def no_work(*args, **kwargs):
         raise AssertionError("the run started working")
 
-    monkeypatch.setattr(runner, "load_split", no_work)
+    monkeypatch.setattr(training, "load_split", no_work)
     out = tmp_path / "busy"
     lock = RunLock(str(out)).acquire()
     try:
@@ -110,7 +110,7 @@ def _record(i, **fields):
 ])
 def test_a_train_file_of_another_task_mostly_malformed_or_without_text_is_refused_before_training(
         setup, tmp_path, capsys, monkeypatch, task, lines, message):
-    monkeypatch.setattr(runner, "build_transformer", _no_work)
+    monkeypatch.setattr(training, "build_transformer", _no_work)
     data = tmp_path / "data"
     data.mkdir()
     (data / "train.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -120,7 +120,7 @@ def test_a_train_file_of_another_task_mostly_malformed_or_without_text_is_refuse
 
 
 def test_a_symlinked_lock_is_refused_and_its_target_kept(setup, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(runner, "load_split", _no_work)
+    monkeypatch.setattr(training, "load_split", _no_work)
     notes = tmp_path / "notes.txt"
     notes.write_text("the user's notes")
     out = tmp_path / "out"
@@ -134,7 +134,7 @@ def test_a_symlinked_lock_is_refused_and_its_target_kept(setup, tmp_path, capsys
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
 def test_a_read_only_out_dir_is_refused_naming_the_flag(setup, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(runner, "load_split", _no_work)
+    monkeypatch.setattr(training, "load_split", _no_work)
     out = tmp_path / "out"
     out.mkdir()
     out.chmod(0o555)
@@ -147,7 +147,7 @@ def test_a_read_only_out_dir_is_refused_naming_the_flag(setup, tmp_path, capsys,
 
 def test_a_maxlen_beyond_a_learned_position_table_is_refused_before_any_work(setup, tmp_path, capsys, monkeypatch):
     bert = tiny_model_dir(str(tmp_path / "bert"), TEXTS, model="bert")     # max_position_embeddings=64
-    monkeypatch.setattr(runner, "load_split", _no_work)
+    monkeypatch.setattr(training, "load_split", _no_work)
     assert runner.run("tnews", _argv(setup, tmp_path / "out", "--model-dir", bert, "--model", "bert",
                                      "--maxlen", "65")) == 2
     assert capsys.readouterr().err == (
