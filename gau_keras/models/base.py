@@ -9,6 +9,7 @@ import logging
 
 import keras
 
+from gau_keras import activations as gau_activations
 from gau_keras.initializers import ScaledTruncatedNormal
 from gau_keras.layers import (
     AttentionBias,
@@ -261,6 +262,8 @@ class Transformer(CheckpointMapping):
         name = self.prefixed(kwargs.get("name"))
         kwargs["name"] = name
         if name not in self.layers:
+            if isinstance(kwargs.get("activation"), str):   # 'gelu' as bert4keras's set_gelu chose
+                kwargs["activation"] = gau_activations.get(kwargs["activation"])
             instance = layer(**kwargs)
             self.layers[instance.name] = instance
             name = instance.name

@@ -171,6 +171,9 @@ def test_nothing_process_wide_changes(rng):
     try:
         B.set_gelu("tanh")
         assert gau_keras.layers.FeedForward(4, activation="gelu").activation == [B.gelu_tanh]
+        bert = build_transformer_model(model="bert", with_mlm=True, **TINY["bert"])     # hidden_act 'gelu'
+        assert bert.get_layer("MLM-Dense").activation is B.gelu_tanh
+        assert bert.get_layer("Transformer-0-FeedForward").activation == [B.gelu_tanh]
         _assert_same(before, _snapshot())
     finally:
         B.set_gelu("erf")
