@@ -131,9 +131,10 @@ def attention_normalize(a, mask=None, method="softmax", bias=None, min_len=16):
 
 
 def masked_softmax(a, allowed=None, dtype="float32"):
-    """Softmax of float32 logits over the last axis, masked entries (``allowed``
-    False, a bool tensor broadcastable to ``a``) set to NEG_INF first; the result
-    in ``dtype``.
+    """Softmax of float32 logits (float64 ones stay float64) over the last axis, masked
+    entries (``allowed`` False, a bool tensor broadcastable to ``a``) set to NEG_INF first;
+    the result in ``dtype``. The one masked attention softmax of the package (the attention
+    layers through ``attention_normalize``, SRU++'s attention directly).
 
     Its gradient is computed from that result alone, ``p (g - Σ g p)`` in float32:
     the backward pass keeps one [.., Lq, Lk] tensor in ``dtype`` (bfloat16 under
@@ -141,13 +142,15 @@ def masked_softmax(a, allowed=None, dtype="float32"):
     and their exponentials in float32 and the mask broadcast to [.., Lq, Lk]. Masked
     entries get a zero gradient, as through ``where``.
     """
-    a = ops.cast(a, "float32")
+    compute = "float64" if keras.backend.standardize_dtype(a.dtype) == "float64" else "float32"
+    a = ops.cast(a, compute)
     if allowed is None:
         return _softmax_from_output(a, dtype)
     return _masked_softmax_from_output(a, ops.cast(allowed, "bool"), dtype)
 
 
 def _softmax_from_output(a, dtype):
+    compute = keras.backend.standardize_dtype(a.dtype)   # float32, or float64 as given
     # the tensors a custom gradient uses are its arguments: a closure over a traced value
     # leaks it under jax.checkpoint (recompute)
     @ops.custom_gradient
@@ -156,7 +159,7 @@ def _softmax_from_output(a, dtype):
 
         def grad(*args, upstream=None):
             upstream = args[0] if upstream is None else upstream
-            p32, g = ops.cast(p, "float32"), ops.cast(upstream, "float32")
+            p32, g = ops.cast(p, compute), ops.cast(upstream, compute)
             return p32 * (g - ops.sum(g * p32, axis=-1, keepdims=True))
 
         return p, grad
@@ -165,13 +168,14 @@ def _softmax_from_output(a, dtype):
 
 
 def _masked_softmax_from_output(a, allowed, dtype):
+    compute = keras.backend.standardize_dtype(a.dtype)   # float32, or float64 as given
     @ops.custom_gradient
     def softmax(logits, allowed):
         p = ops.cast(ops.softmax(masked_fill(logits, allowed), axis=-1), dtype)
 
         def grad(*args, upstream=None):
             upstream = args[0] if upstream is None else upstream
-            p32, g = ops.cast(p, "float32"), ops.cast(upstream, "float32")
+            p32, g = ops.cast(p, compute), ops.cast(upstream, compute)
             # masked entries: 0, also in a row with every key masked (p uniform there)
             return masked_fill(p32 * (g - ops.sum(g * p32, axis=-1, keepdims=True)), allowed, 0.0), None
 

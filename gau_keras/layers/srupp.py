@@ -131,11 +131,8 @@ class SRUppAttention(keras.layers.Layer):
             am = ops.cast(attention_mask, "bool")
             am = am[:, None] if len(am.shape) == 3 else am
             allowed = am if allowed is None else ops.logical_and(allowed, am)
-        if keras.backend.standardize_dtype(scores.dtype) in ("float16", "bfloat16"):
-            scores = ops.cast(scores, "float32")  # softmax in float32 under mixed precision
-        if allowed is not None:
-            scores = gops.masked_fill(scores, allowed)
-        probs = self.probs_dropout(ops.cast(ops.softmax(scores, axis=-1), v.dtype), training=training)
+        # float32 logits under mixed precision; the package's one masked softmax
+        probs = self.probs_dropout(gops.masked_softmax(scores, allowed, v.dtype), training=training)
         out = ops.matmul(probs, heads(v, S))
         return ops.reshape(ops.transpose(out, (0, 2, 1, 3)), (B, L, self.proj_size))
 
