@@ -45,8 +45,6 @@ MASK_VALUE = 6.0e4
 SAME_AS_INPUT = "same as the input mask"
 #: a padding mask of a batch of 2 sequences of length 5
 PADDING = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
-
-
 #: token ids (vocabulary 60, the second sequence padded) and segment ids for a Backbone
 TOKEN_IDS = np.array([[2, 5, 7, 9, 11, 3, 0, 0], [2, 4, 3, 8, 11, 13, 17, 3]], "int32")
 SEGMENT_IDS = np.array([[0, 0, 0, 1, 1, 1, 0, 0], [0, 0, 0, 0, 1, 1, 1, 1]], "int32")
@@ -269,7 +267,7 @@ def _check_preset(cls, init_kwargs, model, arrays, expected, atol):
             f.write("".join(f"[unused{i}]\n" for i in range(config["vocab_size"])))
         model.transformer.save_weights_as_checkpoint(os.path.join(folder, "bert_model.ckpt"))
         loaded = cls.from_preset(folder, **options)
-    assert type(loaded) is cls, f"{cls.__name__}.from_preset gave a {type(loaded).__name__}"
+    assert isinstance(loaded, cls), f"{cls.__name__}.from_preset gave a {type(loaded).__name__}"
     assert_close(outputs_of(loaded, arrays), expected, atol, f"{cls.__name__}.from_preset")
 
 
