@@ -1,4 +1,5 @@
 """Packaging for gau_keras (``pip install -e .``)."""
+
 from setuptools import find_packages, setup
 
 

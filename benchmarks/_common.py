@@ -28,6 +28,7 @@ Peak memory (``MemoryProbe``), peak minus the usage at the last reset:
     with ``mmap`` and unmaps it on free; otherwise memory freed by one step
     stays resident and hides the next step's peak.
 """
+
 import json
 import math
 import os
@@ -43,7 +44,7 @@ TRAIN_FLOP_FACTOR = 3
 
 WORKER_ENV = {"TF_CPU_ALLOCATOR_USE_BFC": "true", "MALLOC_MMAP_THRESHOLD_": "65536"}
 
-MIB = 2.0 ** 20
+MIB = 2.0**20
 
 
 # ---------------------------------------------------------------- FLOPs
@@ -64,6 +65,7 @@ class MemoryProbe:
 
     def _allocator_stats(self):
         import tensorflow as tf
+
         try:
             return tf.config.experimental.get_memory_info(self.device)
         except (ValueError, RuntimeError, NotImplementedError):
@@ -81,6 +83,7 @@ class MemoryProbe:
         """Sets the baseline to the current usage and restarts the peak from it."""
         if self.method == "tf-allocator":
             import tensorflow as tf
+
             tf.config.experimental.reset_memory_stats(self.device)
             self.baseline = self._allocator_stats()["current"]
         else:
@@ -105,6 +108,7 @@ class MemoryProbe:
 def describe_device():
     """('GPU:0', name) when TF sees a GPU (memory growth on), else ('CPU:0', cpu info)."""
     import tensorflow as tf
+
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         for gpu in gpus:
@@ -126,6 +130,7 @@ def timed(fn):
 def matmul_flops_per_second(n=2048, repeats=5):
     """Best float32 [n, n] @ [n, n] throughput (FLOP/s) over ``repeats`` runs."""
     import tensorflow as tf
+
     a = tf.random.normal((n, n), dtype=tf.float32, seed=1)
     b = tf.random.normal((n, n), dtype=tf.float32, seed=2)
     product = tf.function(lambda: tf.reduce_sum(tf.matmul(a, b)))
@@ -143,7 +148,7 @@ def interleaved_medians(steps, rounds, n, wait):
     for name in names:
         wait(steps[name]())
     for r in range(rounds):
-        for name in (names if r % 2 == 0 else names[::-1]):
+        for name in names if r % 2 == 0 else names[::-1]:
             start = time.perf_counter()
             for _ in range(n):
                 out = steps[name]()
@@ -171,15 +176,18 @@ class Worker:
         from gau_keras import cli_env  # here: importing gau_keras loads Keras, after the caller chose its backend
 
         env = dict(os.environ, **WORKER_ENV, **{cli_env.TF_LOG_LEVEL: cli_env.SCRIPT_TF_LOG_LEVEL})
-        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=self.stderr, text=True, env=env, bufsize=1)
+        self.process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=env, bufsize=1
+        )
 
     def receive(self):
         line = self.process.stdout.readline()
         if not line:
             self.process.wait()
-            raise WorkerError(f"worker {self.label} exited (code {self.process.returncode}) "
-                              f"without answering; its stderr ends with:\n{self.stderr_tail()}")
+            raise WorkerError(
+                f"worker {self.label} exited (code {self.process.returncode}) "
+                f"without answering; its stderr ends with:\n{self.stderr_tail()}"
+            )
         reply = json.loads(line)
         if not reply.get("ok"):
             raise WorkerError(f"worker {self.label} failed:\n{reply.get('error')}")
@@ -275,9 +283,9 @@ def run_side_by_side(workers, repeats, warmup=1):
     for label in labels:
         start = time.perf_counter()
         results[label]["baseline_bytes"] = workers[label].request("warmup", n=warmup)["baseline_bytes"]
-        results[label]["warmup_seconds"] = time.perf_counter() - start   # compiles included
+        results[label]["warmup_seconds"] = time.perf_counter() - start  # compiles included
     for r in range(repeats):
-        for label in (labels if r % 2 == 0 else labels[::-1]):
+        for label in labels if r % 2 == 0 else labels[::-1]:
             results[label]["seconds"].append(workers[label].request("step")["seconds"])
     for label in labels:
         results[label]["peak_bytes"] = workers[label].request("memory")["peak_bytes"]
@@ -321,11 +329,14 @@ def encoder_step(model_name, sizes, batch_size, length, mode="train", seed=0, vo
     target = rng.standard_normal((batch_size, length, sizes["hidden_size"])).astype("float32")
     model.compile(optimizer=keras.optimizers.Adam(1e-4), loss="mse", jit_compile=False)
     if mode == "train":
+
         def step():
             model.train_on_batch(inputs, target)
     else:
+
         def step():
             model.predict_on_batch(inputs)
+
     return {"params": int(model.count_params())}, step
 
 

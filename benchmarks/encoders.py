@@ -25,6 +25,7 @@ float32 matmul rate measured in the run.
 Usage: python3 benchmarks/encoders.py [--shapes 8x128,4x512,1x1024,1x2048] [--layers 1]
     [--repeats 5] [--modes train,infer] [--quick]
 """
+
 import argparse
 import json
 import pathlib
@@ -50,8 +51,14 @@ def sizes_of(quick, layers):
     hidden, heads, ffn, e, s = (32, 4, 64, 64, 16) if quick else (768, 12, 3072, 1536, 128)
     mha = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=ffn)
     return {
-        "GAU-α": dict(hidden_size=hidden, num_hidden_layers=2 * layers, num_attention_heads=1,
-                      intermediate_size=e, attention_key_size=s, hidden_act="swish"),
+        "GAU-α": dict(
+            hidden_size=hidden,
+            num_hidden_layers=2 * layers,
+            num_attention_heads=1,
+            intermediate_size=e,
+            attention_key_size=s,
+            hidden_act="swish",
+        ),
         "RoFormerV2": dict(mha, hidden_act="relu"),
         "RoFormer": dict(mha, hidden_act="gelu"),
         "BERT": dict(mha, hidden_act="gelu", max_position=2048),
@@ -63,11 +70,13 @@ def step_flops(model, sizes, batch, length, mode):
     s = sizes["BERT" if model == "keras-hub BERT" else model]
     tokens = batch * length
     if model == "GAU-α":
-        layer = gau_vs_attention.gau_layer_flops(tokens, length, s["hidden_size"], s["intermediate_size"],
-                                                 s["attention_key_size"])
+        layer = gau_vs_attention.gau_layer_flops(
+            tokens, length, s["hidden_size"], s["intermediate_size"], s["attention_key_size"]
+        )
     else:
-        layer = gau_vs_attention.mha_ffn_layer_flops(tokens, length, s["hidden_size"], s["num_attention_heads"],
-                                                     s["intermediate_size"])
+        layer = gau_vs_attention.mha_ffn_layer_flops(
+            tokens, length, s["hidden_size"], s["num_attention_heads"], s["intermediate_size"]
+        )
     return s["num_hidden_layers"] * layer * (_common.TRAIN_FLOP_FACTOR if mode == "train" else 1)
 
 
@@ -80,26 +89,40 @@ def keras_hub_step(sizes, batch, length, mode, seed):
 
     keras.utils.set_random_seed(seed)
     backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=VOCAB_SIZE, num_layers=sizes["num_hidden_layers"], num_heads=sizes["num_attention_heads"],
-        hidden_dim=sizes["hidden_size"], intermediate_dim=sizes["intermediate_size"], dropout=0.0,
-        max_sequence_length=sizes["max_position"])
+        vocabulary_size=VOCAB_SIZE,
+        num_layers=sizes["num_hidden_layers"],
+        num_heads=sizes["num_attention_heads"],
+        hidden_dim=sizes["hidden_size"],
+        intermediate_dim=sizes["intermediate_size"],
+        dropout=0.0,
+        max_sequence_length=sizes["max_position"],
+    )
     model = keras.Model(backbone.inputs, backbone.output["sequence_output"])
     rng = np.random.default_rng(seed)
     ids = rng.integers(1, VOCAB_SIZE, size=(batch, length)).astype("int32")
     inputs = {"token_ids": ids, "segment_ids": np.zeros_like(ids), "padding_mask": np.ones_like(ids)}
     target = rng.standard_normal((batch, length, sizes["hidden_size"])).astype("float32")
     model.compile(optimizer=keras.optimizers.Adam(1e-4), loss="mse", jit_compile=False)
-    step = (lambda: model.train_on_batch(inputs, target)) if mode == "train" else \
-        (lambda: model.predict_on_batch(inputs))
+    step = (
+        (lambda: model.train_on_batch(inputs, target)) if mode == "train" else (lambda: model.predict_on_batch(inputs))
+    )
     return {"params": int(model.count_params())}, step
 
 
 def worker_setup(spec):
     if spec["model"] == "keras-hub BERT":
         return keras_hub_step(spec["sizes"], spec["batch"], spec["length"], spec["mode"], spec["seed"])
-    return _common.encoder_step(BUILDER_NAMES[spec["model"]], spec["sizes"], spec["batch"], spec["length"],
-                                spec["mode"], spec["seed"], VOCAB_SIZE, dropout_rate=0.0,
-                                attention_dropout_rate=0.0)
+    return _common.encoder_step(
+        BUILDER_NAMES[spec["model"]],
+        spec["sizes"],
+        spec["batch"],
+        spec["length"],
+        spec["mode"],
+        spec["seed"],
+        VOCAB_SIZE,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+    )
 
 
 # ---------------------------------------------------------------- parent side
@@ -115,12 +138,13 @@ def parse_shapes(text):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--shapes", help="comma-separated BATCHxLENGTH (default 8x128,4x512,1x1024,1x2048; "
-                        "--quick: 2x32)")
-    parser.add_argument("--layers", type=int, default=1, help="blocks of the attention models (GAU-α gets "
-                        "twice as many; default 1)")
-    parser.add_argument("--repeats", type=int, help="timed steps per model after one warm-up (default 5; "
-                        "--quick: 1)")
+    parser.add_argument(
+        "--shapes", help="comma-separated BATCHxLENGTH (default 8x128,4x512,1x1024,1x2048; --quick: 2x32)"
+    )
+    parser.add_argument(
+        "--layers", type=int, default=1, help="blocks of the attention models (GAU-α gets twice as many; default 1)"
+    )
+    parser.add_argument("--repeats", type=int, help="timed steps per model after one warm-up (default 5; --quick: 1)")
     parser.add_argument("--modes", default="train,infer", help="comma-separated: train, infer")
     parser.add_argument("--quick", action="store_true", help="tiny widths: a smoke test, not a measurement")
     parser.add_argument("--seed", type=int, default=1234)
@@ -149,8 +173,14 @@ def available_models():
 
 
 def worker_argv(args, model, sizes, batch, length, mode):
-    spec = dict(model=model, sizes=sizes["BERT" if model == "keras-hub BERT" else model], batch=batch,
-                length=length, mode=mode, seed=args.seed)
+    spec = dict(
+        model=model,
+        sizes=sizes["BERT" if model == "keras-hub BERT" else model],
+        batch=batch,
+        length=length,
+        mode=mode,
+        seed=args.seed,
+    )
     return [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", json.dumps(spec)]
 
 
@@ -171,8 +201,11 @@ def main(argv=None):
             rates.append(workers[BASELINE].request("calibrate", **calibration)["flops_per_second"])
 
         results = _common.measure_side_by_side(
-            {m: worker_argv(args, m, sizes, batch, length, mode) for m in models}, args.repeats,
-            before=calibrate if index == 0 else None, after=calibrate if index == len(jobs) - 1 else None)
+            {m: worker_argv(args, m, sizes, batch, length, mode) for m in models},
+            args.repeats,
+            before=calibrate if index == 0 else None,
+            after=calibrate if index == len(jobs) - 1 else None,
+        )
         device, method = results[BASELINE]["device"], results[BASELINE]["memory_method"]
         params = {m: results[m]["params"] for m in models}
         measured.append((batch, length, mode, results))
@@ -184,12 +217,23 @@ def main(argv=None):
         for m in models:
             seconds = statistics.median(results[m]["seconds"])
             flops = step_flops(m, sizes, batch, length, mode)
-            rows.append([f"{batch}×{length}", mode, m, f(seconds * 1e3), f(_common.median_ratio(results[m]["seconds"],
-                                                                                                base)),
-                         f(results[m]["peak_bytes"] / _common.MIB), f"{100 * flops / seconds / peak:.1f}%"])
+            rows.append(
+                [
+                    f"{batch}×{length}",
+                    mode,
+                    m,
+                    f(seconds * 1e3),
+                    f(_common.median_ratio(results[m]["seconds"], base)),
+                    f(results[m]["peak_bytes"] / _common.MIB),
+                    f"{100 * flops / seconds / peak:.1f}%",
+                ]
+            )
     print(f"device: {device}; peak memory from {method}; float32 matmul peak {peak / 1e9:.1f} GFLOP/s")
-    print(f"{args.repeats} timed repeats after 1 warm-up step; parameters: "
-          + ", ".join(f"{m} {params[m]:,}" for m in models) + ("; --quick: not a measurement" if args.quick else ""))
+    print(
+        f"{args.repeats} timed repeats after 1 warm-up step; parameters: "
+        + ", ".join(f"{m} {params[m]:,}" for m in models)
+        + ("; --quick: not a measurement" if args.quick else "")
+    )
     print()
     print(_common.markdown_table(["batch×L", "mode", "model", "ms", f"time / {BASELINE}", "peak MiB", "MFU"], rows))
 

@@ -15,6 +15,7 @@ norms and the softmax run in float32, as the issue's plain-JAX measurement did. 
 so XLA sees the maths and none of the framework. ``gpu_train_step.py`` times it next to our GAU-α: the
 ratio of the two is what the framework and our layers cost on top of the maths.
 """
+
 import math
 
 import jax
@@ -24,6 +25,7 @@ import numpy as np
 
 def params_from_model(model, layers):
     """The weights of our GAU-α Keras model as this module's float32 pytree."""
+
     def weight(layer, name):
         found = [v for v in model.get_layer(layer).weights if v.path.endswith(name)]
         return jnp.asarray(np.asarray(found[0].value), jnp.float32)
@@ -31,10 +33,19 @@ def params_from_model(model, layers):
     blocks = []
     for i in range(layers):
         layer = f"Transformer-{i}-GatedAttentionUnit"
-        blocks.append({"w_i": weight(layer, "i_dense/kernel"), "gamma_q": weight(layer, "q_scaleoffset/gamma"),
-                       "gamma_k": weight(layer, "k_scaleoffset/gamma"), "w_o": weight(layer, "o_dense/kernel")})
-    return {"token": weight("Embedding-Token", "embeddings"), "segment": weight("Embedding-Segment", "embeddings"),
-            "layers": blocks}
+        blocks.append(
+            {
+                "w_i": weight(layer, "i_dense/kernel"),
+                "gamma_q": weight(layer, "q_scaleoffset/gamma"),
+                "gamma_k": weight(layer, "k_scaleoffset/gamma"),
+                "w_o": weight(layer, "o_dense/kernel"),
+            }
+        )
+    return {
+        "token": weight("Embedding-Token", "embeddings"),
+        "segment": weight("Embedding-Segment", "embeddings"),
+        "layers": blocks,
+    }
 
 
 def _rms(x, epsilon=1e-7):
@@ -53,7 +64,7 @@ def _gau(x, block, sin, cos, compute_dtype):
     c = lambda t: t.astype(compute_dtype)  # noqa: E731
     e, s = block["w_o"].shape[0], block["gamma_q"].shape[0]
     h = jax.nn.silu(jnp.einsum("blh,hd->bld", c(x), c(block["w_i"]), preferred_element_type=jnp.float32))
-    u, v, qk = c(h[..., :e]), c(h[..., e:2 * e]), h[..., 2 * e:]
+    u, v, qk = c(h[..., :e]), c(h[..., e : 2 * e]), h[..., 2 * e :]
     length = x.shape[1]
     scale = math.log(max(length, 16)) / math.log(512) / math.sqrt(s)
     q = c(_rope(qk * block["gamma_q"], sin, cos) * scale)
@@ -92,7 +103,7 @@ def train_step(params, batch, length, compute_dtype, seed=0, learning_rate=1e-4)
         t = t + 1
         m = jax.tree.map(lambda a, g: b1 * a + (1 - b1) * g, m, grads)
         v = jax.tree.map(lambda a, g: b2 * a + (1 - b2) * g * g, v, grads)
-        rate = learning_rate * jnp.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+        rate = learning_rate * jnp.sqrt(1 - b2**t) / (1 - b1**t)
         p = jax.tree.map(lambda w, a, b: w - rate * a / (jnp.sqrt(b) + eps), p, m, v)
         return p, m, v, t, loss
 

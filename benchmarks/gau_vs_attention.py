@@ -66,6 +66,7 @@ ratios.
 Usage: python3 benchmarks/gau_vs_attention.py [--lengths 128,512,1024,2048]
     [--batch-size 2] [--repeats 5] [--modes train,infer] [--quick]
 """
+
 import argparse
 import json
 import pathlib
@@ -85,17 +86,31 @@ VOCAB_SIZE = 64
 
 #: the real comparison (issue 2 item 9)
 FULL_SIZES = {
-    "gau_alpha": dict(hidden_size=768, num_hidden_layers=2, intermediate_size=1536,
-                      attention_key_size=128, num_attention_heads=1, hidden_act="swish"),
-    "roformer_v2": dict(hidden_size=768, num_hidden_layers=1, num_attention_heads=12,
-                        intermediate_size=3072, hidden_act="relu"),
+    "gau_alpha": dict(
+        hidden_size=768,
+        num_hidden_layers=2,
+        intermediate_size=1536,
+        attention_key_size=128,
+        num_attention_heads=1,
+        hidden_act="swish",
+    ),
+    "roformer_v2": dict(
+        hidden_size=768, num_hidden_layers=1, num_attention_heads=12, intermediate_size=3072, hidden_act="relu"
+    ),
 }
 #: --quick: a smoke test of the machinery, not a measurement
 TINY_SIZES = {
-    "gau_alpha": dict(hidden_size=32, num_hidden_layers=2, intermediate_size=64,
-                      attention_key_size=16, num_attention_heads=1, hidden_act="swish"),
-    "roformer_v2": dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                        intermediate_size=128, hidden_act="relu"),
+    "gau_alpha": dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        intermediate_size=64,
+        attention_key_size=16,
+        num_attention_heads=1,
+        hidden_act="swish",
+    ),
+    "roformer_v2": dict(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=128, hidden_act="relu"
+    ),
 }
 CALIBRATION = {"full": dict(n=2048, repeats=5), "tiny": dict(n=256, repeats=2)}
 
@@ -105,8 +120,12 @@ def gau_layer_flops(tokens, length, hidden, units, key_size):
     """Forward matmul FLOPs of one GAU layer over ``tokens`` = B·L tokens."""
     mm = _common.matmul_flops
     sequences = tokens // length
-    return (mm(tokens, hidden, 2 * units + key_size) + mm(length, key_size, length, sequences)
-            + mm(length, length, units, sequences) + mm(tokens, units, hidden))
+    return (
+        mm(tokens, hidden, 2 * units + key_size)
+        + mm(length, key_size, length, sequences)
+        + mm(length, length, units, sequences)
+        + mm(tokens, units, hidden)
+    )
 
 
 def mha_ffn_layer_flops(tokens, length, hidden, heads, ffn):
@@ -114,8 +133,12 @@ def mha_ffn_layer_flops(tokens, length, hidden, heads, ffn):
     mm = _common.matmul_flops
     sequences = tokens // length
     head_size = hidden // heads
-    return (4 * mm(tokens, hidden, hidden) + mm(length, head_size, length, sequences * heads)
-            + mm(length, length, head_size, sequences * heads) + 2 * mm(tokens, hidden, ffn))
+    return (
+        4 * mm(tokens, hidden, hidden)
+        + mm(length, head_size, length, sequences * heads)
+        + mm(length, length, head_size, sequences * heads)
+        + 2 * mm(tokens, hidden, ffn)
+    )
 
 
 def model_flops(model, sizes, batch_size, length, mode):
@@ -123,11 +146,9 @@ def model_flops(model, sizes, batch_size, length, mode):
     tokens = batch_size * length
     s = sizes[model]
     if model == "gau_alpha":
-        layer = gau_layer_flops(tokens, length, s["hidden_size"], s["intermediate_size"],
-                                s["attention_key_size"])
+        layer = gau_layer_flops(tokens, length, s["hidden_size"], s["intermediate_size"], s["attention_key_size"])
     else:
-        layer = mha_ffn_layer_flops(tokens, length, s["hidden_size"], s["num_attention_heads"],
-                                    s["intermediate_size"])
+        layer = mha_ffn_layer_flops(tokens, length, s["hidden_size"], s["num_attention_heads"], s["intermediate_size"])
     forward = s["num_hidden_layers"] * layer
     return forward * (_common.TRAIN_FLOP_FACTOR if mode == "train" else 1)
 
@@ -135,8 +156,17 @@ def model_flops(model, sizes, batch_size, length, mode):
 # ---------------------------------------------------------------- worker side
 def worker_setup(spec):
     """Builds the model of ``spec`` and returns (info, step) for ``_common.serve``."""
-    return _common.encoder_step(spec["model"], spec["sizes"], spec["batch_size"], spec["length"], spec["mode"],
-                                spec["seed"], VOCAB_SIZE, dropout_rate=0.0, attention_dropout_rate=0.0)
+    return _common.encoder_step(
+        spec["model"],
+        spec["sizes"],
+        spec["batch_size"],
+        spec["length"],
+        spec["mode"],
+        spec["seed"],
+        VOCAB_SIZE,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+    )
 
 
 def worker_main(spec_json):
@@ -147,14 +177,17 @@ def worker_main(spec_json):
 # ---------------------------------------------------------------- parent side
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--lengths", help="comma-separated sequence lengths "
-                        "(default 128,512,1024,2048; --quick: 64)")
+    parser.add_argument("--lengths", help="comma-separated sequence lengths (default 128,512,1024,2048; --quick: 64)")
     parser.add_argument("--batch-size", type=int, help="sequences per step (default 2; --quick: 1)")
-    parser.add_argument("--repeats", type=int, help="timed steps per model and configuration, "
-                        "after one warm-up step (default 5; --quick: 1)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        help="timed steps per model and configuration, after one warm-up step (default 5; --quick: 1)",
+    )
     parser.add_argument("--modes", default="train,infer", help="comma-separated: train, infer")
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny widths and one short length: a smoke test, not a measurement")
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny widths and one short length: a smoke test, not a measurement"
+    )
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -186,8 +219,7 @@ def _int_list(text, option):
 
 
 def worker_argv(args, sizes, model, length, mode):
-    spec = dict(model=model, sizes=sizes[model], length=length, mode=mode,
-                batch_size=args.batch_size, seed=args.seed)
+    spec = dict(model=model, sizes=sizes[model], length=length, mode=mode, batch_size=args.batch_size, seed=args.seed)
     return [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", json.dumps(spec)]
 
 
@@ -199,8 +231,11 @@ def measure(args, sizes, length, mode, calibration, calibrate_first, calibrate_l
         flops_per_second.append(workers[MODELS[0]].request("calibrate", **calibration)["flops_per_second"])
 
     results = _common.measure_side_by_side(
-        {model: worker_argv(args, sizes, model, length, mode) for model in MODELS}, args.repeats,
-        before=calibrate if calibrate_first else None, after=calibrate if calibrate_last else None)
+        {model: worker_argv(args, sizes, model, length, mode) for model in MODELS},
+        args.repeats,
+        before=calibrate if calibrate_first else None,
+        after=calibrate if calibrate_last else None,
+    )
     return results, flops_per_second
 
 
@@ -212,15 +247,34 @@ def summarize(args, sizes, length, mode, results, peak_flops):
     mem = {m: results[m]["peak_bytes"] / _common.MIB for m in MODELS}
     mem_ratio = mem["gau_alpha"] / mem["roformer_v2"] if mem["roformer_v2"] > 0 else float("nan")
     f = _common.format_number
-    return [length, mode, f(times["gau_alpha"] * 1e3), f(times["roformer_v2"] * 1e3),
-            f(_common.median_ratio(gau["seconds"], rof["seconds"])),
-            f(flops["gau_alpha"] / flops["roformer_v2"]),
-            f(mem["gau_alpha"]), f(mem["roformer_v2"]), f(mem_ratio),
-            f"{100 * mfu['gau_alpha']:.1f}%", f"{100 * mfu['roformer_v2']:.1f}%"]
+    return [
+        length,
+        mode,
+        f(times["gau_alpha"] * 1e3),
+        f(times["roformer_v2"] * 1e3),
+        f(_common.median_ratio(gau["seconds"], rof["seconds"])),
+        f(flops["gau_alpha"] / flops["roformer_v2"]),
+        f(mem["gau_alpha"]),
+        f(mem["roformer_v2"]),
+        f(mem_ratio),
+        f"{100 * mfu['gau_alpha']:.1f}%",
+        f"{100 * mfu['roformer_v2']:.1f}%",
+    ]
 
 
-HEADERS = ["L", "mode", "GAU-α ms", "RoFormerV2 ms", "time GAU/RoF", "FLOPs GAU/RoF", "GAU-α MiB",
-           "RoFormerV2 MiB", "mem GAU/RoF", "GAU-α MFU", "RoFormerV2 MFU"]
+HEADERS = [
+    "L",
+    "mode",
+    "GAU-α ms",
+    "RoFormerV2 ms",
+    "time GAU/RoF",
+    "FLOPs GAU/RoF",
+    "GAU-α MiB",
+    "RoFormerV2 MiB",
+    "mem GAU/RoF",
+    "GAU-α MFU",
+    "RoFormerV2 MFU",
+]
 
 
 def main(argv=None):
@@ -234,8 +288,9 @@ def main(argv=None):
     measured, calibrations, device, memory_method, params = [], [], None, None, {}
     for index, (length, mode) in enumerate(jobs):
         print(f"[{index + 1}/{len(jobs)}] L={length} {mode} ...", file=sys.stderr, flush=True)
-        results, flops = measure(args, sizes, length, mode, calibration,
-                                 calibrate_first=index == 0, calibrate_last=index == len(jobs) - 1)
+        results, flops = measure(
+            args, sizes, length, mode, calibration, calibrate_first=index == 0, calibrate_last=index == len(jobs) - 1
+        )
         calibrations += flops
         device = results[MODELS[0]]["device"]
         memory_method = results[MODELS[0]]["memory_method"]
@@ -243,12 +298,16 @@ def main(argv=None):
         measured.append((length, mode, results))
     peak_flops = max(calibrations)
     rows = [summarize(args, sizes, length, mode, results, peak_flops) for length, mode, results in measured]
-    print(f"device: {device}; peak memory from {memory_method}; float32 matmul peak {peak_flops / 1e9:.1f} GFLOP/s "
-          f"(n={calibration['n']}, best of runs: "
-          + ", ".join(f"{c / 1e9:.1f}" for c in calibrations) + ")")
-    print(f"batch size {args.batch_size}, {args.repeats} timed repeats after 1 warm-up step; "
-          f"parameters: " + ", ".join(f"{LABELS[m]} {params[m]:,}" for m in MODELS)
-          + ("; --quick: tiny widths, not a measurement" if args.quick else ""))
+    print(
+        f"device: {device}; peak memory from {memory_method}; float32 matmul peak {peak_flops / 1e9:.1f} GFLOP/s "
+        f"(n={calibration['n']}, best of runs: " + ", ".join(f"{c / 1e9:.1f}" for c in calibrations) + ")"
+    )
+    print(
+        f"batch size {args.batch_size}, {args.repeats} timed repeats after 1 warm-up step; "
+        f"parameters: "
+        + ", ".join(f"{LABELS[m]} {params[m]:,}" for m in MODELS)
+        + ("; --quick: tiny widths, not a measurement" if args.quick else "")
+    )
     print()
     print(_common.markdown_table(HEADERS, rows))
 

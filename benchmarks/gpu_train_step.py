@@ -26,6 +26,7 @@ by category, by model code and pass, and the largest instructions; TensorBoard o
 traces themselves).
 JSON lines (one per measurement) go to stdout and ``--json``; the table comes last.
 """
+
 import argparse
 import json
 import os
@@ -72,21 +73,48 @@ def arguments(argv=None):
     parser.add_argument("--heads", type=positive_int, default=None)
     parser.add_argument("--intermediate", type=positive_int, default=None)
     parser.add_argument("--key-size", type=positive_int, default=None, help="GAU-α's s")
-    parser.add_argument("--dtype", choices=("bfloat16", "float32"), default=None,
-                        help="bfloat16 = mixed_bfloat16 (default on GPU/TPU), float32 (default on CPU)")
+    parser.add_argument(
+        "--dtype",
+        choices=("bfloat16", "float32"),
+        default=None,
+        help="bfloat16 = mixed_bfloat16 (default on GPU/TPU), float32 (default on CPU)",
+    )
     parser.add_argument("--rounds", type=positive_int, default=None)
     parser.add_argument("--steps", type=positive_int, default=None)
     parser.add_argument("--peak-size", type=positive_int, default=None, help="side of the calibration product")
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (CPU smoke test)")
     parser.add_argument("--trace", default=None, help="write a jax.profiler trace of each model here")
-    parser.add_argument("--compile-only", action="store_true",
-                        help="only what XLA makes of the steps (no timing): the CPU proxy of the dissection")
+    parser.add_argument(
+        "--compile-only",
+        action="store_true",
+        help="only what XLA makes of the steps (no timing): the CPU proxy of the dissection",
+    )
     parser.add_argument("--json", default=None, help="also write the JSON lines to this file")
     args = parser.parse_args(argv)
-    tiny = dict(lengths=[16, 32], tokens=64, layers=1, hidden=32, heads=2, intermediate=64, key_size=16,
-                rounds=2, steps=2, peak_size=256)
-    full = dict(lengths=[128, 512, 1024, 2048, 4096], tokens=16384, layers=4, hidden=768, heads=12,
-                intermediate=3072, key_size=128, rounds=5, steps=5, peak_size=8192)
+    tiny = dict(
+        lengths=[16, 32],
+        tokens=64,
+        layers=1,
+        hidden=32,
+        heads=2,
+        intermediate=64,
+        key_size=16,
+        rounds=2,
+        steps=2,
+        peak_size=256,
+    )
+    full = dict(
+        lengths=[128, 512, 1024, 2048, 4096],
+        tokens=16384,
+        layers=4,
+        hidden=768,
+        heads=12,
+        intermediate=3072,
+        key_size=128,
+        rounds=5,
+        steps=5,
+        peak_size=8192,
+    )
     for key, value in (tiny if args.tiny else full).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -102,14 +130,29 @@ def arguments(argv=None):
 
 # ---------------------------------------------------------------- models and FLOPs
 
+
 def configs(args):
     """bert4keras configs of the two models (dropout 0)."""
-    common = dict(vocab_size=128, hidden_size=args.hidden, max_position_embeddings=max(args.lengths),
-                  type_vocab_size=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, hidden_act="relu")
-    roformer = dict(common, num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                    intermediate_size=args.intermediate)
-    gau = dict(common, num_hidden_layers=2 * args.layers, num_attention_heads=1, intermediate_size=2 * args.hidden,
-               attention_key_size=args.key_size, hidden_act="swish")
+    common = dict(
+        vocab_size=128,
+        hidden_size=args.hidden,
+        max_position_embeddings=max(args.lengths),
+        type_vocab_size=2,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        hidden_act="relu",
+    )
+    roformer = dict(
+        common, num_hidden_layers=args.layers, num_attention_heads=args.heads, intermediate_size=args.intermediate
+    )
+    gau = dict(
+        common,
+        num_hidden_layers=2 * args.layers,
+        num_attention_heads=1,
+        intermediate_size=2 * args.hidden,
+        attention_key_size=args.key_size,
+        hidden_act="swish",
+    )
     return {"RoFormerV2": ("roformer_v2", roformer), "GAU-α": ("gau_alpha", gau)}
 
 
@@ -134,12 +177,18 @@ def build(name, args, policy):
             import keras_hub
 
             backbone = keras_hub.models.RoformerV2Backbone(
-                vocabulary_size=128, num_layers=args.layers, num_heads=args.heads, hidden_dim=args.hidden,
-                intermediate_dim=args.intermediate, head_size=args.hidden // args.heads, dropout=0.0,
-                max_wavelength=10000)
+                vocabulary_size=128,
+                num_layers=args.layers,
+                num_heads=args.heads,
+                hidden_dim=args.hidden,
+                intermediate_dim=args.intermediate,
+                head_size=args.hidden // args.heads,
+                dropout=0.0,
+                max_wavelength=10000,
+            )
             ids = keras.Input((None,), dtype="int32")
             segments = keras.Input((None,), dtype="int32")
-            out = backbone({"token_ids": ids, "segment_ids": segments})    # its padding mask: ids != 0
+            out = backbone({"token_ids": ids, "segment_ids": segments})  # its padding mask: ids != 0
             return keras.Model([ids, segments], out)
         from gau_keras import build_transformer_model
 
@@ -172,8 +221,11 @@ def train_step(model, batch, length, seed=0):
         return trainable, non_trainable, opt_vars, loss
 
     jitted = jax.jit(step, donate_argnums=(0, 1, 2))
-    state = [[v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables],
-             [v.value for v in optimizer.variables]]
+    state = [
+        [v.value for v in model.trainable_variables],
+        [v.value for v in model.non_trainable_variables],
+        [v.value for v in optimizer.variables],
+    ]
     example = [[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in group] for group in state]
 
     def run():
@@ -196,13 +248,14 @@ def compiled_facts(jitted, example):
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     text = compiled.as_text()
-    pairs = re.findall(r"stablehlo\.convert %\S+ : \(tensor<(?:[\dx]*x)?(\w+)>\) -> tensor<(?:[\dx]*x)?(\w+)>",
-                       traced)
+    pairs = re.findall(r"stablehlo\.convert %\S+ : \(tensor<(?:[\dx]*x)?(\w+)>\) -> tensor<(?:[\dx]*x)?(\w+)>", traced)
     converts = sum(1 for a, b in pairs if {a, b} == {"f32", "bf16"})
-    return {"temp_bytes": int(getattr(memory, "temp_size_in_bytes", 0) or 0),
-            "bytes_accessed": float((cost or {}).get("bytes accessed", float("nan"))),
-            "fusions": len(re.findall(r" fusion\([^\n]*\bcalls=", text)),
-            "f32_bf16_converts": converts}, text
+    return {
+        "temp_bytes": int(getattr(memory, "temp_size_in_bytes", 0) or 0),
+        "bytes_accessed": float((cost or {}).get("bytes accessed", float("nan"))),
+        "fusions": len(re.findall(r" fusion\([^\n]*\bcalls=", text)),
+        "f32_bf16_converts": converts,
+    }, text
 
 
 def matmul_rate(args, dtype):
@@ -220,28 +273,39 @@ def matmul_rate(args, dtype):
         start = time.perf_counter()
         product(a, b).block_until_ready()
         times.append(time.perf_counter() - start)
-    return 2 * n ** 3 / statistics.median(times)
+    return 2 * n**3 / statistics.median(times)
 
 
 def table(records, peak):
-    lines = [f"matrix rate measured: {peak / 1e12:.3g} TFLOP/s", "",
-             "| L (batch) | model | ms | MFU | XLA temp MiB | GB accessed | fusions | f32⇄bf16 converts |",
-             "|---" * 8 + "|"]
+    lines = [
+        f"matrix rate measured: {peak / 1e12:.3g} TFLOP/s",
+        "",
+        "| L (batch) | model | ms | MFU | XLA temp MiB | GB accessed | fusions | f32⇄bf16 converts |",
+        "|---" * 8 + "|",
+    ]
     for r in records:
-        lines.append(f"| {r['length']} ({r['batch']}) | {r['model']} | {r['ms']:.3g} | {r['mfu']:.2f} | "
-                     f"{r['temp_bytes'] / 2 ** 20:.1f} | {r['bytes_accessed'] / 1e9:.3g} | {r['fusions']} | "
-                     f"{r['f32_bf16_converts']} |")
+        lines.append(
+            f"| {r['length']} ({r['batch']}) | {r['model']} | {r['ms']:.3g} | {r['mfu']:.2f} | "
+            f"{r['temp_bytes'] / 2**20:.1f} | {r['bytes_accessed'] / 1e9:.3g} | {r['fusions']} | "
+            f"{r['f32_bf16_converts']} |"
+        )
     by_length = {}
     for r in records:
         by_length.setdefault(r["length"], {})[r["model"]] = r
-    lines += ["", "| L | GAU-α / RoFormerV2 time | GAU-α / RoFormerV2 temp memory | GAU-α / plain JAX time "
-              "| GAU-α / plain JAX GB accessed | keras-hub / ours |", "|---" * 6 + "|"]
+    lines += [
+        "",
+        "| L | GAU-α / RoFormerV2 time | GAU-α / RoFormerV2 temp memory | GAU-α / plain JAX time "
+        "| GAU-α / plain JAX GB accessed | keras-hub / ours |",
+        "|---" * 6 + "|",
+    ]
     for length, row in by_length.items():
         gau, rof, hub = row.get("GAU-α"), row.get("RoFormerV2"), row.get("keras-hub RoFormerV2")
         plain = row.get("GAU-α plain JAX")
         ratio = lambda a, b, key: f"{a[key] / b[key]:.3g}" if a and b and b[key] else ""  # noqa: E731
-        lines.append(f"| {length} | {ratio(gau, rof, 'ms')} | {ratio(gau, rof, 'temp_bytes')} | "
-                     f"{ratio(gau, plain, 'ms')} | {ratio(gau, plain, 'bytes_accessed')} | {ratio(hub, rof, 'ms')} |")
+        lines.append(
+            f"| {length} | {ratio(gau, rof, 'ms')} | {ratio(gau, rof, 'temp_bytes')} | "
+            f"{ratio(gau, plain, 'ms')} | {ratio(gau, plain, 'bytes_accessed')} | {ratio(hub, rof, 'ms')} |"
+        )
     return "\n".join(lines)
 
 
@@ -260,8 +324,9 @@ def main(argv=None):
     platform = jax.devices()[0].platform
     dtype = args.dtype or ("float32" if platform == "cpu" else "bfloat16")
     policy = "mixed_bfloat16" if dtype == "bfloat16" else "float32"
-    peak = float("nan") if args.compile_only else matmul_rate(args, jnp.bfloat16 if dtype == "bfloat16"
-                                                              else jnp.float32)
+    peak = (
+        float("nan") if args.compile_only else matmul_rate(args, jnp.bfloat16 if dtype == "bfloat16" else jnp.float32)
+    )
     print(f"device: {platform} {jax.devices()[0].device_kind}; jax {jax.__version__}; {dtype}", flush=True)
     names = list(MODELS)
     try:
@@ -295,14 +360,24 @@ def main(argv=None):
                 title = f"{name}, L {length} (batch {batch})"
                 try:
                     profiles.append(xla_profile.table(xla_profile.op_times(where, hlo_text, TRACED_STEPS), title))
-                except ValueError as error:      # a trace without per-instruction events: say so, time on
+                except ValueError as error:  # a trace without per-instruction events: say so, time on
                     profiles.append(f"### {title}: {error}")
-        timed = ({name: float("nan") for name in steps} if args.compile_only
-                 else _common.interleaved_medians(steps, args.rounds, args.steps, jax.block_until_ready))
+        timed = (
+            {name: float("nan") for name in steps}
+            if args.compile_only
+            else _common.interleaved_medians(steps, args.rounds, args.steps, jax.block_until_ready)
+        )
         for name, ms in timed.items():
             flops = 3 * forward_flops("GAU-α" if name in GAU else "RoFormerV2", args, batch, length)
-            record = {"model": name, "length": length, "batch": batch, "dtype": dtype, "ms": ms,
-                      "mfu": flops / (ms / 1e3) / peak, **facts[name]}
+            record = {
+                "model": name,
+                "length": length,
+                "batch": batch,
+                "dtype": dtype,
+                "ms": ms,
+                "mfu": flops / (ms / 1e3) / peak,
+                **facts[name],
+            }
             records.append(record)
             print(json.dumps(record), flush=True)
             if out:

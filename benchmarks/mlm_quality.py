@@ -23,6 +23,7 @@ Reports, for the model of ``--model-dir`` (default: the bundled GAU-alpha):
     other lengths (length extrapolation).
 Prints a Markdown table; ``--json FILE`` also writes the figures.
 """
+
 import argparse
 import json
 import os
@@ -96,8 +97,13 @@ def shard_accuracy(model, pattern, batch_size=32):
         total += len(target)
         for token, count in zip(*np.unique(target, return_counts=True)):
             counts[token] = counts.get(token, 0) + count
-    return {"accuracy": correct / total, "loss": loss / total,
-            "majority": max(counts.values()) / total, "masked": int(total), "maxlen": maxlen}
+    return {
+        "accuracy": correct / total,
+        "loss": loss / total,
+        "majority": max(counts.values()) / total,
+        "masked": int(total),
+        "maxlen": maxlen,
+    }
 
 
 def random_char_accuracy(model, tokenizer, texts, maxlen=128, rate=0.15, seed=0, batch_size=64, pair=False):
@@ -113,12 +119,12 @@ def random_char_accuracy(model, tokenizer, texts, maxlen=128, rate=0.15, seed=0,
     rows = []
     for text in texts:
         if pair:
-            ids, segments = tokenizer.encode(text[:len(text) // 2], text[len(text) // 2:], maxlen=maxlen)
+            ids, segments = tokenizer.encode(text[: len(text) // 2], text[len(text) // 2 :], maxlen=maxlen)
         else:
             ids, segments = tokenizer.encode(text, maxlen=maxlen)
         ids, segments = np.array(ids), np.array(segments)
         label = np.zeros_like(ids)
-        maskable = np.flatnonzero(ids != tokenizer.token_sep_id)[1:]      # not [CLS], not a [SEP]
+        maskable = np.flatnonzero(ids != tokenizer.token_sep_id)[1:]  # not [CLS], not a [SEP]
         chosen = maskable[rng.random(len(maskable)) < rate]
         label[chosen] = ids[chosen]
         ids[chosen] = tokenizer.token_mask_id
@@ -126,11 +132,11 @@ def random_char_accuracy(model, tokenizer, texts, maxlen=128, rate=0.15, seed=0,
     predict = _predict_fn(model)
     correct = total = second_correct = second_total = 0
     for start in range(0, len(rows), batch_size):
-        batch = rows[start:start + batch_size]
+        batch = rows[start : start + batch_size]
         x, s, y = (np.zeros((len(batch), max(len(r[0]) for r in batch)), "int32") for _ in range(3))
         for i, row in enumerate(batch):
             for array, values in zip((x, s, y), row):
-                array[i, :len(values)] = values
+                array[i, : len(values)] = values
         hit = np.asarray(predict([x, s])).argmax(-1) == y
         correct += int(hit[y > 0].sum())
         total += int((y > 0).sum())
@@ -150,8 +156,7 @@ def parse_args(argv=None):
     parser.add_argument("--eval-text", help="held-out documents, one per line (random-character masks)")
     parser.add_argument("--char-maxlen", type=int, default=128)
     parser.add_argument("--max-docs", type=int, default=None, help="use the first N held-out documents")
-    parser.add_argument("--length-shards", default="",
-                        help="LEN=PATTERN,... held-out shards packed to other lengths")
+    parser.add_argument("--length-shards", default="", help="LEN=PATTERN,... held-out shards packed to other lengths")
     parser.add_argument("--probes", default=str(PROBES))
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--show-probes", action="store_true", help="print every probe's top 5")
@@ -168,8 +173,12 @@ def main(argv=None):
     rows = []
     probes = probe_hits(model, tokenizer, read_probes(args.probes))
     hits = sum(hit for *_, hit in probes)
-    figures["probes"] = {"hits": hits, "total": len(probes), "rate": hits / len(probes),
-                         "top5": {s: top for s, _, top, _ in probes}}
+    figures["probes"] = {
+        "hits": hits,
+        "total": len(probes),
+        "rate": hits / len(probes),
+        "top5": {s: top for s, _, top, _ in probes},
+    }
     rows.append(["probes: answer in top 5", f"{hits}/{len(probes)} = {hits / len(probes):.3f}", ""])
     if args.show_probes:
         for sentence, answers, top, hit in probes:
@@ -177,26 +186,45 @@ def main(argv=None):
     if args.eval_shards:
         ww = shard_accuracy(logits_model, args.eval_shards)
         figures["whole_word"] = ww
-        rows.append([f"whole-word masked accuracy (maxlen {ww['maxlen']})", f"{ww['accuracy']:.4f}",
-                     f"loss {ww['loss']:.3f}, majority {ww['majority']:.4f}, {ww['masked']} masked tokens"])
+        rows.append(
+            [
+                f"whole-word masked accuracy (maxlen {ww['maxlen']})",
+                f"{ww['accuracy']:.4f}",
+                f"loss {ww['loss']:.3f}, majority {ww['majority']:.4f}, {ww['masked']} masked tokens",
+            ]
+        )
     if args.eval_text:
         with open(args.eval_text, encoding="utf-8") as f:
-            texts = [line.strip() for line in f if line.strip()][:args.max_docs]
+            texts = [line.strip() for line in f if line.strip()][: args.max_docs]
         rc = random_char_accuracy(logits_model, tokenizer, texts, maxlen=args.char_maxlen)
         figures["random_char"] = rc
-        rows.append([f"random characters 15% (first {args.char_maxlen} tokens)", f"{rc['accuracy']:.4f}",
-                     f"{len(texts)} documents, {rc['masked']} masked tokens"])
+        rows.append(
+            [
+                f"random characters 15% (first {args.char_maxlen} tokens)",
+                f"{rc['accuracy']:.4f}",
+                f"{len(texts)} documents, {rc['masked']} masked tokens",
+            ]
+        )
         rp = random_char_accuracy(logits_model, tokenizer, texts, maxlen=args.char_maxlen, pair=True)
         figures["random_char_pair"] = rp
-        rows.append([f"random characters 15%, each document as a pair of halves (first {args.char_maxlen} tokens)",
-                     f"{rp['accuracy']:.4f}", f"second half (segment 1): {rp['second_accuracy']:.4f} "
-                     f"of {rp['second_masked']} masked tokens"])
+        rows.append(
+            [
+                f"random characters 15%, each document as a pair of halves (first {args.char_maxlen} tokens)",
+                f"{rp['accuracy']:.4f}",
+                f"second half (segment 1): {rp['second_accuracy']:.4f} of {rp['second_masked']} masked tokens",
+            ]
+        )
     for item in filter(None, (x.strip() for x in args.length_shards.split(","))):
         length, _, pattern = item.partition("=")
         result = shard_accuracy(logits_model, pattern)
         figures.setdefault("lengths", {})[length] = result
-        rows.append([f"whole-word, packed to {length} tokens", f"{result['accuracy']:.4f}",
-                     f"loss {result['loss']:.3f}, {result['masked']} masked tokens"])
+        rows.append(
+            [
+                f"whole-word, packed to {length} tokens",
+                f"{result['accuracy']:.4f}",
+                f"loss {result['loss']:.3f}, {result['masked']} masked tokens",
+            ]
+        )
     print("| measure | value | details |\n|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")

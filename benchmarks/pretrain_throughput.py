@@ -38,6 +38,7 @@ ratio loop/bare measured round by round against the faster bare step.
 Usage: python3 benchmarks/pretrain_throughput.py [--configs pretrain/configs/tiny.json,...]
     [--backends tensorflow,jax] [--updates 20] [--repeats 5] [--no-finetune] [--quick]
 """
+
 import argparse
 import atexit
 import importlib.util
@@ -59,8 +60,13 @@ import _common  # noqa: E402  (path set above)
 DEFAULT_CONFIGS = ("pretrain/configs/tiny.json", "pretrain/configs/tiny_roformer_v2.json")
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 #: --quick: a smoke test of the machinery, not a measurement
-QUICK_MODEL = {"hidden_size": 16, "num_hidden_layers": 1, "intermediate_size": 24, "attention_key_size": 8,
-               "num_attention_heads": 1}
+QUICK_MODEL = {
+    "hidden_size": 16,
+    "num_hidden_layers": 1,
+    "intermediate_size": 24,
+    "attention_key_size": 8,
+    "num_attention_heads": 1,
+}
 
 
 # ---------------------------------------------------------------- synthetic data
@@ -102,11 +108,17 @@ def run_config(spec):
     config.update(model_config=model_config, model_config_path=None)
     maxlen = config["data"]["maxlen"] if not spec["quick"] else 16
     config["vocab"] = synthetic_vocab(pathlib.Path(scratch) / "vocab.txt", model_config["vocab_size"])
-    config["data"].update(train=synthetic_shards(pathlib.Path(scratch) / "shards", model_config["vocab_size"],
-                                                 maxlen, 4 * config["data"]["batch_size"]),
-                          eval=None, maxlen=maxlen, dynamic_mask=None)
-    config["train"].update(output_dir=str(pathlib.Path(scratch) / "run"), steps=10 ** 9, save_every=10 ** 9,
-                           eval_every=0, xla=spec["xla"])
+    config["data"].update(
+        train=synthetic_shards(
+            pathlib.Path(scratch) / "shards", model_config["vocab_size"], maxlen, 4 * config["data"]["batch_size"]
+        ),
+        eval=None,
+        maxlen=maxlen,
+        dynamic_mask=None,
+    )
+    config["train"].update(
+        output_dir=str(pathlib.Path(scratch) / "run"), steps=10**9, save_every=10**9, eval_every=0, xla=spec["xla"]
+    )
     return config
 
 
@@ -121,7 +133,8 @@ def loop_setup(spec):
     def step():
         for _ in range(updates):
             trainer.advance()
-        trainer.wait()   # the last update has finished
+        trainer.wait()  # the last update has finished
+
     return {"params": int(trainer.model.count_params()), "xla": trainer.xla}, step
 
 
@@ -138,13 +151,23 @@ def bare_parts(spec):
     config = run_config(spec)
     keras.utils.set_random_seed(config["train"]["seed"])
     data = config["data"]
-    transformer = build_transformer_model(config["model_config"], model=config["model"], with_mlm="linear",
-                                          return_keras_model=False)
+    transformer = build_transformer_model(
+        config["model_config"], model=config["model"], with_mlm="linear", return_keras_model=False
+    )
     opt = dict(config["optimizer"])
     schedule = PiecewiseLinearDecay(opt.pop("learning_rate"), opt.pop("schedule"))
     opt["gradient_accumulation_steps"] = None
-    batch = next(iter(load_dataset(data["train"], data["batch_size"], maxlen=data["maxlen"],
-                                   mask_token_id=4, random_token_ids=np.arange(5, 64))))
+    batch = next(
+        iter(
+            load_dataset(
+                data["train"],
+                data["batch_size"],
+                maxlen=data["maxlen"],
+                mask_token_id=4,
+                random_token_ids=np.arange(5, 64),
+            )
+        )
+    )
     return transformer, LAMB(learning_rate=schedule, **opt), batch, -(-data["maxlen"] // 4)
 
 
@@ -176,6 +199,7 @@ def bare_setup(spec):
         for _ in range(updates):
             loss = train_step(inputs, labels)
         np.asarray(loss)
+
     return {"params": int(model.count_params()), "xla": spec["xla"]}, step
 
 
@@ -213,8 +237,11 @@ def jax_bare_setup(spec):
         trainable, optimizer_values = optimizer.stateless_apply(optimizer_values, grads, trainable)
         return (trainable, non_trainable, optimizer_values), loss
 
-    state = ([v.value for v in train_model.trainable_variables], [v.value for v in train_model.non_trainable_variables],
-             [v.value for v in optimizer.variables])
+    state = (
+        [v.value for v in train_model.trainable_variables],
+        [v.value for v in train_model.non_trainable_variables],
+        [v.value for v in optimizer.variables],
+    )
     updates = spec["updates"]
 
     def step():
@@ -222,6 +249,7 @@ def jax_bare_setup(spec):
         for _ in range(updates):
             state, loss = train_step(state, x, labels)
         np.asarray(loss)
+
     return {"params": int(model.count_params()), "xla": True}, step
 
 
@@ -258,7 +286,7 @@ def finetune_model(spec):
     task = task_class("tnews")("tnews", tokenizer, 64)
     model = task.build_model(transformer)
     batches = finetune_batches(spec, tokenizer, task)
-    optimizer = make_optimizer(1e-3, 0.01, 10 ** 6)
+    optimizer = make_optimizer(1e-3, 0.01, 10**6)
     return model, task, batches, optimizer
 
 
@@ -269,6 +297,7 @@ def fit_setup(spec):
 
     def step():
         model.fit(dataset, epochs=1, verbose=0, shuffle=False)
+
     return {"params": int(model.count_params()), "xla": spec["xla"]}, step
 
 
@@ -292,24 +321,33 @@ def finetune_bare_setup(spec):
         for inputs, labels in data:
             loss = train_step(inputs, labels)
         np.asarray(loss)
+
     return {"params": int(model.count_params()), "xla": spec["xla"]}, step
 
 
-SETUPS = {"loop": loop_setup, "bare": bare_setup, "fit": fit_setup, "finetune_bare": finetune_bare_setup,
-          "jax_bare": jax_bare_setup}
+SETUPS = {
+    "loop": loop_setup,
+    "bare": bare_setup,
+    "fit": fit_setup,
+    "finetune_bare": finetune_bare_setup,
+    "jax_bare": jax_bare_setup,
+}
 
 
 def worker_main(spec_json):
     spec = json.loads(spec_json)
-    os.environ["KERAS_BACKEND"] = spec.get("backend", "tensorflow")    # before Keras loads
+    os.environ["KERAS_BACKEND"] = spec.get("backend", "tensorflow")  # before Keras loads
     _common.serve(lambda: SETUPS[spec["kind"]](spec))
 
 
 # ---------------------------------------------------------------- parent
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
-                        help="comma-separated pretraining configs (default: the two tiny ones)")
+    parser.add_argument(
+        "--configs",
+        default=",".join(DEFAULT_CONFIGS),
+        help="comma-separated pretraining configs (default: the two tiny ones)",
+    )
     parser.add_argument("--updates", type=int, help="updates per timed round (default 20; --quick: 2)")
     parser.add_argument("--repeats", type=int, help="timed rounds after the warm-up (default 5; --quick: 1)")
     parser.add_argument("--xla", default="off,on", help="TensorFlow's variants, comma-separated: off, on")
@@ -324,8 +362,11 @@ def parse_args(argv=None):
     for config in args.configs:
         if not (REPO / config).is_file():
             parser.error(f"--configs: {config} does not exist (paths are relative to the repository)")
-    args.xla = [{"off": False, "on": True}[x.strip()] for x in args.xla.split(",") if x.strip()] \
-        if set(x.strip() for x in args.xla.split(",")) <= {"off", "on"} else parser.error("--xla: off and/or on")
+    args.xla = (
+        [{"off": False, "on": True}[x.strip()] for x in args.xla.split(",") if x.strip()]
+        if set(x.strip() for x in args.xla.split(",")) <= {"off", "on"}
+        else parser.error("--xla: off and/or on")
+    )
     default = "tensorflow,jax" if importlib.util.find_spec("jax") else "tensorflow"
     args.backends = [b.strip() for b in (args.backends or default).split(",") if b.strip()]
     if not args.backends or not set(args.backends) <= {"tensorflow", "jax"}:
@@ -353,8 +394,15 @@ def table_rows(results, per_round, pairs):
         loop_s = [s / per_round for s in results[loop]["seconds"]]
         bare_s = [s / per_round for s in results[bare]["seconds"]]
         fast_s = [s / per_round for s in results[fastest]["seconds"]]
-        rows.append([loop, f(statistics.median(loop_s)), f(statistics.median(bare_s)),
-                     f(_common.median_ratio(loop_s, bare_s)), f(_common.median_ratio(loop_s, fast_s))])
+        rows.append(
+            [
+                loop,
+                f(statistics.median(loop_s)),
+                f(statistics.median(bare_s)),
+                f(_common.median_ratio(loop_s, bare_s)),
+                f(_common.median_ratio(loop_s, fast_s)),
+            ]
+        )
     return rows, fastest_bare / per_round
 
 
@@ -365,8 +413,13 @@ def backend_rows(results, xlas, xla_name):
     for kind in ("bare", "loop"):
         for xla in xlas:
             jax_label, tf_label = f"jax {kind} (jit)", f"{kind}, {xla_name[xla]}"
-            rows.append([jax_label, tf_label, f(_common.median_ratio(results[jax_label]["seconds"],
-                                                                     results[tf_label]["seconds"]))])
+            rows.append(
+                [
+                    jax_label,
+                    tf_label,
+                    f(_common.median_ratio(results[jax_label]["seconds"], results[tf_label]["seconds"])),
+                ]
+            )
     return rows
 
 
@@ -392,33 +445,56 @@ def main(argv=None):
         results = _common.measure_side_by_side(argvs, args.repeats)
         rows, _ = table_rows(results, args.updates, pairs)
         params = results[pairs[0][0]]["params"]
-        print(f"\n{config}: {params:,} parameters, {args.updates} updates per round, {args.repeats} rounds "
-              f"after 1 warm-up round; device: {results[pairs[0][0]]['device']}")
-        print(_common.markdown_table(["variant", "s/update", "bare s/update", "loop / bare (same XLA)",
-                                      "loop / fastest bare"], rows))
+        print(
+            f"\n{config}: {params:,} parameters, {args.updates} updates per round, {args.repeats} rounds "
+            f"after 1 warm-up round; device: {results[pairs[0][0]]['device']}"
+        )
+        print(
+            _common.markdown_table(
+                ["variant", "s/update", "bare s/update", "loop / bare (same XLA)", "loop / fastest bare"], rows
+            )
+        )
         if "jax" in args.backends and "tensorflow" in args.backends:
             print(f"\n{config}: JAX / TensorFlow, seconds per update, median of the round-by-round ratios")
-            print(_common.markdown_table(["JAX", "TensorFlow", "JAX / TensorFlow"],
-                                         backend_rows(results, args.xla, xla_name)))
+            print(
+                _common.markdown_table(
+                    ["JAX", "TensorFlow", "JAX / TensorFlow"], backend_rows(results, args.xla, xla_name)
+                )
+            )
     if args.no_finetune:
         return
     print("[finetune] tnews head on the bundled GAU-alpha ...", file=sys.stderr, flush=True)
     argvs = {}
     for xla in args.xla:
-        argvs[f"fit, {xla_name[xla]}"] = worker_argv(kind="fit", xla=xla, updates=args.updates, batch_size=32,
-                                                     quick=args.quick)
-        argvs[f"bare, {xla_name[xla]}"] = worker_argv(kind="finetune_bare", xla=xla, updates=args.updates,
-                                                      batch_size=32, quick=args.quick)
+        argvs[f"fit, {xla_name[xla]}"] = worker_argv(
+            kind="fit", xla=xla, updates=args.updates, batch_size=32, quick=args.quick
+        )
+        argvs[f"bare, {xla_name[xla]}"] = worker_argv(
+            kind="finetune_bare", xla=xla, updates=args.updates, batch_size=32, quick=args.quick
+        )
     results = _common.measure_side_by_side(argvs, args.repeats)
     pairs = [(f"fit, {xla_name[x]}", f"bare, {xla_name[x]}") for x in args.xla]
     rows, _ = table_rows(results, args.updates, pairs)
-    for row, (fit, _) in zip(rows, pairs):    # the first pass: every batch length compiled once
+    for row, (fit, _) in zip(rows, pairs):  # the first pass: every batch length compiled once
         row.append(_common.format_number(results[fit]["warmup_seconds"]))
-    print(f"\nfine-tuning (tnews head, batch 32, titles of 8-62 characters): "
-          f"{results[pairs[0][0]]['params']:,} parameters, {args.updates} steps per round (one pass over the "
-          f"same batches), {args.repeats} rounds after 1 warm-up round")
-    print(_common.markdown_table(["variant", "s/step", "bare s/step", "fit / bare (same XLA)",
-                                  "fit / fastest bare", f"first pass s ({args.updates} steps, compiles)"], rows))
+    print(
+        f"\nfine-tuning (tnews head, batch 32, titles of 8-62 characters): "
+        f"{results[pairs[0][0]]['params']:,} parameters, {args.updates} steps per round (one pass over the "
+        f"same batches), {args.repeats} rounds after 1 warm-up round"
+    )
+    print(
+        _common.markdown_table(
+            [
+                "variant",
+                "s/step",
+                "bare s/step",
+                "fit / bare (same XLA)",
+                "fit / fastest bare",
+                f"first pass s ({args.updates} steps, compiles)",
+            ],
+            rows,
+        )
+    )
 
 
 if __name__ == "__main__":

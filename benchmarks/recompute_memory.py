@@ -17,6 +17,7 @@ counted (see ``_common``).
 
 Usage: python3 benchmarks/recompute_memory.py [--lengths 2048,4096] [--repeats 3] [--quick]
 """
+
 import argparse
 import json
 import pathlib
@@ -31,23 +32,45 @@ import _common  # noqa: E402  (path set above)
 
 VOCAB_SIZE = 64
 SIZES = {
-    "gau_alpha": dict(hidden_size=768, num_hidden_layers=4, intermediate_size=1536, attention_key_size=128,
-                      num_attention_heads=1, hidden_act="swish"),
-    "roformer_v2": dict(hidden_size=768, num_hidden_layers=2, num_attention_heads=12, intermediate_size=3072,
-                        hidden_act="relu"),
+    "gau_alpha": dict(
+        hidden_size=768,
+        num_hidden_layers=4,
+        intermediate_size=1536,
+        attention_key_size=128,
+        num_attention_heads=1,
+        hidden_act="swish",
+    ),
+    "roformer_v2": dict(
+        hidden_size=768, num_hidden_layers=2, num_attention_heads=12, intermediate_size=3072, hidden_act="relu"
+    ),
 }
 QUICK_SIZES = {
-    "gau_alpha": dict(hidden_size=32, num_hidden_layers=2, intermediate_size=64, attention_key_size=16,
-                      num_attention_heads=1, hidden_act="swish"),
-    "roformer_v2": dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=128,
-                        hidden_act="relu"),
+    "gau_alpha": dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        intermediate_size=64,
+        attention_key_size=16,
+        num_attention_heads=1,
+        hidden_act="swish",
+    ),
+    "roformer_v2": dict(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=128, hidden_act="relu"
+    ),
 }
 LABELS = {"gau_alpha": "GAU-α", "roformer_v2": "RoFormerV2"}
 
 
 def worker_setup(spec):
-    return _common.encoder_step(spec["model"], spec["sizes"], 1, spec["length"], vocab_size=VOCAB_SIZE,
-                                dropout_rate=0.1, attention_dropout_rate=0.1, recompute=spec["recompute"])
+    return _common.encoder_step(
+        spec["model"],
+        spec["sizes"],
+        1,
+        spec["length"],
+        vocab_size=VOCAB_SIZE,
+        dropout_rate=0.1,
+        attention_dropout_rate=0.1,
+        recompute=spec["recompute"],
+    )
 
 
 def worker_main(spec_json):
@@ -88,21 +111,43 @@ def main(argv=None):
             argvs = {}
             for recompute in (False, True):
                 spec = dict(model=model, sizes=sizes[model], length=length, recompute=recompute)
-                argvs[recompute] = [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker",
-                                    json.dumps(spec)]
+                argvs[recompute] = [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", json.dumps(spec)]
             results = _common.measure_side_by_side(argvs, args.repeats)
             device, method = results[False]["device"], results[False]["memory_method"]
             off, on = results[False], results[True]
             mem_off, mem_on = off["peak_bytes"] / _common.MIB, on["peak_bytes"] / _common.MIB
-            rows.append([LABELS[model], f"1 × {length}", f(statistics.median(off["seconds"])),
-                         f(statistics.median(on["seconds"])),
-                         f(_common.median_ratio(on["seconds"], off["seconds"])), f(mem_off), f(mem_on),
-                         f(mem_on / mem_off if mem_off else float("nan"))])
-    print(f"device: {device}; peak memory above the post-warm-up baseline from {method}; "
-          f"{args.repeats} timed steps after 1 warm-up" + ("; --quick: not a measurement" if args.quick else ""))
+            rows.append(
+                [
+                    LABELS[model],
+                    f"1 × {length}",
+                    f(statistics.median(off["seconds"])),
+                    f(statistics.median(on["seconds"])),
+                    f(_common.median_ratio(on["seconds"], off["seconds"])),
+                    f(mem_off),
+                    f(mem_on),
+                    f(mem_on / mem_off if mem_off else float("nan")),
+                ]
+            )
+    print(
+        f"device: {device}; peak memory above the post-warm-up baseline from {method}; "
+        f"{args.repeats} timed steps after 1 warm-up" + ("; --quick: not a measurement" if args.quick else "")
+    )
     print()
-    print(_common.markdown_table(["model", "batch × L", "s/step", "s/step recompute", "time ratio",
-                                  "activation MiB", "activation MiB recompute", "memory ratio"], rows))
+    print(
+        _common.markdown_table(
+            [
+                "model",
+                "batch × L",
+                "s/step",
+                "s/step recompute",
+                "time ratio",
+                "activation MiB",
+                "activation MiB recompute",
+                "memory ratio",
+            ],
+            rows,
+        )
+    )
 
 
 if __name__ == "__main__":

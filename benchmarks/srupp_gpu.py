@@ -30,6 +30,7 @@ measurement) go to ``--json`` and stdout; the Markdown table comes last.
 On a CPU the kernel runs in Pallas's interpreter: those times say nothing of
 its speed (the smoke test only checks that everything runs).
 """
+
 import argparse
 import json
 import os
@@ -94,15 +95,25 @@ def arguments(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shapes", type=parse_shapes, default=None, help=f"BxLxdxp,... (default {SHAPES})")
     parser.add_argument("--tiny", action="store_true", help=f"tiny shapes ({TINY_SHAPES}), 2 rounds of 2 steps")
-    parser.add_argument("--dtypes", type=parse_dtypes, default=["float32", "bfloat16"],
-                        help="training-step dtypes: float32,bfloat16")
-    parser.add_argument("--blocks", type=parse_ints, default=[],
-                        help="extra kernel column blocks to time in the recurrence (powers of 2)")
-    parser.add_argument("--lookaheads", type=parse_ints, default=[],
-                        help="extra kernel lookaheads (steps loaded ahead) to time in the recurrence")
+    parser.add_argument(
+        "--dtypes", type=parse_dtypes, default=["float32", "bfloat16"], help="training-step dtypes: float32,bfloat16"
+    )
+    parser.add_argument(
+        "--blocks",
+        type=parse_ints,
+        default=[],
+        help="extra kernel column blocks to time in the recurrence (powers of 2)",
+    )
+    parser.add_argument(
+        "--lookaheads",
+        type=parse_ints,
+        default=[],
+        help="extra kernel lookaheads (steps loaded ahead) to time in the recurrence",
+    )
     parser.add_argument("--rounds", type=positive_int, default=None, help="timed rounds (default 5, --tiny 2)")
-    parser.add_argument("--steps", type=positive_int, default=None,
-                        help="steps per round and variant (default 10, --tiny 2)")
+    parser.add_argument(
+        "--steps", type=positive_int, default=None, help="steps per round and variant (default 10, --tiny 2)"
+    )
     parser.add_argument("--official", action="store_true", help="also time the official SRU++ and cuDNN GRU")
     parser.add_argument("--no-train", action="store_true", help="time the recurrence only")
     parser.add_argument("--json", default=None, help="also write the JSON lines to this file")
@@ -120,6 +131,7 @@ def arguments(argv=None):
 # ---------------------------------------------------------------- timing
 
 # ---------------------------------------------------------------- recurrence
+
 
 def recurrence_steps(B, L, d, blocks, lookaheads, seed):
     """{variant: step()} of forward + backward of the recurrence, and the kernel's
@@ -139,6 +151,7 @@ def recurrence_steps(B, L, d, blocks, lookaheads, seed):
         def loss(U, x, w, b):
             h, c = sru_recurrence(U, x, w, b, **options)
             return jnp.sum(h * g) + jnp.sum(c)
+
         return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))
 
     variants = {"kernel": grad_fn(implementation="pallas")}
@@ -147,18 +160,22 @@ def recurrence_steps(B, L, d, blocks, lookaheads, seed):
     for lookahead in lookaheads:
         variants[f"kernel lookahead {lookahead}"] = grad_fn(implementation="pallas", lookahead=lookahead)
     variants["scan"] = grad_fn(implementation="scan")
-    forward = {name: jax.jit(lambda U, x, w, b, i=i: sru_recurrence(U, x, w, b, implementation=i)[0])
-               for name, i in (("kernel", "pallas"), ("scan", "scan"))}
+    forward = {
+        name: jax.jit(lambda U, x, w, b, i=i: sru_recurrence(U, x, w, b, implementation=i)[0])
+        for name, i in (("kernel", "pallas"), ("scan", "scan"))
+    }
     rel = lambda a, ref: float(jnp.max(jnp.abs(a - ref)) / (jnp.max(jnp.abs(ref)) + 1e-30))  # noqa: E731
     kernel_grads, scan_grads = variants["kernel"](U, x, w, b)[1], variants["scan"](U, x, w, b)[1]
     parity = {"h": rel(forward["kernel"](U, x, w, b), forward["scan"](U, x, w, b))}
-    parity.update({f"d{name}": rel(a, ref) for name, a, ref in zip(("U", "x", "weight_c", "bias"), kernel_grads,
-                                                                    scan_grads)})
+    parity.update(
+        {f"d{name}": rel(a, ref) for name, a, ref in zip(("U", "x", "weight_c", "bias"), kernel_grads, scan_grads)}
+    )
     steps = {name: (lambda fn=fn: fn(U, x, w, b)[1]) for name, fn in variants.items()}
     return steps, parity
 
 
 # ---------------------------------------------------------------- training steps
+
 
 def keras_train_step(model, B, L, d, seed):
     """step() of one jitted Adam step on MSE(model(x), y), the model's state carried between calls."""
@@ -182,8 +199,11 @@ def keras_train_step(model, B, L, d, seed):
         trainable, opt_vars = optimizer.stateless_apply(opt_vars, grads, trainable)
         return trainable, non_trainable, opt_vars, loss
 
-    state = [[v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables],
-             [v.value for v in optimizer.variables]]
+    state = [
+        [v.value for v in model.trainable_variables],
+        [v.value for v in model.non_trainable_variables],
+        [v.value for v in optimizer.variables],
+    ]
 
     def run():
         trainable, non_trainable, opt_vars, loss = step(*state, x, y)
@@ -204,17 +224,23 @@ def train_steps(B, L, d, p, dtype, seed):
     for variant, implementation in (("SRU++ kernel", "pallas"), ("SRU++ scan", "scan")):
         keras.utils.set_random_seed(seed)
         model = keras.Sequential([keras.Input((L, d)), SRUpp(d, p, num_layers=2, dtype=policy)])
-        with sru_kernel_set(implementation):   # read when the step is traced
+        with sru_kernel_set(implementation):  # read when the step is traced
             steps[variant] = keras_train_step(model, B, L, d, seed)
             steps[variant]()  # traces and compiles now, under this implementation
     keras.utils.set_random_seed(seed)
-    gru = keras.Sequential([keras.Input((L, d)), keras.layers.GRU(d, return_sequences=True, dtype=policy),
-                            keras.layers.GRU(d, return_sequences=True, dtype=policy)])
+    gru = keras.Sequential(
+        [
+            keras.Input((L, d)),
+            keras.layers.GRU(d, return_sequences=True, dtype=policy),
+            keras.layers.GRU(d, return_sequences=True, dtype=policy),
+        ]
+    )
     steps["Keras GRU"] = keras_train_step(gru, B, L, d, seed)
     return steps
 
 
 # ---------------------------------------------------------------- official SRU++ (torch worker)
+
 
 def official_worker(args):
     """Times the official SRU++ and cuDNN GRU training steps in float32 (torch); JSON lines on stdout."""
@@ -226,8 +252,10 @@ def official_worker(args):
         torch.manual_seed(args.seed)
         x = torch.randn(L, B, d, device=device)  # time-major, as both modules take it
         y = torch.randn(L, B, d, device=device)
-        models = {"official SRU++": sru.SRUpp(d, d, p, num_layers=2).to(device),
-                  "cuDNN GRU": torch.nn.GRU(d, d, num_layers=2).to(device)}
+        models = {
+            "official SRU++": sru.SRUpp(d, d, p, num_layers=2).to(device),
+            "cuDNN GRU": torch.nn.GRU(d, d, num_layers=2).to(device),
+        }
         for name, model in models.items():
             optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 
@@ -248,23 +276,43 @@ def official_worker(args):
                     step()
                 torch.cuda.synchronize()
                 times.append((time.perf_counter() - start) * 1e3 / args.steps)
-            print(json.dumps({"group": "train", "shape": [B, L, d, p], "dtype": "float32", "variant": name,
-                              "ms": statistics.median(times)}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "group": "train",
+                        "shape": [B, L, d, p],
+                        "dtype": "float32",
+                        "variant": name,
+                        "ms": statistics.median(times),
+                    }
+                ),
+                flush=True,
+            )
 
 
 def run_official(args):
     """The official worker's JSON lines (an empty list, with the reason on stderr, when it cannot run)."""
-    argv = [sys.executable, __file__, OFFICIAL_FLAG, "--shapes",
-            ",".join("x".join(map(str, s)) for s in args.shapes), "--rounds", str(args.rounds),
-            "--steps", str(args.steps), "--seed", str(args.seed)]
+    argv = [
+        sys.executable,
+        __file__,
+        OFFICIAL_FLAG,
+        "--shapes",
+        ",".join("x".join(map(str, s)) for s in args.shapes),
+        "--rounds",
+        str(args.rounds),
+        "--steps",
+        str(args.steps),
+        "--seed",
+        str(args.seed),
+    ]
     result = subprocess.run(argv, capture_output=True, text=True)
     if result.returncode != 0:
-        print(f"official SRU++ not timed (exit {result.returncode}): {result.stderr.strip()[-1500:]}",
-              file=sys.stderr)
+        print(f"official SRU++ not timed (exit {result.returncode}): {result.stderr.strip()[-1500:]}", file=sys.stderr)
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
 # ---------------------------------------------------------------- report
+
 
 def table(records):
     """The Markdown table: one row per shape, dtype and group, ms per variant and the ratios."""
@@ -280,13 +328,17 @@ def table(records):
         (B, L, d, p), dtype, group = key
         times = index[key]
         gru = index.get(((B, L, d, p), "float32" if group == "train" else dtype, group), {})
-        ref = {"scan": times.get("scan", times.get("SRU++ scan")),
-               "GRU": times.get("Keras GRU") or gru.get("Keras GRU"),
-               "official": times.get("official SRU++") or gru.get("official SRU++")}
+        ref = {
+            "scan": times.get("scan", times.get("SRU++ scan")),
+            "GRU": times.get("Keras GRU") or gru.get("Keras GRU"),
+            "official": times.get("official SRU++") or gru.get("official SRU++"),
+        }
         for variant, ms in times.items():
             ratio = lambda base: f"{ms / base:.3g}" if base else ""  # noqa: E731
-            lines.append(f"| {B}×{L}×{d} ({p}) | {dtype} | {group} | {variant} | {ms:.3g} | {ratio(ref['scan'])} "
-                         f"| {ratio(ref['GRU'])} | {ratio(ref['official'])} |")
+            lines.append(
+                f"| {B}×{L}×{d} ({p}) | {dtype} | {group} | {variant} | {ms:.3g} | {ratio(ref['scan'])} "
+                f"| {ratio(ref['GRU'])} | {ratio(ref['official'])} |"
+            )
     return "\n".join(lines)
 
 
@@ -337,6 +389,7 @@ def main(argv=None):
 if __name__ == "__main__":
     os.environ.setdefault("KERAS_BACKEND", "jax")  # before Keras loads (it is imported where it is used)
     import gau_keras.cli_env  # noqa: F401  (after KERAS_BACKEND: the script's TensorFlow log level)
+
     if OFFICIAL_FLAG in sys.argv:
         sys.argv.remove(OFFICIAL_FLAG)
         official_worker(arguments())

@@ -23,6 +23,7 @@ them alike.  Times are medians over ``--repeats`` rounds after one warm-up
 call (compilation excluded); ratios are medians of the per-round ratios.
 Outputs are awaited without copying (``block_until_ready``, ``np.asarray``).
 """
+
 import argparse
 import json
 import os
@@ -51,12 +52,17 @@ def inputs(B, L, d, seed):
     """The same numbers in both processes: U [B, L, 3d], x [B, L, d], weight_c and bias [2d], g [B, L, d]."""
     rng = np.random.default_rng(seed + L)
     f32 = lambda a: np.asarray(a, np.float32)  # noqa: E731
-    return (f32(rng.normal(size=(B, L, 3 * d))), f32(rng.normal(size=(B, L, d))),
-            f32(rng.uniform(-1, 1, size=2 * d)), f32(np.r_[np.zeros(d), np.full(d, -2.0)]),
-            f32(rng.normal(size=(B, L, d))))
+    return (
+        f32(rng.normal(size=(B, L, 3 * d))),
+        f32(rng.normal(size=(B, L, d))),
+        f32(rng.uniform(-1, 1, size=2 * d)),
+        f32(np.r_[np.zeros(d), np.full(d, -2.0)]),
+        f32(rng.normal(size=(B, L, d))),
+    )
 
 
 # ---------------------------------------------------------------- JAX (this process)
+
 
 def jax_steps(B, L, d, seed):
     """{variant: step()} of the JAX variants; each step blocks until its gradients are ready."""
@@ -75,6 +81,7 @@ def jax_steps(B, L, d, seed):
 
 # ---------------------------------------------------------------- TensorFlow (the worker)
 
+
 def tf_steps(B, L, d, seed):
     """{variant: step()} of the TensorFlow variants (``tf native`` only where the kernel builds)."""
     import tensorflow as tf
@@ -91,6 +98,7 @@ def tf_steps(B, L, d, seed):
         print(f"native kernel unavailable, timing the XLA loops only: {reason}", file=sys.stderr)
     steps = {}
     for name, implementation in implementations.items():
+
         @tf.function
         def grad(U, x, w, b, implementation=implementation):
             with tf.GradientTape() as tape:
@@ -129,8 +137,9 @@ class TensorFlowWorker:
     def __init__(self, args):
         env = dict(os.environ, KERAS_BACKEND="tensorflow")
         argv = [sys.executable, __file__, WORKER_FLAG, str(args.batch), str(args.hidden), str(args.seed)]
-        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
-                                        bufsize=1)
+        self.process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, bufsize=1
+        )
 
     def request(self, **command):
         self.process.stdin.write(json.dumps(command) + "\n")
@@ -148,6 +157,7 @@ class TensorFlowWorker:
 
 # ---------------------------------------------------------------- parent
 
+
 def measure(worker, args, L):
     """{variant: [seconds per round]} at length L, every variant once per round."""
     tf_variants = worker.request(cmd="setup", L=L)["variants"]
@@ -155,11 +165,12 @@ def measure(worker, args, L):
     for step in steps.values():
         step()  # compilation
     timers = {name: (lambda step=step: _common.timed(step)) for name, step in steps.items()}
-    timers.update({name: (lambda name=name: worker.request(cmd="step", variant=name)["seconds"])
-                   for name in tf_variants})
+    timers.update(
+        {name: (lambda name=name: worker.request(cmd="step", variant=name)["seconds"]) for name in tf_variants}
+    )
     seconds = {name: [] for name in timers}
     for r in range(args.repeats):
-        for name in (list(timers) if r % 2 == 0 else list(timers)[::-1]):
+        for name in list(timers) if r % 2 == 0 else list(timers)[::-1]:
             seconds[name].append(timers[name]())
     return seconds
 
@@ -167,15 +178,19 @@ def measure(worker, args, L):
 def row(L, seconds):
     """A table row: median ms per variant, then jax / each other variant."""
     f = _common.format_number
-    cells = [L] + [f(statistics.median(seconds[v]) * 1e3) if v in seconds else "n/a"
-                   for v in JAX_VARIANTS + TF_VARIANTS]
-    cells += [f(_common.median_ratio(seconds["jax"], seconds[v])) if v in seconds else "n/a"
-              for v in JAX_VARIANTS[1:] + TF_VARIANTS]
+    cells = [L] + [
+        f(statistics.median(seconds[v]) * 1e3) if v in seconds else "n/a" for v in JAX_VARIANTS + TF_VARIANTS
+    ]
+    cells += [
+        f(_common.median_ratio(seconds["jax"], seconds[v])) if v in seconds else "n/a"
+        for v in JAX_VARIANTS[1:] + TF_VARIANTS
+    ]
     return cells
 
 
-HEADERS = (["L"] + [f"{v} ms" for v in JAX_VARIANTS + TF_VARIANTS]
-           + [f"jax / {v}" for v in JAX_VARIANTS[1:] + TF_VARIANTS])
+HEADERS = (
+    ["L"] + [f"{v} ms" for v in JAX_VARIANTS + TF_VARIANTS] + [f"jax / {v}" for v in JAX_VARIANTS[1:] + TF_VARIANTS]
+)
 
 
 def parse_args(argv=None):
@@ -205,9 +220,11 @@ def main(argv=None):
     import jax
 
     args = parse_args(argv)
-    print(f"JAX {jax.__version__} on {jax.devices()[0].platform} ({os.cpu_count()} logical cores visible); "
-          f"B {args.batch}, d {args.hidden}, k 3, float32; forward + backward of sum(h * g); "
-          f"medians of {args.repeats} rounds after a warm-up")
+    print(
+        f"JAX {jax.__version__} on {jax.devices()[0].platform} ({os.cpu_count()} logical cores visible); "
+        f"B {args.batch}, d {args.hidden}, k 3, float32; forward + backward of sum(h * g); "
+        f"medians of {args.repeats} rounds after a warm-up"
+    )
     start = time.perf_counter()
     worker = TensorFlowWorker(args)
     try:

@@ -40,6 +40,7 @@ twice its size counts as the whole chunk, so a [B, L, d] tensor can count up to
 about twice its bytes (the custom variant keeps exactly h and c, 2 x B*L*d*4
 bytes, yet may show 3 x).  "autodiff" here is the graph while-loop without XLA.
 """
+
 import argparse
 import functools
 import os
@@ -63,7 +64,7 @@ from gau_keras.recurrence import TRACE_SCOPE, sru_recurrence, sru_recurrence_aut
 from gau_keras.recurrence.switches import sru_kernel_set  # noqa: E402
 from gau_keras.recurrence.tensorflow import native as kernels  # noqa: E402
 
-MiB = 2 ** 20
+MiB = 2**20
 
 #: the recurrence variants of table (a), by name
 VARIANTS = {
@@ -88,14 +89,19 @@ def memory_bytes(variant, L, B, d, seed=0):
     """Runs in a fresh process with the BFC CPU allocator (``--measure-memory``):
     (kept after forward, peak during backward) in bytes, see the module docstring."""
     if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC") != "true":
-        raise RuntimeError("srupp_speed.py --measure-memory: needs TF_CPU_ALLOCATOR_USE_BFC=true in the "
-                           "environment (set before TensorFlow starts), else the allocator misses tensors")
+        raise RuntimeError(
+            "srupp_speed.py --measure-memory: needs TF_CPU_ALLOCATOR_USE_BFC=true in the "
+            "environment (set before TensorFlow starts), else the allocator misses tensors"
+        )
     rng = np.random.default_rng(seed)
     rec = VARIANTS[variant]
-    U, x, w, b, g = (tf.constant(rng.normal(size=(B, L, 3 * d)), tf.float32),
-                     tf.constant(rng.normal(size=(B, L, d)), tf.float32),
-                     tf.constant(rng.uniform(-1, 1, size=2 * d), tf.float32), tf.zeros([2 * d]),
-                     tf.constant(rng.normal(size=(B, L, d)), tf.float32))
+    U, x, w, b, g = (
+        tf.constant(rng.normal(size=(B, L, 3 * d)), tf.float32),
+        tf.constant(rng.normal(size=(B, L, d)), tf.float32),
+        tf.constant(rng.uniform(-1, 1, size=2 * d), tf.float32),
+        tf.zeros([2 * d]),
+        tf.constant(rng.normal(size=(B, L, d)), tf.float32),
+    )
     loss_fn = tf.function(lambda U, x, w, b: tf.reduce_sum(rec(U, x, w, b)[0] * g))
 
     def once():
@@ -115,9 +121,15 @@ def memory_bytes(variant, L, B, d, seed=0):
 
 def memory_in_subprocess(variant, L, B, d):
     import subprocess
+
     env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC="true")
-    result = subprocess.run([sys.executable, __file__, "--measure-memory", variant, str(L), "--batch", str(B),
-                             "--hidden", str(d)], capture_output=True, text=True, check=True, env=env)
+    result = subprocess.run(
+        [sys.executable, __file__, "--measure-memory", variant, str(L), "--batch", str(B), "--hidden", str(d)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
     kept, peak = result.stdout.strip().splitlines()[-1].split()
     return int(kept), int(peak)
 
@@ -154,8 +166,11 @@ def trace_share(fn, is_recurrence, repeats):
         space.ParseFromString(next(pathlib.Path(logdir).rglob("*.xplane.pb")).read_bytes())
     intervals = sorted(
         (line.timestamp_ns * 1000 + e.offset_ps, line.timestamp_ns * 1000 + e.offset_ps + e.duration_ps)
-        for plane in space.planes for line in plane.lines for e in line.events
-        if is_recurrence(plane.event_metadata[e.metadata_id].name))
+        for plane in space.planes
+        for line in plane.lines
+        for e in line.events
+        if is_recurrence(plane.event_metadata[e.metadata_id].name)
+    )
     if not intervals:
         return None  # e.g. on a device whose trace names its XLA runs differently
     busy, end = 0, None
@@ -183,12 +198,14 @@ def memory():
 
 def make_step(fn, g, jit):
     """fwd+bwd of sum(h * g) w.r.t. (U, x, w, b) as one tf.function."""
+
     @tf.function(jit_compile=jit)
     def step(U, x, w, b):
         with tf.GradientTape() as tape:
             tape.watch([U, x, w, b])
             loss = tf.reduce_sum(fn(U, x, w, b)[0] * g)
         return tape.gradient(loss, [U, x, w, b])
+
     return step
 
 
@@ -219,22 +236,29 @@ def recurrence_table(lengths, B, d, repeats, seed=0):
 
 
 def print_recurrence_table(rows):
-    print("\n(a) recurrence forward+backward: custom gradient (native kernel / XLA loops) vs autodiff through "
-          "tf.while_loop; ratios = custom / autodiff (lower is better)")
-    print(f"{'L':>5} | {'native ms':>9} {'XLA ms':>7} {'autodiff ms':>11} {'autodiff XLA ms':>15} |"
-          f" {'time native':>11} {'time XLA':>8} | {'kept native':>11} {'kept XLA':>8} |"
-          f" {'bwd peak native':>15} {'bwd peak XLA':>12}")
+    print(
+        "\n(a) recurrence forward+backward: custom gradient (native kernel / XLA loops) vs autodiff through "
+        "tf.while_loop; ratios = custom / autodiff (lower is better)"
+    )
+    print(
+        f"{'L':>5} | {'native ms':>9} {'XLA ms':>7} {'autodiff ms':>11} {'autodiff XLA ms':>15} |"
+        f" {'time native':>11} {'time XLA':>8} | {'kept native':>11} {'kept XLA':>8} |"
+        f" {'bwd peak native':>15} {'bwd peak XLA':>12}"
+    )
     for L, r in rows:
         a, ax = r["autodiff"], r.get("autodiff_xla")
         ms = lambda name: f"{r[name]['time'] * 1e3:.1f}" if name in r else "n/a"  # noqa: E731
         ratio = lambda name, key: f"{r[name][key] / a[key]:.2f}" if name in r else "n/a"  # noqa: E731
         autodiff_xla = ms("autodiff_xla") if ax else "n/a"
-        print(f"{L:>5} | {ms('native'):>9} {ms('xla'):>7} {ms('autodiff'):>11} {autodiff_xla:>15} |"
-              f" {ratio('native', 'time'):>11} {ratio('xla', 'time'):>8} | {ratio('native', 'kept'):>11}"
-              f" {ratio('xla', 'kept'):>8} | {ratio('native', 'peak'):>15} {ratio('xla', 'peak'):>12}")
-    print("memory from the BFC allocator (see the docstring); autodiff MiB kept / bwd peak: "
-          + ", ".join(f"L={L}: {r['autodiff']['kept'] / MiB:.0f}/{r['autodiff']['peak'] / MiB:.0f}"
-                      for L, r in rows))
+        print(
+            f"{L:>5} | {ms('native'):>9} {ms('xla'):>7} {ms('autodiff'):>11} {autodiff_xla:>15} |"
+            f" {ratio('native', 'time'):>11} {ratio('xla', 'time'):>8} | {ratio('native', 'kept'):>11}"
+            f" {ratio('xla', 'kept'):>8} | {ratio('native', 'peak'):>15} {ratio('xla', 'peak'):>12}"
+        )
+    print(
+        "memory from the BFC allocator (see the docstring); autodiff MiB kept / bwd peak: "
+        + ", ".join(f"L={L}: {r['autodiff']['kept'] / MiB:.0f}/{r['autodiff']['peak'] / MiB:.0f}" for L, r in rows)
+    )
 
 
 def train_step(model):
@@ -296,9 +320,11 @@ def step_tables(B, d, proj, layers, L, repeats, seed=0, gru_lstm=True):
             t_rec = median_time(lambda: recurrence_step(U, x), repeats)
             in_step = trace_share(lambda: step(x, y), is_recurrence_op(name), repeats)
         step_times[name] = t_step
-        print(f"  {name:>6}: training step {t_step * 1e3:.1f} ms; recurrence fwd+bwd {t_rec * 1e3:.1f} ms x {layers}"
-              f" layers = {layers * t_rec * 1e3:.1f} ms -> share {layers * t_rec / t_step:.1%};"
-              f" in-step trace share {'n/a (no recurrence op in the trace)' if in_step is None else f'{in_step:.1%}'}")
+        print(
+            f"  {name:>6}: training step {t_step * 1e3:.1f} ms; recurrence fwd+bwd {t_rec * 1e3:.1f} ms x {layers}"
+            f" layers = {layers * t_rec * 1e3:.1f} ms -> share {layers * t_rec / t_step:.1%};"
+            f" in-step trace share {'n/a (no recurrence op in the trace)' if in_step is None else f'{in_step:.1%}'}"
+        )
 
     if not gru_lstm:
         return
@@ -332,13 +358,16 @@ def main():
     native_available()  # says up front when the native kernel is left out
     if args.quick:
         args.lengths, args.repeats = [256, 1024], 2
-    print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}, devices "
-          f"{[d.device_type for d in tf.config.list_physical_devices()]}, {os.cpu_count()} CPUs visible")
+    print(
+        f"TensorFlow {tf.__version__}, Keras {keras.__version__}, devices "
+        f"{[d.device_type for d in tf.config.list_physical_devices()]}, {os.cpu_count()} CPUs visible"
+    )
     if "a" in args.tables:
         print_recurrence_table(recurrence_table(args.lengths, args.batch, args.hidden, args.repeats))
     if "b" in args.tables or "c" in args.tables:
-        step_tables(args.batch, args.hidden, args.proj, args.layers, args.step_length, args.repeats,
-                    gru_lstm="c" in args.tables)
+        step_tables(
+            args.batch, args.hidden, args.proj, args.layers, args.step_length, args.repeats, gru_lstm="c" in args.tables
+        )
 
 
 if __name__ == "__main__":

@@ -8,14 +8,17 @@ product, fused attention, element-wise/reduction fusion, layout and dtype, …),
 backward or the optimizer's update, from its ``op_name``) and the model code it came from (its ``op_name``
 metadata with layer numbers folded, so that all layers of one kind add up). ``table`` renders it.
 """
+
 import collections
 import pathlib
 import re
 
-COMMENT = re.compile(r"/\*.*?\*/")          # XLA prints /*index=5*/ inside long tuples
+COMMENT = re.compile(r"/\*.*?\*/")  # XLA prints /*index=5*/ inside long tuples
 HEADER = re.compile(r"^\s*(?:ENTRY\s+)?%?(?P<name>[\w.\-]+)\s+\(.*\)\s*->\s*.*\{\s*$")
-INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<shape>\([^=]*?\)|\S+)\s+"
-                         r"(?P<opcode>[\w\-]+)\((?P<rest>.*)$")
+INSTRUCTION = re.compile(
+    r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<shape>\([^=]*?\)|\S+)\s+"
+    r"(?P<opcode>[\w\-]+)\((?P<rest>.*)$"
+)
 OP_NAME = re.compile(r'op_name="([^"]*)"')
 TARGET = re.compile(r'custom_call_target="([^"]*)"')
 KIND = re.compile(r"\bkind=(k\w+)")
@@ -32,8 +35,7 @@ def instructions(hlo_text):
         rest = match["rest"]
         detail = TARGET.search(rest) or KIND.search(rest)
         op_name = OP_NAME.search(rest)
-        found[match["name"]] = (match["opcode"], detail.group(1) if detail else "",
-                                op_name.group(1) if op_name else "")
+        found[match["name"]] = (match["opcode"], detail.group(1) if detail else "", op_name.group(1) if op_name else "")
     return found
 
 
@@ -48,8 +50,9 @@ def fusions_with_products(hlo_text):
             current = None
         elif current is not None:
             current.append(line)
-    with_products = {name for name, body in computations.items()
-                     if any(re.search(rf"\s({'|'.join(DOT_KINDS)})\(", b) for b in body)}
+    with_products = {
+        name for name, body in computations.items() if any(re.search(rf"\s({'|'.join(DOT_KINDS)})\(", b) for b in body)
+    }
     fusions = set()
     for line in _lines(hlo_text):
         match = INSTRUCTION.match(line)
@@ -91,9 +94,8 @@ def source(op_name):
     'backward' under ``transpose(``, 'forward' under ``jvp(``, else 'update' (the optimizer's)."""
     phase = "backward" if "transpose(" in op_name else "forward" if "jvp(" in op_name else "update"
     path, unwrapped = op_name, None
-    while unwrapped != path:        # jit(step)/transpose(jvp(model))/… → step/model/…
-        unwrapped, path = path, re.sub(r"\b(?:jvp|transpose|vmap|remat|checkpoint|jit|pjit)\(([^()]*)\)",
-                                       r"\1", path)
+    while unwrapped != path:  # jit(step)/transpose(jvp(model))/… → step/model/…
+        unwrapped, path = path, re.sub(r"\b(?:jvp|transpose|vmap|remat|checkpoint|jit|pjit)\(([^()]*)\)", r"\1", path)
     path = re.sub(r"^step/", "", path)
     path = re.sub(r"-\d+-", "-*-", re.sub(r"_\d+(?=/|$)", "", path))
     parts = [p for p in path.split("/") if p]
@@ -121,8 +123,10 @@ def op_events(path, module=None):
         totals = _op_events([p for p in data.planes if p.name.startswith("/host:")], module, streams_only=False)
     if not totals:
         where = "its device planes" if device else "its host planes"
-        raise ValueError(f"{path}: no event of {module or 'any module'} in {where} names its XLA instruction "
-                         "(hlo_op); on a GPU, XLA_FLAGS=--xla_gpu_enable_command_buffer= keeps kernels apart")
+        raise ValueError(
+            f"{path}: no event of {module or 'any module'} in {where} names its XLA instruction "
+            "(hlo_op); on a GPU, XLA_FLAGS=--xla_gpu_enable_command_buffer= keeps kernels apart"
+        )
     return totals
 
 
@@ -131,7 +135,7 @@ def _op_events(planes, module, streams_only):
     for plane in planes:
         for line in plane.lines:
             if streams_only and plane.name.startswith("/device:GPU") and not line.name.startswith("Stream"):
-                continue       # a GPU's derived lines (XLA Ops, XLA Modules) repeat its streams' kernels
+                continue  # a GPU's derived lines (XLA Ops, XLA Modules) repeat its streams' kernels
             for event in line.events:
                 op, of = _stat(event, "hlo_op"), _stat(event, "hlo_module")
                 if op and (module is None or of is None or of == module):
@@ -154,16 +158,26 @@ def op_times(trace_dir, hlo_text, steps):
     for op, ns in op_events(newest_trace(trace_dir), module_name(hlo_text)).items():
         opcode, detail, op_name = known.get(op, ("?", "", ""))
         phase, where = source(op_name)
-        rows.append({"op": op, "category": category(opcode, detail, op in with_products), "pass": phase,
-                     "source": where, "ms": ns / 1e6 / steps})
+        rows.append(
+            {
+                "op": op,
+                "category": category(opcode, detail, op in with_products),
+                "pass": phase,
+                "source": where,
+                "ms": ns / 1e6 / steps,
+            }
+        )
     return sorted(rows, key=lambda r: -r["ms"])
 
 
 def table(rows, title, top=15):
     """Markdown: time by category, by model code and pass, and the ``top`` instructions."""
     total = sum(r["ms"] for r in rows) or float("nan")
-    lines = [f"### {title}: {total:.3g} ms a step summed over {len(rows)} instructions (concurrent ones "
-             "add up: not the step's wall time)", ""]
+    lines = [
+        f"### {title}: {total:.3g} ms a step summed over {len(rows)} instructions (concurrent ones "
+        "add up: not the step's wall time)",
+        "",
+    ]
     for key, header in (("category", "category"), (("source", "pass"), "model code (pass)")):
         sums = collections.Counter()
         for r in rows:
@@ -172,6 +186,8 @@ def table(rows, title, top=15):
         lines += [f"| {name} | {ms:.3g} | {ms / total:.0%} |" for name, ms in sums.most_common(top)]
         lines.append("")
     lines += ["| instruction | category | pass | model code | ms | share |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['op']} | {r['category']} | {r['pass']} | {r['source']} | {r['ms']:.3g} | "
-              f"{r['ms'] / total:.0%} |" for r in rows[:top]]
+    lines += [
+        f"| {r['op']} | {r['category']} | {r['pass']} | {r['source']} | {r['ms']:.3g} | {r['ms'] / total:.0%} |"
+        for r in rows[:top]
+    ]
     return "\n".join(lines)

@@ -16,6 +16,7 @@ the corpus's last documents (``--heldout-fraction``), cut into consecutive
 windows; bpc = mean next-character cross-entropy / ln 2 over all their
 positions.
 """
+
 import argparse
 import collections
 import math
@@ -63,15 +64,32 @@ def load_corpus(path, vocab_size, heldout_fraction):
 
 def build_models(args, vocab_size):
     srupp = build_transformer_model(
-        model="srupp", application="lm", with_mlm="linear", vocab_size=vocab_size,
-        hidden_size=args.srupp_hidden, num_hidden_layers=args.srupp_layers, proj_size=args.srupp_proj,
-        num_attention_heads=args.srupp_heads, embedding_size=args.embedding_size, dropout_rate=args.dropout,
-        name="srupp_lm")
+        model="srupp",
+        application="lm",
+        with_mlm="linear",
+        vocab_size=vocab_size,
+        hidden_size=args.srupp_hidden,
+        num_hidden_layers=args.srupp_layers,
+        proj_size=args.srupp_proj,
+        num_attention_heads=args.srupp_heads,
+        embedding_size=args.embedding_size,
+        dropout_rate=args.dropout,
+        name="srupp_lm",
+    )
     transformer = build_transformer_model(
-        model="roformer_v2", application="lm", with_mlm="linear", vocab_size=vocab_size,
-        hidden_size=args.tf_hidden, num_hidden_layers=args.tf_layers, num_attention_heads=args.tf_heads,
-        intermediate_size=args.tf_ffn, embedding_size=args.embedding_size, segment_vocab_size=0,
-        dropout_rate=args.dropout, name="roformer_v2_lm")
+        model="roformer_v2",
+        application="lm",
+        with_mlm="linear",
+        vocab_size=vocab_size,
+        hidden_size=args.tf_hidden,
+        num_hidden_layers=args.tf_layers,
+        num_attention_heads=args.tf_heads,
+        intermediate_size=args.tf_ffn,
+        embedding_size=args.embedding_size,
+        segment_vocab_size=0,
+        dropout_rate=args.dropout,
+        name="roformer_v2_lm",
+    )
     return {"SRU++": srupp, "RoFormerV2": transformer}
 
 
@@ -82,7 +100,7 @@ def parameter_counts(model, vocab_size, embedding_size):
 
 def windows(ids, batch, length, rng):
     starts = rng.integers(0, len(ids) - length - 1, size=batch)
-    chunk = np.stack([ids[s:s + length + 1] for s in starts])
+    chunk = np.stack([ids[s : s + length + 1] for s in starts])
     return chunk[:, :-1], chunk[:, 1:]
 
 
@@ -108,20 +126,22 @@ def train(model, data, args):
         loss = step(*windows(data, args.batch, args.length, rng))
         steps += 1
         if args.log_every and steps % args.log_every == 0:
-            print(f"    step {steps}: loss {float(loss) / math.log(2):.3f} bits, "
-                  f"{time.perf_counter() - start:.0f} s", flush=True)
+            print(
+                f"    step {steps}: loss {float(loss) / math.log(2):.3f} bits, {time.perf_counter() - start:.0f} s",
+                flush=True,
+            )
     return steps, time.perf_counter() - start, compile_s, float(loss)
 
 
 def heldout_bpc(model, ids, args):
     n = min(args.eval_windows * args.eval_batch, (len(ids) - 1) // args.length)
-    x = ids[:n * args.length].reshape(n, args.length)
-    y = ids[1:n * args.length + 1].reshape(n, args.length)
+    x = ids[: n * args.length].reshape(n, args.length)
+    y = ids[1 : n * args.length + 1].reshape(n, args.length)
     predict = tf.function(lambda x: model(x, training=False))
     total = 0.0
     for i in range(0, n, args.eval_batch):
-        logits = predict(x[i:i + args.eval_batch])
-        ce = keras.losses.sparse_categorical_crossentropy(y[i:i + args.eval_batch], logits, from_logits=True)
+        logits = predict(x[i : i + args.eval_batch])
+        ce = keras.losses.sparse_categorical_crossentropy(y[i : i + args.eval_batch], logits, from_logits=True)
         total += float(tf.reduce_sum(ce))
     return total / (n * args.length) / math.log(2), n * args.length
 
@@ -153,25 +173,38 @@ def main():
 
     keras.utils.set_random_seed(args.seed)
     train_ids, heldout_ids, vocab_size = load_corpus(args.corpus, args.vocab_size, args.heldout_fraction)
-    print(f"corpus: {len(train_ids):,} training / {len(heldout_ids):,} held-out characters, "
-          f"vocabulary {vocab_size} (UNK rate held-out {np.mean(heldout_ids == UNK):.2%})")
+    print(
+        f"corpus: {len(train_ids):,} training / {len(heldout_ids):,} held-out characters, "
+        f"vocabulary {vocab_size} (UNK rate held-out {np.mean(heldout_ids == UNK):.2%})"
+    )
     rows = []
     for name, model in build_models(args, vocab_size).items():
         total, non_embedding = parameter_counts(model, vocab_size, args.embedding_size)
-        print(f"{name}: {total:,} parameters ({non_embedding:,} besides the tied embedding); "
-              f"training {args.budget:.0f} s", flush=True)
+        print(
+            f"{name}: {total:,} parameters ({non_embedding:,} besides the tied embedding); "
+            f"training {args.budget:.0f} s",
+            flush=True,
+        )
         steps, seconds, compile_s, last = train(model, train_ids, args)
         bpc, n_chars = heldout_bpc(model, heldout_ids, args)
         rows.append((name, total, non_embedding, steps, seconds, compile_s, last / math.log(2), bpc))
-        print(f"  {steps} steps in {seconds:.0f} s (+{compile_s:.1f} s first step); held-out bpc {bpc:.3f} "
-              f"over {n_chars:,} characters", flush=True)
-    print(f"\n{'model':<11} {'params':>10} {'non-emb':>9} {'steps':>6} {'s/step':>7} {'train bpc':>9} "
-          f"{'held-out bpc':>12}")
+        print(
+            f"  {steps} steps in {seconds:.0f} s (+{compile_s:.1f} s first step); held-out bpc {bpc:.3f} "
+            f"over {n_chars:,} characters",
+            flush=True,
+        )
+    print(
+        f"\n{'model':<11} {'params':>10} {'non-emb':>9} {'steps':>6} {'s/step':>7} {'train bpc':>9} "
+        f"{'held-out bpc':>12}"
+    )
     for name, total, non_embedding, steps, seconds, _, train_bpc, bpc in rows:
-        print(f"{name:<11} {total:>10,} {non_embedding:>9,} {steps:>6} {seconds / max(steps, 1):7.3f} "
-              f"{train_bpc:9.3f} {bpc:12.3f}")
-    print(f"(batch {args.batch} x {args.length} characters, same budget {args.budget:.0f} s each; "
-          f"train bpc = last batch)")
+        print(
+            f"{name:<11} {total:>10,} {non_embedding:>9,} {steps:>6} {seconds / max(steps, 1):7.3f} "
+            f"{train_bpc:9.3f} {bpc:12.3f}"
+        )
+    print(
+        f"(batch {args.batch} x {args.length} characters, same budget {args.budget:.0f} s each; train bpc = last batch)"
+    )
 
 
 if __name__ == "__main__":

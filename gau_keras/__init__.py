@@ -15,6 +15,7 @@ spawners set it for their children (``tf_free_children``).
 
 Design notes: docs/architecture.md.
 """
+
 import contextlib
 import importlib
 import os
@@ -41,8 +42,14 @@ __all__ = sorted(_PUBLIC)
 #: environment variable that marks a process which must not import TensorFlow
 TF_FREE_ENV = "GAU_KERAS_TF_FREE"
 #: the modules whose import registers a serialisable class
-SERIALIZABLE_MODULES = ("gau_keras.initializers", "gau_keras.layers", "gau_keras.models",
-                        "gau_keras.optimizers", "gau_keras.losses", "gau_keras.backend")
+SERIALIZABLE_MODULES = (
+    "gau_keras.initializers",
+    "gau_keras.layers",
+    "gau_keras.models",
+    "gau_keras.optimizers",
+    "gau_keras.losses",
+    "gau_keras.backend",
+)
 
 
 def register_serializables():

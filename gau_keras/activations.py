@@ -8,6 +8,7 @@ read by gau_keras's layers when they are built (``FeedForward``, the conditional
 table is left as it is, so ``keras.activations.get('gelu')`` and ``Dense(activation='gelu')``
 are Keras's exact GELU whatever the setting.
 """
+
 import keras
 
 from gau_keras.registration import PACKAGE

@@ -17,6 +17,7 @@
 
 Shapes: B = batch, L = sequence length, d = feature size.
 """
+
 import functools
 
 import keras as keras3
@@ -47,9 +48,9 @@ def _recompute():
 
 
 def __getattr__(name):
-    if name == "do_recompute":      # bert4keras's RECOMPUTE switch (``recompute_grad`` reads it when it decorates)
+    if name == "do_recompute":  # bert4keras's RECOMPUTE switch (``recompute_grad`` reads it when it decorates)
         return _recompute().default_recompute()
-    if name == "tf":                # bert4keras's backend exposed tensorflow as `tf`; imported only when asked for
+    if name == "tf":  # bert4keras's backend exposed tensorflow as `tf`; imported only when asked for
         import tensorflow
 
         return tensorflow
@@ -64,7 +65,7 @@ def get_available_gpus():
         return [device.name for device in tf.config.list_logical_devices("GPU")]
     try:
         return keras3.distribution.list_devices("gpu")
-    except RuntimeError:    # JAX: "Unknown backend: 'gpu' requested" where it has none
+    except RuntimeError:  # JAX: "Unknown backend: 'gpu' requested" where it has none
         return []
 
 
@@ -118,7 +119,8 @@ def _operation_of(inputs):
         raise ValueError(
             "search_layer: `inputs` must be a layer or a symbolic output of a functional model "
             f"(e.g. model.output), got {type(inputs).__name__}; inside a loss or train_step tensors "
-            "are concrete in Keras 3: search from the model instead (search_layer(model.output, name))")
+            "are concrete in Keras 3: search from the model instead (search_layer(model.output, name))"
+        )
     return history.operation
 
 
@@ -149,7 +151,7 @@ def search_layer(inputs, name, exclude_from=None):
             own = [layer for layer in operation.layers if layer.name == name]
             if own:
                 return own[0]
-        pending.extend(reversed(_parents(operation)))    # the first input is searched first
+        pending.extend(reversed(_parents(operation)))  # the first input is searched first
     return None
 
 
@@ -160,8 +162,7 @@ def align(tensor, axes, ndim=None):
     """Inserts singleton axes so that axis i of ``tensor`` becomes axis
     ``axes[i]`` of a rank-``ndim`` tensor (default ``max(axes) + 1``)."""
     if len(axes) != K.ndim(tensor):
-        raise ValueError(f"align: `axes` {list(axes)} must have one entry per axis of the rank-{K.ndim(tensor)} "
-                         "tensor")
+        raise ValueError(f"align: `axes` {list(axes)} must have one entry per axis of the rank-{K.ndim(tensor)} tensor")
     if ndim is None:
         if min(axes) < 0:
             raise ValueError(f"align: negative `axes` {list(axes)} need `ndim`")
@@ -224,24 +225,28 @@ def batch_gather(params, indices):
     if not K.dtype(indices).startswith(("int", "uint")):
         values = gau_ops.concrete(indices)
         if values is not None and (values != np.round(values)).any():
-            raise ValueError(f"batch_gather: indices must be whole numbers, got {K.dtype(indices)} values such as "
-                             f"{float(values[values != np.round(values)].flat[0])!r}")
-        indices = ops.cast(indices, "int32")      # whole floats, or traced ones (cast as bert4keras casts)
+            raise ValueError(
+                f"batch_gather: indices must be whole numbers, got {K.dtype(indices)} values such as "
+                f"{float(values[values != np.round(values)].flat[0])!r}"
+            )
+        indices = ops.cast(indices, "int32")  # whole floats, or traced ones (cast as bert4keras casts)
     batch_axes = K.ndim(indices) - 1
     extra = K.ndim(params) - batch_axes - 1
     if extra < 0:
-        raise ValueError(f"batch_gather: `params` of rank {K.ndim(params)} has too few axes for `indices` of rank "
-                         f"{K.ndim(indices)}")
+        raise ValueError(
+            f"batch_gather: `params` of rank {K.ndim(params)} has too few axes for `indices` of rank {K.ndim(indices)}"
+        )
     expanded = ops.reshape(indices, list(K._dims(indices)) + [1] * extra)
-    target = list(K._dims(indices)) + K._dims(params)[batch_axes + 1:]
+    target = list(K._dims(indices)) + K._dims(params)[batch_axes + 1 :]
     return ops.take_along_axis(params, ops.broadcast_to(expanded, target), axis=batch_axes)
 
 
 def pool1d(x, pool_size, strides=1, padding="valid", data_format=None, pool_mode="max"):
     """Pooling along the sequence: [B, L, d] -> [B, L', d] ('max' or 'avg')."""
     x = K.expand_dims(x, 1)
-    x = K.pool2d(x, pool_size=(1, pool_size), strides=(1, strides), padding=padding, data_format=data_format,
-                 pool_mode=pool_mode)
+    x = K.pool2d(
+        x, pool_size=(1, pool_size), strides=(1, strides), padding=padding, data_format=data_format, pool_mode=pool_mode
+    )
     return x[:, 0]
 
 
@@ -270,8 +275,7 @@ def attention_normalize(a, mask=None, axis=-1, method="softmax", bias=None):
         return gau_ops.attention_normalize(a, mask=mask, method=method, bias=bias, min_len=16)
     if bias is not None:
         bias = ops.moveaxis(ops.broadcast_to(bias, ops.shape(a)), axis, -1)
-    moved = gau_ops.attention_normalize(ops.moveaxis(a, axis, -1), mask=mask, method=method, bias=bias,
-                                        min_len=16)
+    moved = gau_ops.attention_normalize(ops.moveaxis(a, axis, -1), mask=mask, method=method, bias=bias, min_len=16)
     return ops.moveaxis(moved, -1, axis)
 
 
@@ -303,7 +307,7 @@ def apply_rotary_position_embeddings(sinusoidal, *tensors):
     if any(s != shapes[0] for s in shapes[1:]):
         raise ValueError(f"apply_rotary_position_embeddings: tensors must have the same shape, got {shapes}")
     rank = K.ndim(tensors[0])
-    if rank != 4:       # gau_ops.apply_rotary inserts the head axis of a rank-4 tensor itself
+    if rank != 4:  # gau_ops.apply_rotary inserts the head axis of a rank-4 tensor itself
         sinusoidal = gau_ops.align(sinusoidal, [0, 1, rank - 1], rank)
     outputs = [gau_ops.apply_rotary(sinusoidal, t) for t in tensors]
     return outputs[0] if len(outputs) == 1 else outputs
@@ -332,7 +336,7 @@ def recompute_grad(call):
     if not recompute.default_recompute():
         return call
 
-    @functools.wraps(call)      # keeps call's signature, which Keras reads to pass `training` / `mask`
+    @functools.wraps(call)  # keeps call's signature, which Keras reads to pass `training` / `mask`
     def inner(self, inputs, **kwargs):
         training = kwargs.get("training")
         if training is None:
@@ -364,10 +368,34 @@ custom_objects = {
 keras3.saving.get_custom_objects().update(custom_objects)
 
 __all__ = [
-    "K", "keras", "is_tf_keras", "get_available_gpus", "gelu_erf", "gelu_tanh", "set_gelu",
-    "piecewise_linear", "search_layer", "align", "reshape", "flatten", "dtype", "where", "sequence_masking",
-    "batch_gather", "pool1d", "divisible_temporal_padding", "root_mean_square", "swish", "leaky_relu",
-    "attention_normalize", "sinusoidal_embeddings", "Sinusoidal", "apply_rotary_position_embeddings",
-    "multilabel_categorical_crossentropy", "sparse_multilabel_categorical_crossentropy", "symbolic",
-    "recompute_grad", "custom_objects",
+    "K",
+    "keras",
+    "is_tf_keras",
+    "get_available_gpus",
+    "gelu_erf",
+    "gelu_tanh",
+    "set_gelu",
+    "piecewise_linear",
+    "search_layer",
+    "align",
+    "reshape",
+    "flatten",
+    "dtype",
+    "where",
+    "sequence_masking",
+    "batch_gather",
+    "pool1d",
+    "divisible_temporal_padding",
+    "root_mean_square",
+    "swish",
+    "leaky_relu",
+    "attention_normalize",
+    "sinusoidal_embeddings",
+    "Sinusoidal",
+    "apply_rotary_position_embeddings",
+    "multilabel_categorical_crossentropy",
+    "sparse_multilabel_categorical_crossentropy",
+    "symbolic",
+    "recompute_grad",
+    "custom_objects",
 ]

@@ -8,6 +8,7 @@ variable names (without a ``.meta`` graph, which no loader here needs).
 
 Design notes: docs/models.md (The TF1 checkpoint).
 """
+
 import os
 
 import numpy as np
@@ -34,7 +35,8 @@ def resolve_checkpoint(path):
             if len(indexes) != 1:
                 raise CheckpointError(
                     f"{path!r} is a directory without a unique TF checkpoint "
-                    f"(found {len(indexes)} '*.index' files and no 'checkpoint' state file)")
+                    f"(found {len(indexes)} '*.index' files and no 'checkpoint' state file)"
+                )
             latest = indexes[0][: -len(".index")]
         path = latest
     if not tf.io.gfile.exists(path + ".index"):
@@ -64,11 +66,13 @@ class CheckpointReader:
             raise CheckpointError(f"checkpoint {self.path!r} has no variable {name!r}")
         try:
             return self._reader.get_tensor(name)
-        except (IndexError, ValueError, tf.errors.OpError) as e:   # a truncated or damaged data file
+        except (IndexError, ValueError, tf.errors.OpError) as e:  # a truncated or damaged data file
             data = tf.io.gfile.glob(self.path + ".data-*")
-            raise CheckpointError(f"checkpoint {self.path!r}: variable {name!r} cannot be read from "
-                                  f"{data[0] if len(data) == 1 else self.path + '.data-*'} "
-                                  f"({type(e).__name__}: {e}); is the file truncated or damaged?") from None
+            raise CheckpointError(
+                f"checkpoint {self.path!r}: variable {name!r} cannot be read from "
+                f"{data[0] if len(data) == 1 else self.path + '.data-*'} "
+                f"({type(e).__name__}: {e}); is the file truncated or damaged?"
+            ) from None
 
 
 def list_variables(path):
@@ -94,8 +98,7 @@ def save_checkpoint(prefix, variables, dtype=None):
     tf.io.gfile.makedirs(directory)
     names = sorted(variables)
     tensors = [tf.convert_to_tensor(np.asarray(variables[n], dtype=dtype)) for n in names]
-    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
-                      tensors=tensors)
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names), tensors=tensors)
     _write_state_file(directory, os.path.basename(prefix))
     return prefix
 

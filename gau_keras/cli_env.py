@@ -18,6 +18,7 @@ of the checkout's ``pretrain/``, ``finetune/``, ``benchmarks/`` or
 back): its first import of gau_keras, before TensorFlow's, sets it.
 A library user's process is left alone.
 """
+
 import os
 import re
 import sys
@@ -62,10 +63,12 @@ def is_command_line(argv=None, orig_argv=None):
 
 
 #: what TensorFlow's native libraries print on loading, whatever TF_CPP_MIN_LOG_LEVEL says
-LOAD_NOTICES = re.compile(r"All log messages before absl::InitializeLog\(\) is called|cudart_stub\.cc|"
-                          r"cpu_feature_guard\.cc|To enable the following instructions|"
-                          r"Unable to register cu(DNN|FFT|BLAS) factory|computation_placer\.cc|"
-                          r"oneDNN custom operations are on")
+LOAD_NOTICES = re.compile(
+    r"All log messages before absl::InitializeLog\(\) is called|cudart_stub\.cc|"
+    r"cpu_feature_guard\.cc|To enable the following instructions|"
+    r"Unable to register cu(DNN|FFT|BLAS) factory|computation_placer\.cc|"
+    r"oneDNN custom operations are on"
+)
 
 
 def import_tensorflow_quietly():
@@ -103,7 +106,7 @@ def quiet_tensorflow():
     if os.environ.get("GAU_KERAS_TF_FREE") != "1" and "tensorflow" not in sys.modules:
         try:
             import_tensorflow_quietly()
-        except OSError:     # no file descriptor 2 to hold: TensorFlow loads (later) as usual
+        except OSError:  # no file descriptor 2 to hold: TensorFlow loads (later) as usual
             pass
 
 

@@ -12,14 +12,17 @@ model under and split their batches with:
 
 Both have ``scope()`` and ``num_replicas_in_sync``.
 """
+
 import contextlib
 
 import keras
 
 
 def device_count_error(devices, available, platform):
-    return ValueError(f"--devices {devices}: JAX sees {available} {platform} device(s); on CPU start it with "
-                      f"XLA_FLAGS=--xla_force_host_platform_device_count={devices}")
+    return ValueError(
+        f"--devices {devices}: JAX sees {available} {platform} device(s); on CPU start it with "
+        f"XLA_FLAGS=--xla_force_host_platform_device_count={devices}"
+    )
 
 
 class JaxDataParallel:
@@ -51,7 +54,8 @@ class JaxDataParallel:
         if self.distribution is None:
             return jax.tree.map(lambda x: jax.device_put(x, self.devices[0]), batch)
         return jax.tree.map(
-            lambda x: keras.distribution.distribute_tensor(x, self.distribution.get_data_layout(x.shape)), batch)
+            lambda x: keras.distribution.distribute_tensor(x, self.distribution.get_data_layout(x.shape)), batch
+        )
 
 
 def tf_mirrored(devices):
@@ -69,8 +73,10 @@ def tf_mirrored(devices):
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * devices)
     except RuntimeError as e:
         if len(tf.config.list_logical_devices("CPU")) < devices:
-            raise ValueError(f"--devices {devices}: TensorFlow was started before the CPU could be split "
-                             f"into {devices} logical devices ({e})") from None
+            raise ValueError(
+                f"--devices {devices}: TensorFlow was started before the CPU could be split "
+                f"into {devices} logical devices ({e})"
+            ) from None
     return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(devices)])
 
 

@@ -34,6 +34,7 @@ folder holding the source are refused. The SavedModel is written into a fresh
 temporary folder next to ``--output`` and renamed into place when complete; only
 what the run made is removed.
 """
+
 import contextlib
 import json
 import os
@@ -65,8 +66,11 @@ def serving_outputs(model, outputs):
     if _outputs_probabilities(model):
         return {"probabilities": outputs}
     if is_classifier(model):
-        return {"logits": outputs, "probabilities": ops.softmax(ops.cast(outputs, "float32"), axis=-1),
-                "labels": ops.cast(ops.argmax(outputs, axis=-1), "int32")}
+        return {
+            "logits": outputs,
+            "probabilities": ops.softmax(ops.cast(outputs, "float32"), axis=-1),
+            "labels": ops.cast(ops.argmax(outputs, axis=-1), "int32"),
+        }
     return {"logits": outputs}
 
 
@@ -96,17 +100,20 @@ def _export_saved_model(model, output, label_names=None):
     if isinstance(model.output, (list, tuple)):
         raise ValueError("export: models with several outputs are not supported; export each head on its own")
     layer_names = [x.name.split(":")[0] for x in model.inputs]
-    dtypes = [tf.int32 if name.endswith(ID_INPUTS) else tf.as_dtype(x.dtype) for name, x in zip(layer_names,
-                                                                                               model.inputs)]
-    specs = [tf.TensorSpec((None,) * len(x.shape), dtype, name=signature_name(name))
-             for x, name, dtype in zip(model.inputs, layer_names, dtypes)]
+    dtypes = [
+        tf.int32 if name.endswith(ID_INPUTS) else tf.as_dtype(x.dtype) for name, x in zip(layer_names, model.inputs)
+    ]
+    specs = [
+        tf.TensorSpec((None,) * len(x.shape), dtype, name=signature_name(name))
+        for x, name, dtype in zip(model.inputs, layer_names, dtypes)
+    ]
     names = [spec.name for spec in specs]
     if len(set(names)) != len(names):
         raise ValueError(f"export: the model's inputs map to clashing signature names {names}")
     bounds = id_bounds(model, layer_names)
     longest = input_checks.max_length(model)
 
-    def outputs(*inputs):       # backend ops only: traced by TensorFlow, or converted from JAX by jax2tf
+    def outputs(*inputs):  # backend ops only: traced by TensorFlow, or converted from JAX by jax2tf
         inputs = [keras.ops.cast(x, spec.dtype) for x, spec in zip(inputs, model.inputs)]
         return serving_outputs(model, model(inputs, training=False))
 
@@ -114,12 +121,16 @@ def _export_saved_model(model, output, label_names=None):
     archive.track(model)
     options = {"jax2tf_kwargs": jax2tf_options(specs, layer_names, longest)} if keras.backend.backend() == "jax" else {}
     run_model = archive.add_endpoint(_MODEL_ENDPOINT, outputs, input_signature=specs, **options)
-    archive._endpoint_names.remove(_MODEL_ENDPOINT)     # saved as serve's callee, not as a signature of its own
+    archive._endpoint_names.remove(_MODEL_ENDPOINT)  # saved as serve's callee, not as a signature of its own
 
     @tf.function(input_signature=specs, autograph=False)
     def serve(*inputs):
-        checks = [check for x, name in zip(inputs, names) if name in bounds
-                  for check in _check_ids(x, name, *bounds[name], longest)]
+        checks = [
+            check
+            for x, name in zip(inputs, names)
+            if name in bounds
+            for check in _check_ids(x, name, *bounds[name], longest)
+        ]
         with tf.control_dependencies(checks):
             inputs = [tf.identity(x) for x in inputs]
         result = dict(run_model(*inputs))
@@ -149,17 +160,19 @@ def polymorphic_shapes(specs, layer_names):
     where the model adds their embeddings), a dimension of its own for anything else."""
     shapes = []
     for i, (spec, name) in enumerate(zip(specs, layer_names)):
-        dims = ["batch", "length" if name.endswith(ID_INPUTS) else f"d{i}_1"] + [f"d{i}_{j}" for j in
-                                                                                range(2, len(spec.shape))]
-        shapes.append(f"({', '.join(dims[:len(spec.shape)])})")
+        dims = ["batch", "length" if name.endswith(ID_INPUTS) else f"d{i}_1"] + [
+            f"d{i}_{j}" for j in range(2, len(spec.shape))
+        ]
+        shapes.append(f"({', '.join(dims[: len(spec.shape)])})")
     return shapes
 
 
 def id_bounds(model, layer_names):
     """``{signature input: (number of ids, config key)}`` for the inputs that index an embedding
     (``gau_keras.input_checks.id_bounds``, by signature name)."""
-    return {signature_name(layer): bound for layer, bound in input_checks.id_bounds(model).items()
-            if layer in layer_names}
+    return {
+        signature_name(layer): bound for layer, bound in input_checks.id_bounds(model).items() if layer in layer_names
+    }
 
 
 def _check_ids(ids, name, size, key, longest=None):
@@ -169,11 +182,18 @@ def _check_ids(ids, name, size, key, longest=None):
 
     message = f"serving_default: input {name} holds an id outside [0, {size}) ({key}={size})"
     ids = tf.cast(ids, tf.int64)
-    checks = [tf.debugging.Assert(tf.reduce_all((ids >= 0) & (ids < size)),
-                                  [message, "min", tf.reduce_min(ids), "max", tf.reduce_max(ids)], summarize=1)]
+    checks = [
+        tf.debugging.Assert(
+            tf.reduce_all((ids >= 0) & (ids < size)),
+            [message, "min", tf.reduce_min(ids), "max", tf.reduce_max(ids)],
+            summarize=1,
+        )
+    ]
     if longest is not None:
-        message = (f"serving_default: input {name} is longer than the {longest} positions of the model "
-                   f"(max_position_embeddings={longest}); its length")
+        message = (
+            f"serving_default: input {name} is longer than the {longest} positions of the model "
+            f"(max_position_embeddings={longest}); its length"
+        )
         checks.append(tf.debugging.Assert(tf.shape(ids)[-1] <= longest, [message, tf.shape(ids)[-1]]))
     return checks
 
@@ -196,9 +216,11 @@ def load_for_export(model_dir=None, keras_file=None, model="gau_alpha"):
     from gau_keras.pretrained import load_pretrained
 
     if not resolve_model_class(model).has_mlm_head:
-        raise ValueError(f"export: --model {model} has no MLM head to export from --model-dir {model_dir}: "
-                         f"fine-tune it (gau-keras finetune TASK --model {model} --model-dir {model_dir}) and "
-                         f"export the run's <task>_best.keras with --keras")
+        raise ValueError(
+            f"export: --model {model} has no MLM head to export from --model-dir {model_dir}: "
+            f"fine-tune it (gau-keras finetune TASK --model {model} --model-dir {model_dir}) and "
+            f"export the run's <task>_best.keras with --keras"
+        )
     return load_pretrained(model_dir, model=model, with_mlm=True)[0]
 
 
@@ -216,7 +238,7 @@ def _load_keras(path):
         return keras.saving.load_model(path)
     except (zipfile.BadZipFile, OSError, EOFError) as e:
         raise ValueError(f"{broken} ({e})") from None
-    except (ValueError, KeyError, TypeError) as e:     # a damaged config.json, an unknown layer ...
+    except (ValueError, KeyError, TypeError) as e:  # a damaged config.json, an unknown layer ...
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"export: --keras {path} could not be loaded: {first}") from None
 
@@ -237,7 +259,7 @@ def read_label_names(labels_file=None, keras_file=None):
         return names, labels_file
     if not keras_file or not keras_file.endswith("_best.keras"):
         return None, None
-    metrics = keras_file[:-len("_best.keras")] + "_metrics.json"
+    metrics = keras_file[: -len("_best.keras")] + "_metrics.json"
     try:
         with open(metrics, encoding="utf-8") as f:
             task = json.load(f).get("task")
@@ -253,19 +275,24 @@ def label_names_for(model, labels_file=None, keras_file=None):
     names, where = read_label_names(labels_file, keras_file)
     if not is_classifier(model):
         if labels_file:
-            raise ValueError(f"export: --labels {labels_file} given, but the model is no classifier "
-                             f"(its output is {tuple(model.output.shape)}, not [B, C])")
+            raise ValueError(
+                f"export: --labels {labels_file} given, but the model is no classifier "
+                f"(its output is {tuple(model.output.shape)}, not [B, C])"
+            )
         return None
     classes = model.output.shape[-1]
     if names is not None and len(names) != classes:
         if labels_file:
-            raise ValueError(f"export: --labels {labels_file} holds {len(names)} names but the model has "
-                             f"{classes} labels")
+            raise ValueError(
+                f"export: --labels {labels_file} holds {len(names)} names but the model has {classes} labels"
+            )
         print(f"note: {where} has {len(names)} labels, the model {classes}: no label_names output")
         return None
     if names is None:
-        print("note: the label names are unknown, so the SavedModel has no label_names output "
-              "(pass --labels FILE, one name a line)")
+        print(
+            "note: the label names are unknown, so the SavedModel has no label_names output "
+            "(pass --labels FILE, one name a line)"
+        )
     return names
 
 
@@ -288,16 +315,20 @@ def is_saved_model(folder):
     if "saved_model.pb" not in entries or not entries <= SAVED_MODEL_ENTRIES:
         return False
     variables = os.path.join(folder, "variables")
-    return not os.path.exists(variables) or (os.path.isdir(variables) and all(
-        name == "variables.index" or name.startswith("variables.data-") for name in os.listdir(variables)))
+    return not os.path.exists(variables) or (
+        os.path.isdir(variables)
+        and all(name == "variables.index" or name.startswith("variables.data-") for name in os.listdir(variables))
+    )
 
 
 def check_output(output, overwrite, sources=()):
     """Refuses an ``--output`` the export must not write or replace (a ValueError, FileExistsError or
     PermissionError naming it): see the module's docstring. ``sources``: the files the model is read from."""
     if not output or os.path.normpath(output) == ".":
-        raise ValueError(f"export: --output {output!r} names no new folder (an unset variable?): "
-                         f"give the folder of the SavedModel, e.g. serving/NAME/1")
+        raise ValueError(
+            f"export: --output {output!r} names no new folder (an unset variable?): "
+            f"give the folder of the SavedModel, e.g. serving/NAME/1"
+        )
     real = _real(output)
     if _inside(_real(os.getcwd()), real):
         raise ValueError(f"export: --output {output} is the working directory or a folder above it")
@@ -310,11 +341,13 @@ def check_output(output, overwrite, sources=()):
         raise FileExistsError(f"export: --output {output} is a file, not a folder")
     if os.path.isdir(output) and os.listdir(output):
         if not is_saved_model(output):
-            raise FileExistsError(f"export: --output {output} is a folder that holds other files than a "
-                                  f"SavedModel; it is not replaced, even with --overwrite: name a new folder")
+            raise FileExistsError(
+                f"export: --output {output} is a folder that holds other files than a "
+                f"SavedModel; it is not replaced, even with --overwrite: name a new folder"
+            )
         if not overwrite:
             raise FileExistsError(f"export: {output} exists and is not empty; pass --overwrite to replace it")
-    folder = os.path.dirname(real)       # the nearest existing folder above the output must be writable
+    folder = os.path.dirname(real)  # the nearest existing folder above the output must be writable
     while not os.path.exists(folder):
         folder = os.path.dirname(folder)
     if not os.path.isdir(folder):
@@ -351,18 +384,19 @@ def write_export(network, output, label_names=None):
         names = export_saved_model(network, os.path.join(staging, "saved_model"), label_names)
         if os.path.isdir(output):
             old = tempfile.mkdtemp(dir=parent, prefix=prefix)
-            os.replace(output, os.path.join(old, "earlier"))    # an empty folder or a checked SavedModel
+            os.replace(output, os.path.join(old, "earlier"))  # an empty folder or a checked SavedModel
         os.replace(os.path.join(staging, "saved_model"), output)
         made = []
     except OSError as e:
-        if old and not os.path.exists(output):      # put the earlier export back
+        if old and not os.path.exists(output):  # put the earlier export back
             os.replace(os.path.join(old, "earlier"), output)
-        raise OSError(f"export: cannot write the SavedModel to {output}: {e.strerror or e} "
-                      f"({e.filename or parent})") from None
+        raise OSError(
+            f"export: cannot write the SavedModel to {output}: {e.strerror or e} ({e.filename or parent})"
+        ) from None
     finally:
         if staging:
             shutil.rmtree(staging, ignore_errors=True)
-        if old and os.path.exists(output):      # else the earlier export stays there, not lost
+        if old and os.path.exists(output):  # else the earlier export stays there, not lost
             shutil.rmtree(old, ignore_errors=True)
         for path in made:
             try:
@@ -380,7 +414,7 @@ def main(args):
     export never leaves a half-written SavedModel where a server would load it."""
     from gau_keras import optional
 
-    optional.tensorflow("SavedModel export")        # on a JAX host without it: said before any work
+    optional.tensorflow("SavedModel export")  # on a JAX host without it: said before any work
     check_output(args.output, args.overwrite, sources=(args.keras, args.model_dir))
     with plain_recurrence():
         network = load_for_export(args.model_dir, args.keras, args.model)

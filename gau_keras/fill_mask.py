@@ -1,4 +1,5 @@
 """Masked-token prediction with an MLM model (the fill-mask entry point)."""
+
 import re
 
 import numpy as np
@@ -12,8 +13,9 @@ SPECIAL_TOKEN = re.compile(r"^\[[^\[\]]+\]$")
 
 def special_token_ids(tokenizer):
     """The ids of the vocab's special tokens, which are never offered as answers."""
-    return np.array([i for i in range(tokenizer.vocab_size) if SPECIAL_TOKEN.match(tokenizer.id_to_token(i))],
-                    dtype="int64")
+    return np.array(
+        [i for i in range(tokenizer.vocab_size) if SPECIAL_TOKEN.match(tokenizer.id_to_token(i))], dtype="int64"
+    )
 
 
 def encode_with_masks(tokenizer, text, maxlen=512):
@@ -25,8 +27,9 @@ def encode_with_masks(tokenizer, text, maxlen=512):
     if len(pieces) == 1:
         raise ValueError(f"fill-mask: the text {text!r} contains no {MASK}")
     if not tokenizer.has_token(tokenizer.token_mask):
-        raise ValueError(f"fill-mask: the vocab has no {tokenizer.token_mask} token: predictions would be "
-                         f"made at [UNK] positions")
+        raise ValueError(
+            f"fill-mask: the vocab has no {tokenizer.token_mask} token: predictions would be made at [UNK] positions"
+        )
     tokens = [tokenizer.token_start] if tokenizer.token_start else []
     positions = []
     for i, piece in enumerate(pieces):
@@ -36,8 +39,10 @@ def encode_with_masks(tokenizer, text, maxlen=512):
             tokens.append(tokenizer.token_mask)
     tokens.append(tokenizer.token_end)
     if maxlen is not None and len(tokens) > maxlen:
-        raise ValueError(f"fill-mask: the text has {len(tokens)} tokens, more than the model's {maxlen} positions "
-                         f"(maxlen={maxlen}, its max_position_embeddings)")
+        raise ValueError(
+            f"fill-mask: the text has {len(tokens)} tokens, more than the model's {maxlen} positions "
+            f"(maxlen={maxlen}, its max_position_embeddings)"
+        )
     token_ids = tokenizer.tokens_to_ids(tokens)
     return token_ids, [0] * len(token_ids), positions
 
@@ -47,8 +52,10 @@ def check_tokenizer(model, tokenizer):
     of another model): its ids past the table would be garbage (NaN on JAX), not an answer."""
     size, key = input_checks.id_bounds(model).get("Input-Token", (None, None))
     if size is not None and tokenizer.vocab_size > size:
-        raise ValueError(f"fill-mask: the tokenizer has {tokenizer.vocab_size} tokens but the model's token table "
-                         f"has {size} rows ({key}={size}): the vocab does not belong to this model")
+        raise ValueError(
+            f"fill-mask: the tokenizer has {tokenizer.vocab_size} tokens but the model's token table "
+            f"has {size} rows ({key}={size}): the vocab does not belong to this model"
+        )
 
 
 def fill_mask(model, tokenizer, text, top_k=5):

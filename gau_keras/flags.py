@@ -4,6 +4,7 @@ error (exit status 2, before any work) naming the flag and the range.
     parser.add_argument("--lr", type=flags.positive_float)
     parser.add_argument("--epochs", type=flags.at_least(0))
 """
+
 import argparse
 import math
 import os
@@ -15,8 +16,9 @@ def _number(text, kind):
     try:
         value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
-                                         f"got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected {'an integer' if kind is int else 'a number'}, got {text!r}"
+        ) from None
     if kind is float and not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     return value
@@ -24,11 +26,13 @@ def _number(text, kind):
 
 def at_least(least):
     """An integer >= ``least``."""
+
     def check(text):
         value = _number(text, int)
         if value < least:
             raise argparse.ArgumentTypeError(f"must be an integer >= {least}, got {value}")
         return value
+
     check.__name__ = f"integer >= {least}"
     check.bad = ("x", "1.5", str(least - 1))
     return check
@@ -91,9 +95,12 @@ def check_value(name, value, kind):
     same rule as the flag; a ValueError names the argument ``name``, not a flag."""
     try:
         kind(str(value))
-    except (argparse.ArgumentTypeError, ValueError) as error:    # a plain type such as int raises ValueError
-        message = (str(error) if isinstance(error, argparse.ArgumentTypeError)
-                   else f"must be of type {getattr(kind, '__name__', kind)}, got {value!r}")
+    except (argparse.ArgumentTypeError, ValueError) as error:  # a plain type such as int raises ValueError
+        message = (
+            str(error)
+            if isinstance(error, argparse.ArgumentTypeError)
+            else f"must be of type {getattr(kind, '__name__', kind)}, got {value!r}"
+        )
         raise ValueError(f"{name} {message}" if message.startswith("must") else f"{name}: {message}") from None
     return value
 
@@ -120,9 +127,14 @@ def add_model_option(parser, help="the encoder", default="gau_alpha", segment_id
 
     names = model_names(segment_ids)
     accepted = sorted(alias for alias, cls in MODELS.items() if any(MODELS[n] is cls for n in names))
-    parser.add_argument("--model", type=str.lower, choices=accepted, default=default,
-                        metavar="{" + ",".join(names) + "}",
-                        help=f"{help}: {', '.join(names)} (default: %(default)s)")
+    parser.add_argument(
+        "--model",
+        type=str.lower,
+        choices=accepted,
+        default=default,
+        metavar="{" + ",".join(names) + "}",
+        help=f"{help}: {', '.join(names)} (default: %(default)s)",
+    )
 
 
 def check_writable_folder(directory, option, error=ValueError):

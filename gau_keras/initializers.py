@@ -4,6 +4,7 @@ backend.
 
 Design notes: docs/models.md (Initialisation).
 """
+
 import keras
 import numpy as np
 from keras.src.initializers.random_initializers import compute_fans  # Keras's fan rule; not in its public API
@@ -34,11 +35,10 @@ class ScaledTruncatedNormal(keras.initializers.Initializer):
     def stddev(self, shape):
         fan = shape[1] if (shape[0] > 10000 or shape[0] < 10) and len(shape) > 1 else shape[0]
         gain = self.gain * self.num_layers ** (-1.0 / self.order)
-        return 1.13684723 / fan ** 0.5 * gain
+        return 1.13684723 / fan**0.5 * gain
 
     def __call__(self, shape, dtype=None):
-        return keras.random.truncated_normal(shape, stddev=self.stddev(shape), dtype=dtype,
-                                             seed=self._seed_generator)
+        return keras.random.truncated_normal(shape, stddev=self.stddev(shape), dtype=dtype, seed=self._seed_generator)
 
     def get_config(self):
         return {"num_layers": self.num_layers, "order": self.order, "gain": self.gain, "seed": self.seed}
@@ -74,16 +74,22 @@ class Portable(keras.initializers.Initializer):
             in the config).
     """
 
-    DRAWN = (keras.initializers.VarianceScaling, keras.initializers.RandomNormal,
-             keras.initializers.RandomUniform, keras.initializers.TruncatedNormal)
+    DRAWN = (
+        keras.initializers.VarianceScaling,
+        keras.initializers.RandomNormal,
+        keras.initializers.RandomUniform,
+        keras.initializers.TruncatedNormal,
+    )
     CONSTANT = (keras.initializers.Zeros, keras.initializers.Ones, keras.initializers.Constant)
 
     def __init__(self, initializer="glorot_uniform", seed=None):
         self.initializer = keras.initializers.get(initializer)
         if not isinstance(self.initializer, self.DRAWN + self.CONSTANT):
-            raise ValueError(f"Portable: cannot draw {type(self.initializer).__name__} with numpy; expected one of "
-                             f"{[c.__name__ for c in self.DRAWN + self.CONSTANT]}")
-        self.seed = int(np.random.randint(2 ** 31 - 1)) if seed is None else int(seed)
+            raise ValueError(
+                f"Portable: cannot draw {type(self.initializer).__name__} with numpy; expected one of "
+                f"{[c.__name__ for c in self.DRAWN + self.CONSTANT]}"
+            )
+        self.seed = int(np.random.randint(2**31 - 1)) if seed is None else int(seed)
 
     def __call__(self, shape, dtype=None):
         base = self.initializer

@@ -11,6 +11,7 @@ SavedModel's signature checks its ids in the graph (``gau_keras.export``).
 Data that arrives as a generator, a ``tf.data.Dataset`` or a traced tensor is
 not checked: its values exist only inside the compiled step.
 """
+
 import numpy as np
 
 #: input layer -> (the embedding layer whose rows its ids index, the config key of that size)
@@ -87,8 +88,11 @@ def check_inputs(model, x, where="predict"):
         low, high = value.min(), value.max()
         if low < 0 or high >= size:
             bad = low if low < 0 else high
-            raise ValueError(f"{where}: input {name} holds the id {bad:g}, outside [0, {size}) "
-                             f"(the model's {key}={size})")
+            raise ValueError(
+                f"{where}: input {name} holds the id {bad:g}, outside [0, {size}) (the model's {key}={size})"
+            )
         if longest is not None and value.ndim >= 2 and value.shape[1] > longest:
-            raise ValueError(f"{where}: input {name} is {value.shape[1]} tokens long, longer than the model's "
-                             f"{longest} positions (max_position_embeddings={longest})")
+            raise ValueError(
+                f"{where}: input {name} is {value.shape[1]} tokens long, longer than the model's "
+                f"{longest} positions (max_position_embeddings={longest})"
+            )

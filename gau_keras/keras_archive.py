@@ -1,6 +1,7 @@
 """A ``.keras`` file checked before Keras reads it, so that a missing, empty, truncated or damaged file
 is one error naming it (Keras says "File not found" of an empty file and fails on a truncated one
 with a zip or HDF5 traceback)."""
+
 import os
 import zipfile
 

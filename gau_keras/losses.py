@@ -10,6 +10,7 @@
 
 Design notes: docs/pretraining.md (The loop).
 """
+
 import math
 
 import keras
@@ -20,7 +21,7 @@ from gau_keras.registration import PACKAGE
 
 def _log_one_plus_sum_exp(logits, log_weights):
     """log(1 + sum_j w_j e^(s_j)) over the last axis; an entry with log w = -inf drops out."""
-    threshold = ops.zeros_like(logits[..., :1])     # the "1 +": a class at logit 0 separating the two sets
+    threshold = ops.zeros_like(logits[..., :1])  # the "1 +": a class at logit 0 separating the two sets
     return ops.logsumexp(ops.concatenate([logits + log_weights, threshold], axis=-1), axis=-1)
 
 
@@ -55,12 +56,12 @@ def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=False):
     positive_for_pos, positive_for_neg = positive, positive
     if mask_zero:
         padding = ops.equal(y_true, 0)
-        positive_for_pos = ops.where(padding, math.inf, positive)      # e^-s = 0: no positive term
-        positive_for_neg = ops.where(padding, -math.inf, positive)     # e^s = 0: nothing to subtract
+        positive_for_pos = ops.where(padding, math.inf, positive)  # e^-s = 0: no positive term
+        positive_for_neg = ops.where(padding, -math.inf, positive)  # e^s = 0: nothing to subtract
         logits = ops.where(ops.equal(ops.arange(ops.shape(logits)[-1]), 0), -math.inf, logits)
     pos_loss = _log_one_plus_sum_exp(-positive_for_pos, ops.zeros_like(positive))
     lse_all = ops.logsumexp(logits, axis=-1)
-    share = ops.exp(ops.logsumexp(positive_for_neg, axis=-1) - lse_all)    # of e^s over all classes, on positives
+    share = ops.exp(ops.logsumexp(positive_for_neg, axis=-1) - lse_all)  # of e^s over all classes, on positives
     return pos_loss + lse_all + ops.log(ops.clip(1 - share, keras.config.epsilon(), 1))
 
 
@@ -105,5 +106,5 @@ def masked_positions(labels, k):
     rows with more lose the excess (counted by the caller).
     """
     masked = ops.cast(ops.greater(labels, 0), "float32")
-    _, positions = ops.top_k(masked, k=k, sorted=True)   # ties keep index order
+    _, positions = ops.top_k(masked, k=k, sorted=True)  # ties keep index order
     return positions, ops.take_along_axis(labels, positions, axis=1)

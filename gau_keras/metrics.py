@@ -24,6 +24,7 @@ punctuation is split off. The two differ only on English corner cases (NLTK
 splits "don't" into "do" + "n't" and keeps "U.S." whole); CMRC2018 answers are
 Chinese text, names and numbers.
 """
+
 import re
 from collections import Counter
 
@@ -141,8 +142,14 @@ def _prf(correct, predicted, gold):
     precision = correct / predicted if predicted else 0.0
     recall = correct / gold if gold else 0.0
     f1 = 2 * correct / (predicted + gold) if predicted + gold else 0.0
-    return {"precision": precision, "recall": recall, "f1": f1,
-            "correct": correct, "predicted": predicted, "gold": gold}
+    return {
+        "precision": precision,
+        "recall": recall,
+        "f1": f1,
+        "correct": correct,
+        "predicted": predicted,
+        "gold": gold,
+    }
 
 
 def entity_scores(gold, predicted):

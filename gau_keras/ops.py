@@ -6,6 +6,7 @@ d = feature size.
 
 Design notes: docs/models.md.
 """
+
 import math
 
 import keras
@@ -69,10 +70,11 @@ def check_mask(mask, x, axes, owner):
     for mask_axis, what, x_axis in pairs:
         m, n = mask.shape[mask_axis], x.shape[x_axis]
         if mask_axis == 0 and m == 1:
-            continue                       # one mask for the whole batch broadcasts
+            continue  # one mask for the whole batch broadcasts
         if isinstance(m, int) and isinstance(n, int) and m != n:
-            raise ValueError(f"{owner}: the mask's {what} is {m} where x has {n}; "
-                             f"shapes {tuple(mask.shape)} and {tuple(x.shape)}")
+            raise ValueError(
+                f"{owner}: the mask's {what} is {m} where x has {n}; shapes {tuple(mask.shape)} and {tuple(x.shape)}"
+            )
 
 
 def sequence_masking(x, mask=None, value=NEG_INF, axis=1):
@@ -109,10 +111,9 @@ def attention_normalize(a, mask=None, method="softmax", bias=None, min_len=16):
         attention weights, same shape and dtype as ``a`` (computed in float32).
     """
     if method not in ATTENTION_NORMALIZATIONS:
-        raise ValueError(f"attention_normalize: unknown method {method!r}; "
-                         f"expected one of {ATTENTION_NORMALIZATIONS}")
+        raise ValueError(f"attention_normalize: unknown method {method!r}; expected one of {ATTENTION_NORMALIZATIONS}")
     dtype = a.dtype
-    a = ops.cast(a, "float32")   # float16 logits lose the small differences softmax amplifies
+    a = ops.cast(a, "float32")  # float16 logits lose the small differences softmax amplifies
     allowed = None
     if mask is not None:
         allowed = align(ops.cast(mask, "bool"), [0, len(a.shape) - 1], len(a.shape))
@@ -150,7 +151,8 @@ def masked_softmax(a, allowed=None, dtype="float32"):
 
 
 def _softmax_from_output(a, dtype):
-    compute = keras.backend.standardize_dtype(a.dtype)   # float32, or float64 as given
+    compute = keras.backend.standardize_dtype(a.dtype)  # float32, or float64 as given
+
     # the tensors a custom gradient uses are its arguments: a closure over a traced value
     # leaks it under jax.checkpoint (recompute)
     @ops.custom_gradient
@@ -168,7 +170,8 @@ def _softmax_from_output(a, dtype):
 
 
 def _masked_softmax_from_output(a, allowed, dtype):
-    compute = keras.backend.standardize_dtype(a.dtype)   # float32, or float64 as given
+    compute = keras.backend.standardize_dtype(a.dtype)  # float32, or float64 as given
+
     @ops.custom_gradient
     def softmax(logits, allowed):
         p = ops.cast(ops.softmax(masked_fill(logits, allowed), axis=-1), dtype)
@@ -199,6 +202,7 @@ def rms_normalize(x, epsilon):
     instead of a float32 copy of x (``_unshared`` says how). Gradient:
     ``r (g - y mean(g y))`` with y = x r, in float32.
     """
+
     @ops.custom_gradient
     def normalize(x):
         x32 = ops.cast(x, "float32")
@@ -266,7 +270,7 @@ def _rounded_matmul(a, b):
             upstream = args[0] if upstream is None else upstream
             g, a32, b32 = (ops.cast(t, "float32") for t in (upstream, a, b))
             da = ops.matmul(g, ops.swapaxes(b32, -1, -2))
-            if len(b.shape) == 2:     # summed over a's batch axes
+            if len(b.shape) == 2:  # summed over a's batch axes
                 a32, g = ops.reshape(a32, (-1, ops.shape(a32)[-1])), ops.reshape(g, (-1, ops.shape(g)[-1]))
             db = ops.matmul(ops.swapaxes(a32, -1, -2), g)
             return ops.cast(da, a.dtype), ops.cast(db, b.dtype)

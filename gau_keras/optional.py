@@ -6,6 +6,7 @@ input, SavedModel export, the TensorFlow backend.  A JAX host without it
 Keras format; asking for one of those features there raises ``ImportError``
 naming the feature and the package.
 """
+
 import importlib
 
 
@@ -14,5 +15,7 @@ def tensorflow(purpose):
     try:
         return importlib.import_module("tensorflow")
     except ImportError as error:
-        raise ImportError(f"gau_keras: {purpose} needs TensorFlow, which is not installed here "
-                          f"({error}); pip install 'tensorflow>=2.16,<2.22'") from None
+        raise ImportError(
+            f"gau_keras: {purpose} needs TensorFlow, which is not installed here "
+            f"({error}); pip install 'tensorflow>=2.16,<2.22'"
+        ) from None

@@ -3,6 +3,7 @@
 Model directories and presets live in ``gau_keras.models.presets``; their names stay
 importable from here.
 """
+
 from gau_keras.models.builder import build_transformer_model
 from gau_keras.models.presets import (
     BUNDLED_DIR,
@@ -13,8 +14,7 @@ from gau_keras.models.presets import (
 )
 from gau_keras.tokenizers import Tokenizer
 
-__all__ = ["BUNDLED_DIR", "REQUIRED_TOKENS", "check_model_dir", "default_model_dir", "model_files",
-           "load_pretrained"]
+__all__ = ["BUNDLED_DIR", "REQUIRED_TOKENS", "check_model_dir", "default_model_dir", "model_files", "load_pretrained"]
 
 
 def load_pretrained(model_dir=None, model="gau_alpha", **kwargs):

@@ -16,6 +16,7 @@ segfaults when it is imported after TensorFlow, so by default the model runs in
 never imports paddle. ``in_process=True`` is for processes that are already
 TF-free (e.g. the corpus-preparation workers).
 """
+
 import abc
 import importlib.util
 import json
@@ -122,9 +123,11 @@ class LACModel:
 
     def __init__(self, model_dir=None, threads=1):
         if "tensorflow" in sys.modules:
-            raise RuntimeError("LACModel: TensorFlow is imported in this process and paddle segfaults when "
-                               "imported after it; use LACSegmenter(in_process=False), or run this process "
-                               "with GAU_KERAS_TF_FREE=1 (then `import gau_keras` does not import TensorFlow)")
+            raise RuntimeError(
+                "LACModel: TensorFlow is imported in this process and paddle segfaults when "
+                "imported after it; use LACSegmenter(in_process=False), or run this process "
+                "with GAU_KERAS_TF_FREE=1 (then `import gau_keras` does not import TensorFlow)"
+            )
         import paddle.inference as paddle_inference
 
         model_dir = model_dir or lac_model_dir()
@@ -156,8 +159,9 @@ class LACModel:
         handle.set_lod([offsets])
         self._predictor.run()
         tags = self._predictor.get_output_handle(self._predictor.get_output_names()[0]).copy_to_cpu().ravel()
-        words = iter(self._decode(text, tags[start:end])
-                     for text, start, end in zip(non_empty, offsets[:-1], offsets[1:]))
+        words = iter(
+            self._decode(text, tags[start:end]) for text, start, end in zip(non_empty, offsets[:-1], offsets[1:])
+        )
         return [next(words) if text else [] for text in texts]
 
     def _decode(self, text, tag_ids):
@@ -213,12 +217,16 @@ class LACSegmenter(Segmenter):
             # for as long as the pool lives
             self._tf_free = tf_free_children()
             self._tf_free.__enter__()
-            self._pool = ProcessPoolExecutor(max_workers=processes, mp_context=get_context("spawn"),
-                                             initializer=_lac_worker_init, initargs=(model_dir, threads))
+            self._pool = ProcessPoolExecutor(
+                max_workers=processes,
+                mp_context=get_context("spawn"),
+                initializer=_lac_worker_init,
+                initargs=(model_dir, threads),
+            )
 
     def segment(self, texts):
         texts = list(texts)
-        batches = [texts[i:i + self.batch_size] for i in range(0, len(texts), self.batch_size)]
+        batches = [texts[i : i + self.batch_size] for i in range(0, len(texts), self.batch_size)]
         if self._model is not None:
             results = map(self._model.segment, batches)
         elif self._pool is not None:
@@ -283,6 +291,7 @@ def install_fluid_shim():
 
     try:
         import paddle.fluid  # noqa: F401
+
         return
     except ImportError:
         pass
@@ -358,7 +367,12 @@ class LAC:
         env = dict(os.environ, GAU_KERAS_TF_FREE="1", PYTHONIOENCODING="utf-8")
         self._worker = subprocess.Popen(
             [sys.executable, "-c", "from gau_keras.segmenters import serve_lac; serve_lac()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, encoding="utf-8")
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            text=True,
+            encoding="utf-8",
+        )
         self._request([model_path, mode, use_cuda])
 
     def _request(self, message):
@@ -414,7 +428,7 @@ class LAC:
         worker = getattr(self, "_worker", None)
         if worker is not None and worker.stdin is not None:
             try:
-                worker.stdin.close()   # the worker's loop ends on end of input
+                worker.stdin.close()  # the worker's loop ends on end of input
             except (OSError, ValueError):
                 pass
 

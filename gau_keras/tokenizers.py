@@ -11,6 +11,7 @@ stays one token that maps to ``[UNK]`` (so ``rematch`` can still locate it).
 
 Design notes: docs/architecture.md.
 """
+
 import re
 import unicodedata
 
@@ -27,8 +28,14 @@ _CJK_PUNCTUATION = (
     "\u2027\ufe4f\ufe51\ufe54\u00b7\uff01\uff1f\uff61\u3002"
 )
 _CJK_RANGES = (
-    (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
-    (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F),
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F),
+    (0x2B820, 0x2CEAF),
+    (0xF900, 0xFAFF),
+    (0x2F800, 0x2FA1F),
 )
 
 
@@ -48,8 +55,13 @@ def is_cjk_character(ch):
 def is_punctuation(ch):
     """ASCII symbols (``!``..``/``, ``:``..``@``, ``[``..`` ` ``, ``{``..``~``) and Unicode P*."""
     code = ord(ch)
-    return (33 <= code <= 47 or 58 <= code <= 64 or 91 <= code <= 96
-            or 123 <= code <= 126 or unicodedata.category(ch).startswith("P"))
+    return (
+        33 <= code <= 47
+        or 58 <= code <= 64
+        or 91 <= code <= 96
+        or 123 <= code <= 126
+        or unicodedata.category(ch).startswith("P")
+    )
 
 
 def is_space(ch):
@@ -111,7 +123,7 @@ def lowercase_per_character(text):
     lowered, pieces, position = text.lower(), [], 0
     for ch in text:
         size = len(ch.lower())
-        pieces.append(lowered[position:position + size])
+        pieces.append(lowered[position : position + size])
         position += size
     return pieces
 
@@ -123,8 +135,9 @@ def _text_argument(value, name, tokens=True):
         try:
             return bytes(value).decode("utf-8")
         except UnicodeDecodeError as e:
-            raise ValueError(f"Tokenizer: {name} is bytes that are not UTF-8 ({e.reason} at byte {e.start}); "
-                             f"decode it first") from None
+            raise ValueError(
+                f"Tokenizer: {name} is bytes that are not UTF-8 ({e.reason} at byte {e.start}); decode it first"
+            ) from None
     if isinstance(value, str):
         return value
     if tokens and isinstance(value, (list, tuple)) and all(isinstance(t, str) for t in value):
@@ -190,9 +203,11 @@ def load_vocab(dict_path, encoding="utf-8", simplified=False, startswith=None):
                     raise ValueError(f"{dict_path}:{line_number}: duplicate token {token!r} in the vocab")
                 token_dict[token] = len(token_dict)
     except UnicodeDecodeError as e:
-        raise ValueError(f"vocab {dict_path}: not {encoding} text (byte {e.start} of the file: {e.reason}); "
-                         f"pass the file's encoding, e.g. load_vocab(path, encoding='gbk') or "
-                         f"Tokenizer(path, encoding='gbk')") from None
+        raise ValueError(
+            f"vocab {dict_path}: not {encoding} text (byte {e.start} of the file: {e.reason}); "
+            f"pass the file's encoding, e.g. load_vocab(path, encoding='gbk') or "
+            f"Tokenizer(path, encoding='gbk')"
+        ) from None
     except LookupError as e:
         raise ValueError(f"vocab {dict_path}: unknown encoding {encoding!r} ({e})") from None
     if not token_dict:
@@ -227,9 +242,17 @@ class Tokenizer:
             naming the file).
     """
 
-    def __init__(self, token_dict, do_lower_case=False, word_maxlen=200,
-                 token_start="[CLS]", token_end="[SEP]", pre_tokenize=None,
-                 token_translate=None, encoding="utf-8"):
+    def __init__(
+        self,
+        token_dict,
+        do_lower_case=False,
+        word_maxlen=200,
+        token_start="[CLS]",
+        token_end="[SEP]",
+        pre_tokenize=None,
+        token_translate=None,
+        encoding="utf-8",
+    ):
         if isinstance(token_dict, (str, bytes)) or hasattr(token_dict, "__fspath__"):
             token_dict = load_vocab(token_dict, encoding=encoding)
         if not isinstance(token_dict, dict) or not token_dict:
@@ -316,8 +339,9 @@ class Tokenizer:
         try:
             return self._token_dict_inv[i]
         except (KeyError, TypeError):
-            raise TokenIdError(f"Tokenizer: id {i!r} is not in the vocab ({self._vocab_size} tokens, "
-                               f"ids 0..{self._vocab_size - 1})") from None
+            raise TokenIdError(
+                f"Tokenizer: id {i!r} is not in the vocab ({self._vocab_size} tokens, ids 0..{self._vocab_size - 1})"
+            ) from None
 
     def ids_to_tokens(self, ids):
         return [self.id_to_token(i) for i in ids]
@@ -343,8 +367,7 @@ class Tokenizer:
         character) that already holds more than ``maxlen`` tokens: right
         truncation keeps the first tokens, so the result is the same, without tokenizing a
         long document whole. Not with a pre-tokenizer (jieba's words depend on what follows)."""
-        if (not isinstance(maxlen, int) or maxlen < 1 or truncate_from != "right"
-                or self._pre_tokenize is not None):
+        if not isinstance(maxlen, int) or maxlen < 1 or truncate_from != "right" or self._pre_tokenize is not None:
             return self.tokenize(text)
         size = 4 * maxlen + 64
         while size < len(text):
@@ -352,7 +375,7 @@ class Tokenizer:
             if cut is None:
                 break
             tokens = self.tokenize(text[:cut])
-            if len(tokens) > maxlen + 4:        # + [CLS], [SEP] and encode's own allowances
+            if len(tokens) > maxlen + 4:  # + [CLS], [SEP] and encode's own allowances
                 return tokens
             size *= 4
         return self.tokenize(text)
@@ -366,11 +389,11 @@ class Tokenizer:
         # bert4keras pops the special tokens themselves below this (maxlen=1 -> [SEP] alone)
         # and fails with "pop index out of range" below 0
         if isinstance(maxlen, bool) or not isinstance(maxlen, (int, np.integer)) or maxlen < least:
-            raise ValueError(f"maxlen={maxlen!r} leaves no room for the special tokens: it must be an "
-                             f"integer >= {least} here")
+            raise ValueError(
+                f"maxlen={maxlen!r} leaves no room for the special tokens: it must be an integer >= {least} here"
+            )
 
-    def encode(self, first_text, second_text=None, maxlen=None, pattern="S*E*E",
-               truncate_from="right"):
+    def encode(self, first_text, second_text=None, maxlen=None, pattern="S*E*E", truncate_from="right"):
         """Token ids and segment ids of one text or a pair.
 
         Texts may also be given as token lists. With ``maxlen``, tokens are
@@ -383,8 +406,9 @@ class Tokenizer:
         """
         first_text = _text_argument(first_text, "first_text")
         second_text = None if second_text is None else _text_argument(second_text, "second_text")
-        first_tokens = (self._tokens_within(first_text, maxlen, truncate_from) if isinstance(first_text, str)
-                        else list(first_text))
+        first_tokens = (
+            self._tokens_within(first_text, maxlen, truncate_from) if isinstance(first_text, str) else list(first_text)
+        )
         if second_text is None:
             second_tokens = None
         elif isinstance(second_text, str):
@@ -394,7 +418,7 @@ class Tokenizer:
         if maxlen is not None:
             least = sum(self._special_count() for text in (first_text, second_text) if isinstance(text, str))
             if isinstance(second_text, str) and pattern == "S*E*E" and self._token_start is not None:
-                least -= 1   # the second [CLS] is dropped
+                least -= 1  # the second [CLS] is dropped
             self._check_maxlen(maxlen, least)
             if truncate_from == "right":
                 index = -int(self._token_end is not None) - 1
@@ -409,7 +433,7 @@ class Tokenizer:
         segment_ids = [0] * len(token_ids)
         if second_tokens is not None:
             if pattern == "S*E*E":
-                second_tokens = second_tokens[int(bool(self._token_start)):]
+                second_tokens = second_tokens[int(bool(self._token_start)) :]
             second_ids = self.tokens_to_ids(second_tokens)
             token_ids.extend(second_ids)
             segment_ids.extend([1] * len(second_ids))
@@ -501,8 +525,10 @@ class Tokenizer:
             piece = stem(token)
             start = normalized.find(piece, offset)
             if start < 0:
-                raise ValueError(f"Tokenizer.rematch: token {token!r} not found in the text after "
-                                 f"character {offset}; were the tokens produced from this text?")
+                raise ValueError(
+                    f"Tokenizer.rematch: token {token!r} not found in the text after "
+                    f"character {offset}; were the tokens produced from this text?"
+                )
             end = start + len(piece)
             # one original character may normalise to several (e.g. "ﬁ" -> "fi"): each index once
             token_mapping.append(sorted(set(char_mapping[start:end])))
@@ -512,7 +538,9 @@ class Tokenizer:
 
 def __getattr__(name):
     if name == "SpTokenizer":
-        raise ImportError("gau_keras.tokenizers has no SpTokenizer: bert4keras's SentencePiece tokenizer "
-                          "serves T5/mT5-style models, which gau_keras does not implement (GAU-alpha and "
-                          "RoFormerV2 use the WordPiece Tokenizer)")
+        raise ImportError(
+            "gau_keras.tokenizers has no SpTokenizer: bert4keras's SentencePiece tokenizer "
+            "serves T5/mT5-style models, which gau_keras does not implement (GAU-alpha and "
+            "RoFormerV2 use the WordPiece Tokenizer)"
+        )
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

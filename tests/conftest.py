@@ -10,6 +10,7 @@ marked ``tensorflow_only`` are skipped there, and ``float64`` ones unless
 JAX_ENABLE_X64 is set (JAX computes float64 in float32 otherwise). Test
 files named on the command line run whole on any backend.
 """
+
 import importlib.util
 import os
 import pathlib
@@ -90,6 +91,7 @@ def rng():
 @pytest.fixture(autouse=True)
 def _seed():
     import keras
+
     keras.utils.set_random_seed(1234)
     yield
 
@@ -118,8 +120,10 @@ def pytest_report_header(config):
     import keras
 
     if keras.backend.backend() != "tensorflow" and _whole_suite(config):
-        return (f"KERAS_BACKEND={keras.backend.backend()}: the tests marked both_backends run, the others are "
-                f"deselected or not collected (tests/conftest.py)")
+        return (
+            f"KERAS_BACKEND={keras.backend.backend()}: the tests marked both_backends run, the others are "
+            f"deselected or not collected (tests/conftest.py)"
+        )
 
 
 def _whole_suite(config):
@@ -133,10 +137,13 @@ def pytest_ignore_collect(collection_path, config):
     deselected): their imports alone cost the JAX pass ~10 s."""
     import keras
 
-    if (keras.backend.backend() != "tensorflow" and _whole_suite(config) and collection_path.suffix == ".py"
-            and collection_path.name.startswith("test_")
-            and not any(marker in collection_path.read_text(encoding="utf-8")
-                        for marker in ("both_backends", "jax_only"))):
+    if (
+        keras.backend.backend() != "tensorflow"
+        and _whole_suite(config)
+        and collection_path.suffix == ".py"
+        and collection_path.name.startswith("test_")
+        and not any(marker in collection_path.read_text(encoding="utf-8") for marker in ("both_backends", "jax_only"))
+    ):
         return True
     return None
 
@@ -149,8 +156,9 @@ def pytest_collection_modifyitems(config, items):
 
     backend = keras.backend.backend()
     if backend == "tensorflow":
-        jax_only = pytest.mark.skip(reason="checks the JAX backend's own code: it runs in the JAX pass "
-                                           "(KERAS_BACKEND=jax)")
+        jax_only = pytest.mark.skip(
+            reason="checks the JAX backend's own code: it runs in the JAX pass (KERAS_BACKEND=jax)"
+        )
         for item in items:
             if "jax_only" in item.keywords:
                 item.add_marker(jax_only)
@@ -161,8 +169,7 @@ def pytest_collection_modifyitems(config, items):
         config.hook.pytest_deselected(items=[item for item in items if not selected(item)])
         items[:] = kept
     skip = pytest.mark.skip(reason=f"uses TensorFlow's own machinery; Keras runs on {backend}")
-    no_float64 = pytest.mark.skip(reason="needs float64 arithmetic: JAX computes it in float32 unless "
-                                         "JAX_ENABLE_X64=1")
+    no_float64 = pytest.mark.skip(reason="needs float64 arithmetic: JAX computes it in float32 unless JAX_ENABLE_X64=1")
     for item in items:
         if "tensorflow_only" in item.keywords:
             item.add_marker(skip)

@@ -1,6 +1,7 @@
 """Tiny random model directories (config + TF1 checkpoint + vocab) for the finetune tests, and
 the runs of one task per head kind that tests/training/finetune/test_backends.py and
 tests/training/finetune/test_artefacts.py share (the ``head_kind_runs`` fixture of tests/conftest.py)."""
+
 import json
 import os
 
@@ -52,10 +53,32 @@ HEAD_KIND_TASKS = ["tnews", "cmrc2018", "c3", "chid", "cluener"]
 
 def head_kind_argv(task, model_dir, out_dir):
     """The shared runs' arguments: 2 epochs of 2 steps, dropout 0, seed 3."""
-    return ["--data-dir", str(SHARED_DATA / "clue"), "--model-dir", str(model_dir),
-            "--out-dir", str(out_dir), "--epochs", "2", "--batch-size", "4", "--maxlen", "48",
-            "--max-train-examples", "8", "--max-eval-examples", "6", "--max-test-examples", "2",
-            "--dropout", "0", "--seed", "3", "--lr", "1e-3"]
+    return [
+        "--data-dir",
+        str(SHARED_DATA / "clue"),
+        "--model-dir",
+        str(model_dir),
+        "--out-dir",
+        str(out_dir),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "4",
+        "--maxlen",
+        "48",
+        "--max-train-examples",
+        "8",
+        "--max-eval-examples",
+        "6",
+        "--max-test-examples",
+        "2",
+        "--dropout",
+        "0",
+        "--seed",
+        "3",
+        "--lr",
+        "1e-3",
+    ]
 
 
 def run_head_kinds(root, model_dir, two_devices=False):

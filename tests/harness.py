@@ -19,6 +19,7 @@ so every load sees what a process of its own would see, for the price of one sta
 Tests calling these functions are marked ``both_backends``, so both backends run them.
 tests/test_harness.py fails for a registered layer or Backbone that no test passes to them.
 """
+
 import atexit
 import inspect
 import json
@@ -60,8 +61,16 @@ def ints(high, *shape, seed=0):
     return np.random.default_rng(seed).integers(1, high, size=shape).astype("int32")
 
 
-def run_layer_test(cls, init_kwargs, input_data, expected_output_shape, call_kwargs=None, input_mask=None,
-                   expected_output_mask=SAME_AS_INPUT, atol=1e-6):
+def run_layer_test(
+    cls,
+    init_kwargs,
+    input_data,
+    expected_output_shape,
+    call_kwargs=None,
+    input_mask=None,
+    expected_output_mask=SAME_AS_INPUT,
+    atol=1e-6,
+):
     """Every generic check of a layer class (module docstring); ``input_data``: an array or a list
     of arrays (one per input); ``expected_output_shape``: a shape or a list of shapes (one per
     output); ``input_mask``: required for a layer that supports masks."""
@@ -90,7 +99,7 @@ def run_backbone_test(cls, init_kwargs, input_data, expected_output_shape=None, 
     layers, trained apart, have no checkpoint: it reads ALBERT's)."""
     arrays = [np.asarray(a) for a in input_data]
     model = cls(**init_kwargs)
-    weights = moved_weights(model.weights, trainable_only=True)    # fixed tables are no checkpoint's
+    weights = moved_weights(model.weights, trainable_only=True)  # fixed tables are no checkpoint's
     model.set_weights(weights)
     expected = outputs_of(model, arrays)
     if expected_output_shape is not None:
@@ -114,7 +123,7 @@ def run_backbone_test(cls, init_kwargs, input_data, expected_output_shape=None, 
         half.set_weights(weights)
         _check_mixed(cls, policy, half, outputs_of(half, arrays), expected, tolerance)
     assert_reloads_in_fresh_process(model, arrays, expected, cls.__name__, atol)
-    face = keras2(remade)       # its Keras 2 face (build_transformer_model's model): a class of its own
+    face = keras2(remade)  # its Keras 2 face (build_transformer_model's model): a class of its own
     assert_reloads_in_fresh_process(face, arrays, expected, f"{cls.__name__}'s Keras 2 face", atol)
 
 
@@ -192,8 +201,7 @@ def _check_shapes(cls, init_kwargs, arrays, call_kwargs, expected_shapes):
     """The eager call's output shapes, the symbolic ones and ``compute_output_shape``'s (where the
     class defines it) are ``expected_shapes``; the call built the layer."""
     layer = cls(**init_kwargs)
-    real = [tuple(o.shape) for o in keras.tree.flatten(layer(arrays if len(arrays) > 1 else arrays[0],
-                                                             **call_kwargs))]
+    real = [tuple(o.shape) for o in keras.tree.flatten(layer(arrays if len(arrays) > 1 else arrays[0], **call_kwargs))]
     assert real == expected_shapes, f"{cls.__name__}: output shapes {real}, expected {expected_shapes}"
     assert layer.built, f"{cls.__name__}: not built by its first call"
     model, _ = layer_model(cls, init_kwargs, arrays, call_kwargs)
@@ -239,8 +247,11 @@ def _check_mask(cls, init_kwargs, arrays, call_kwargs, input_mask, expected_outp
     for g, w in zip(got, wanted):
         assert (g is None) == (w is None), f"{cls.__name__}.compute_mask: {g}, expected {w}"
         if w is not None:
-            np.testing.assert_array_equal(np.asarray(keras.ops.convert_to_numpy(g)).astype(bool),
-                                          np.asarray(w).astype(bool), err_msg=f"{cls.__name__}.compute_mask")
+            np.testing.assert_array_equal(
+                np.asarray(keras.ops.convert_to_numpy(g)).astype(bool),
+                np.asarray(w).astype(bool),
+                err_msg=f"{cls.__name__}.compute_mask",
+            )
 
 
 def _as_list(value):
@@ -249,8 +260,7 @@ def _as_list(value):
 
 def _check_mixed(cls, policy, model_or_layer, got, expected, tolerance):
     """Under ``policy``: float32 variables, finite outputs where float32's are, near them."""
-    wrong = [v.path for v in model_or_layer.weights
-             if keras.backend.is_float_dtype(v.dtype) and v.dtype != "float32"]
+    wrong = [v.path for v in model_or_layer.weights if keras.backend.is_float_dtype(v.dtype) and v.dtype != "float32"]
     assert not wrong, f"{cls.__name__} under {policy}: variables not float32: {wrong}"
     assert_close(got, expected, tolerance, f"{cls.__name__} under {policy}")
 
@@ -275,8 +285,11 @@ def assert_reloads_in_fresh_process(model, arrays, expected, what, atol=1e-6):
     """``model`` saved as ``.keras`` loads in a fresh process (``import gau_keras`` only, safe
     mode) and computes ``expected`` on ``arrays``."""
     with tempfile.TemporaryDirectory() as folder:
-        job = {"path": os.path.join(folder, "model.keras"), "out": os.path.join(folder, "out.npz"),
-               "inputs": [os.path.join(folder, f"input{i}.npy") for i in range(len(arrays))]}
+        job = {
+            "path": os.path.join(folder, "model.keras"),
+            "out": os.path.join(folder, "out.npz"),
+            "inputs": [os.path.join(folder, f"input{i}.npy") for i in range(len(arrays))],
+        }
         model.save(job["path"])
         for path, array in zip(job["inputs"], arrays):
             np.save(path, array)
@@ -317,9 +330,16 @@ class Reloader:
         self.timeout = timeout
         self.log = tempfile.TemporaryFile(mode="w+")
         env = {k: v for k, v in os.environ.items() if k != "GAU_KERAS_TF_FREE"}
-        self.process = subprocess.Popen([sys.executable, "-c", WORKER, str(REPO_ROOT)], cwd=REPO_ROOT, env=env,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                        text=True, bufsize=1)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(REPO_ROOT)],
+            cwd=REPO_ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            bufsize=1,
+        )
         self._read("READY")
 
     def _read(self, prefix):
@@ -328,12 +348,13 @@ class Reloader:
             ready, _, _ = select.select([self.process.stdout], [], [], self.timeout)
             line = self.process.stdout.readline() if ready else ""
             if line.startswith(prefix):
-                return line[len(prefix):].strip()
+                return line[len(prefix) :].strip()
             if not line:
                 self.close()
                 self.log.seek(0)
-                raise RuntimeError(f"the reloading process stopped (or took over {self.timeout} s):\n"
-                                   f"{self.log.read()[-3000:]}")
+                raise RuntimeError(
+                    f"the reloading process stopped (or took over {self.timeout} s):\n{self.log.read()[-3000:]}"
+                )
 
     def run(self, job):
         """None, or the error of loading and running ``job`` (see WORKER)."""

@@ -1,4 +1,5 @@
 """Helpers for layer tests: .keras round trips."""
+
 import os
 import tempfile
 
@@ -30,7 +31,7 @@ def gradients(loss, weights):
     import tensorflow as tf
 
     tensors = [tf.convert_to_tensor(w) for w in weights]
-    with tf.GradientTape() as tape:     # nests: an outer tape records this gradient
+    with tf.GradientTape() as tape:  # nests: an outer tape records this gradient
         tape.watch(tensors)
         value = loss(*tensors)
     return tape.gradient(value, tensors)

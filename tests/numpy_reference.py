@@ -4,6 +4,7 @@ Independent of gau_keras's code paths: used as the reference the Keras
 layers and models are tested against. Weights are looked up by the original
 checkpoint variable names. Everything is float64.
 """
+
 import numpy as np
 
 
@@ -88,7 +89,7 @@ def normalize(a, keys, visible, method, min_len):
 
 def gau(x, w, prefix, keys, visible, key_size, units, min_len, table):
     z = swish(x @ w[prefix + "i_dense/kernel"])
-    u, v, qk = z[..., :units], z[..., units:2 * units], z[..., 2 * units:]
+    u, v, qk = z[..., :units], z[..., units : 2 * units], z[..., 2 * units :]
     q = qk * w[prefix + "q_scaleoffset/gamma"]
     k = qk * w[prefix + "k_scaleoffset/gamma"]
     q, k = rotary(q, table), rotary(k, table)
@@ -120,8 +121,9 @@ def mlm_logits(w, h):
     return h @ w["bert/embeddings/word_embeddings"].T
 
 
-def gau_alpha_forward(w, token_ids, segment_ids, num_layers, key_size, units,
-                      min_len=16, application="encoder", eps=1e-7):
+def gau_alpha_forward(
+    w, token_ids, segment_ids, num_layers, key_size, units, min_len=16, application="encoder", eps=1e-7
+):
     """Returns (hidden [B, L, H], mlm logits [B, L, V])."""
     keys = key_mask(token_ids)
     visible = visibility(token_ids, segment_ids, application)

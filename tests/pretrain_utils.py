@@ -1,10 +1,17 @@
 """Tiny pretraining runs for the tests: a corpus, its shards and run configs."""
+
 import json
 
 from gau_keras.training.pretrain import prepare_corpus
 
-TEXTS = ["今天天气很好，我们去公园散步吧！", "机器学习是人工智能的一个分支。", "他说：这本书真好看。",
-         "我爱北京天安门，天安门上太阳升。", "小明和小红一起去学校上课。", "这家餐厅的菜很好吃，服务也不错。"]
+TEXTS = [
+    "今天天气很好，我们去公园散步吧！",
+    "机器学习是人工智能的一个分支。",
+    "他说：这本书真好看。",
+    "我爱北京天安门，天安门上太阳升。",
+    "小明和小红一起去学校上课。",
+    "这家餐厅的菜很好吃，服务也不错。",
+]
 
 
 def make_shards(root):
@@ -14,8 +21,23 @@ def make_shards(root):
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + chars) + "\n", encoding="utf-8")
     corpus = root / "corpus.txt"
     corpus.write_text("\n".join(TEXTS * 8) + "\n", encoding="utf-8")
-    summary = prepare_corpus.main([str(corpus), "--vocab", str(vocab), "--output-dir", str(root / "mlm"),
-                                    "--maxlen", "24", "--shards", "2", "--workers", "1", "--seed", "3"])
+    summary = prepare_corpus.main(
+        [
+            str(corpus),
+            "--vocab",
+            str(vocab),
+            "--output-dir",
+            str(root / "mlm"),
+            "--maxlen",
+            "24",
+            "--shards",
+            "2",
+            "--workers",
+            "1",
+            "--seed",
+            "3",
+        ]
+    )
     assert summary["examples"] == 48
     return vocab, str(root / "mlm" / "shard-*.tfrecord"), len(chars) + 5
 
@@ -24,14 +46,29 @@ def write_config(tmp_path, shards, name="run", **train):
     """A run config of a 2-layer GAU-alpha on ``shards``; ``train`` overrides train.*; returns its path."""
     vocab, pattern, vocab_size = shards
     config = {
-        "model": "gau_alpha", "vocab": str(vocab),
-        "model_config": {"vocab_size": vocab_size, "hidden_size": 16, "num_hidden_layers": 2,
-                         "intermediate_size": 24, "attention_key_size": 8, "hidden_act": "swish",
-                         "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1},
+        "model": "gau_alpha",
+        "vocab": str(vocab),
+        "model_config": {
+            "vocab_size": vocab_size,
+            "hidden_size": 16,
+            "num_hidden_layers": 2,
+            "intermediate_size": 24,
+            "attention_key_size": 8,
+            "hidden_act": "swish",
+            "hidden_dropout_prob": 0.1,
+            "attention_probs_dropout_prob": 0.1,
+        },
         "data": {"train": pattern, "eval": pattern, "maxlen": 24, "batch_size": 4, "shuffle_buffer": 50},
         "optimizer": {"learning_rate": 5e-3, "gradient_accumulation_steps": 2, "schedule": {"0": 1, "10": 0.1}},
-        "train": {"steps": 2, "save_every": 1, "log_every": 1, "eval_every": 0,
-                  "output_dir": str(tmp_path / name), "xla": False, **train},
+        "train": {
+            "steps": 2,
+            "save_every": 1,
+            "log_every": 1,
+            "eval_every": 0,
+            "output_dir": str(tmp_path / name),
+            "xla": False,
+            **train,
+        },
     }
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(config), encoding="utf-8")

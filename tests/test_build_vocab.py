@@ -1,4 +1,5 @@
 """pretrain/build_vocab.py: a vocab derived from a corpus; a bad base vocab is a one-line usage error."""
+
 import pytest
 
 from gau_keras.training.pretrain import build_vocab

@@ -1,5 +1,6 @@
 """The ``gau-keras`` command line and the installed package: every subcommand
 answers, and the apps (gau_keras.training) import without sys.path edits."""
+
 import argparse
 import os
 import pathlib
@@ -18,16 +19,19 @@ def _run(argv, cwd):
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["pretrain", "--help"], "--config"),
-    (["prepare-corpus", "--help"], "--output-dir"),
-    (["build-vocab", "--help"], "--base-vocab"),
-    (["finetune", "tnews", "--help"], "--data-dir"),
-    (["finetune", "eprstmt", "--help"], "--data-dir"),
-    (["compare", "--help"], "--variant"),
-    (["export", "--help"], "--keras"),
-    (["fill-mask", "--help"], "--top-k"),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["pretrain", "--help"], "--config"),
+        (["prepare-corpus", "--help"], "--output-dir"),
+        (["build-vocab", "--help"], "--base-vocab"),
+        (["finetune", "tnews", "--help"], "--data-dir"),
+        (["finetune", "eprstmt", "--help"], "--data-dir"),
+        (["compare", "--help"], "--variant"),
+        (["export", "--help"], "--keras"),
+        (["fill-mask", "--help"], "--top-k"),
+    ],
+)
 def test_every_subcommand_answers(capsys, argv, expected):
     with pytest.raises(SystemExit) as done:
         cli.main(argv)
@@ -50,7 +54,7 @@ def test_help_lists_every_subcommand_one_line_each(capsys):
 def test_finetune_needs_a_known_task(capsys):
     assert cli.main(["finetune", "nosuchtask"]) == 2
     assert "tnews" in capsys.readouterr().err
-    assert cli.main(["finetune", "--help"]) == 0      # the tasks of gau_keras.data.clue.TASKS with a head
+    assert cli.main(["finetune", "--help"]) == 0  # the tasks of gau_keras.data.clue.TASKS with a head
     assert "cluener" in capsys.readouterr().out
 
 
@@ -63,8 +67,10 @@ def test_console_script_and_packages_outside_the_checkout(tmp_path):
         pytest.skip(f"the installed gau_keras is another checkout's ({where.stdout.strip()})")
     result = _run([script, "finetune", "chid", "--help"], tmp_path)
     assert result.returncode == 0 and "--data-dir" in result.stdout
-    code = ("import gau_keras.training.pretrain.trainer, gau_keras.training.run_dir, "
-            "gau_keras.training.finetune.runner, gau_keras.training.finetune.cluener; print('ok')")
+    code = (
+        "import gau_keras.training.pretrain.trainer, gau_keras.training.run_dir, "
+        "gau_keras.training.finetune.runner, gau_keras.training.finetune.cluener; print('ok')"
+    )
     result = _run([sys.executable, "-c", code], tmp_path)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-2000:]
 
@@ -78,8 +84,11 @@ def _parsers():
     main = cli.build_parser()
     subcommands = next(a for a in main._actions if isinstance(a, argparse._SubParsersAction)).choices
     found = [(f"gau-keras {name}", parser) for name, parser in subcommands.items()]
-    found += [("prepare-corpus", _parser_of(prepare_corpus.parse_args)), ("pretrain", _parser_of(pretrain.parse_args)),
-              ("compare", compare.build_parser())]
+    found += [
+        ("prepare-corpus", _parser_of(prepare_corpus.parse_args)),
+        ("pretrain", _parser_of(pretrain.parse_args)),
+        ("compare", compare.build_parser()),
+    ]
     found += [(f"finetune {name}", build_parser(name)) for name in tasks.names()]
     return found
 
@@ -121,7 +130,7 @@ def test_every_numeric_flag_of_every_command_refuses_bad_values(capsys):
             if not numeric or not action.option_strings:
                 continue
             flag = action.option_strings[0]
-            if action.type in (int, float):     # a plain int/float takes 0, -1, nan ...: only where any value is fine
+            if action.type in (int, float):  # a plain int/float takes 0, -1, nan ...: only where any value is fine
                 assert flag in ANY_INTEGER and action.type is int, f"{command} {flag}: its values are not checked"
                 bad = ("x", "1.5")
             else:
@@ -133,7 +142,7 @@ def test_every_numeric_flag_of_every_command_refuses_bad_values(capsys):
                 assert stopped.value.code == 2 and f"argument {flag}" in err, (command, flag, value, err)
                 assert "Traceback" not in err
                 checked += 1
-    assert checked > 150      # every finetune task's --lr, --epochs ..., pretrain's, prepare-corpus's, fill-mask's
+    assert checked > 150  # every finetune task's --lr, --epochs ..., pretrain's, prepare-corpus's, fill-mask's
 
 
 def test_a_command_that_stops_on_a_bad_path_says_one_line_with_status_2(tmp_path, capsys):
@@ -141,8 +150,10 @@ def test_a_command_that_stops_on_a_bad_path_says_one_line_with_status_2(tmp_path
     assert cli.main(["pretrain", "--config", str(missing)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: cannot read config {str(missing)!r}") and err.count("\n") == 1
-    assert cli.main(["compare", "--data-dir", "x", "--out-dir", str(tmp_path), "--variant", "a=",
-                     "--tasks", "nosuch"]) == 2
+    assert (
+        cli.main(["compare", "--data-dir", "x", "--out-dir", str(tmp_path), "--variant", "a=", "--tasks", "nosuch"])
+        == 2
+    )
 
 
 def test_fill_mask_with_a_model_without_an_mlm_head_says_which_have_one(capsys):

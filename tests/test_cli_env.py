@@ -1,4 +1,5 @@
 """gau_keras.cli_env and the environment switches: each variable is read or written in one module."""
+
 import ast
 import os
 
@@ -41,8 +42,10 @@ def test_each_switch_is_read_or_written_in_one_module():
 
 
 def test_the_finder_sees_strings_and_keywords_but_not_docstrings():
-    tree = ast.parse('"""TF_CPP_MIN_LOG_LEVEL in a docstring"""\nimport os\n'
-                     'os.environ["GAU_KERAS_SRU_XLA"]\ndict(GAU_KERAS_KERNEL_CACHE="x")\n')
+    tree = ast.parse(
+        '"""TF_CPP_MIN_LOG_LEVEL in a docstring"""\nimport os\n'
+        'os.environ["GAU_KERAS_SRU_XLA"]\ndict(GAU_KERAS_KERNEL_CACHE="x")\n'
+    )
     assert names_used(tree, set(SWITCH_HOMES)) == {"GAU_KERAS_SRU_XLA", "GAU_KERAS_KERNEL_CACHE"}
 
 
@@ -55,19 +58,28 @@ def test_default_tf_log_level_keeps_the_users_setting(monkeypatch):
     assert os.environ[cli_env.TF_LOG_LEVEL] == "0"
 
 
-@pytest.mark.parametrize("script,expected", [("pretrain/pretrain.py", True), ("finetune/__main__.py", True),
-                                             ("benchmarks/srupp_jax.py", True), ("gau_keras/__main__.py", False),
-                                             ("tests/conftest.py", False)])
+@pytest.mark.parametrize(
+    "script,expected",
+    [
+        ("pretrain/pretrain.py", True),
+        ("finetune/__main__.py", True),
+        ("benchmarks/srupp_jax.py", True),
+        ("gau_keras/__main__.py", False),
+        ("tests/conftest.py", False),
+    ],
+)
 def test_the_checkout_scripts_are_told_by_their_folder(script, expected, tmp_path):
     assert cli_env.is_checkout_script(str(REPO_ROOT / script)) is expected
-    assert not cli_env.is_checkout_script(str(tmp_path / script))     # another folder of that name
-    assert not cli_env.is_checkout_script()     # pytest's own __main__
+    assert not cli_env.is_checkout_script(str(tmp_path / script))  # another folder of that name
+    assert not cli_env.is_checkout_script()  # pytest's own __main__
 
 
-@pytest.mark.parametrize("script,command_line,level", [(True, False, cli_env.SCRIPT_TF_LOG_LEVEL),
-                                                       (False, False, None)])
+@pytest.mark.parametrize(
+    "script,command_line,level", [(True, False, cli_env.SCRIPT_TF_LOG_LEVEL), (False, False, None)]
+)
 def test_importing_gau_keras_sets_a_scripts_log_level_and_leaves_a_library_user_alone(
-        script, command_line, level, monkeypatch):
+    script, command_line, level, monkeypatch
+):
     monkeypatch.delenv(cli_env.TF_LOG_LEVEL, raising=False)
     monkeypatch.setattr(cli_env, "is_checkout_script", lambda: script)
     monkeypatch.setattr(cli_env, "is_command_line", lambda: command_line)

@@ -3,6 +3,7 @@ of the Markdown files resolve, every `python3 ...` / `gau-keras ...` command in 
 script, subcommand, flag and repository file, README.md is a short guide whose test command is the
 one `.ci/run` runs and whose Python runs, the porting section that error messages name exists, and
 docs/porting.md's train_step runs and its table of bert4keras's public names is complete and true."""
+
 import ast
 import contextlib
 import fnmatch
@@ -25,10 +26,14 @@ PORTING_DOC = REPO_ROOT / "docs" / "porting.md"
 #: the folders of this repository that a command's path argument may name
 REPO_FOLDERS = ("pretrain", "benchmarks", "finetune", "gau_keras", "examples", "tests", "docs", "notebooks")
 #: `gau-keras` subcommands: the modules whose source defines their flags
-SUBCOMMANDS = {"fill-mask": ("gau_keras/__main__.py", "gau_keras/flags.py"),
-               "export": ("gau_keras/__main__.py", "gau_keras/export.py", "gau_keras/flags.py"),
-               "prepare-corpus": ("gau_keras/training/pretrain",), "pretrain": ("gau_keras/training/pretrain",),
-               "compare": ("gau_keras/training/finetune",), "finetune": ("gau_keras/training/finetune",)}
+SUBCOMMANDS = {
+    "fill-mask": ("gau_keras/__main__.py", "gau_keras/flags.py"),
+    "export": ("gau_keras/__main__.py", "gau_keras/export.py", "gau_keras/flags.py"),
+    "prepare-corpus": ("gau_keras/training/pretrain",),
+    "pretrain": ("gau_keras/training/pretrain",),
+    "compare": ("gau_keras/training/finetune",),
+    "finetune": ("gau_keras/training/finetune",),
+}
 #: modules run with `python -m` that are not part of this repository
 EXTERNAL_MODULES = {"pytest", "pip"}
 BERT4KERAS_MODULES = ("backend", "layers", "models", "optimizers", "snippets", "tokenizers")
@@ -158,8 +163,7 @@ def _finetune_flags():
     from the fields of its `Options` dataclass."""
     from gau_keras.training.finetune import runner, tasks
 
-    return " ".join(f'"{flag}"' for task in tasks.names()
-                    for flag in runner.build_parser(task)._option_string_actions)
+    return " ".join(f'"{flag}"' for task in tasks.names() for flag in runner.build_parser(task)._option_string_actions)
 
 
 def _task_names():
@@ -198,7 +202,7 @@ def _resolve(words):
             return None, None, []
         path = REPO_ROOT / (module.replace(".", "/") + ".py")
         package_main = REPO_ROOT / module.replace(".", "/") / "__main__.py"
-        if package_main.is_file() and module.split(".")[0] != "gau_keras":     # python -m finetune TASK
+        if package_main.is_file() and module.split(".")[0] != "gau_keras":  # python -m finetune TASK
             rest = words[3:]
             if rest and rest[0][:1].isalpha() and rest[0].islower() and rest[0] not in _task_names():
                 return f"no fine-tuning task {rest[0]!r}", None, []
@@ -273,9 +277,12 @@ def _readme_section(title):
 def test_readme_test_command_is_what_ci_runs():
     setup = [body for lang, body in _fences(_readme_section("Set-up, the main job, the tests")) if lang == "bash"][0]
     lines = [line for line in setup.splitlines() if line.strip()]
-    assert lines[0].startswith("pip install -e . && python -m gau_keras fill-mask ")   # not the test tools
-    ci = [line for line in (REPO_ROOT / ".ci" / "run").read_text().splitlines() if "pytest" in line and
-          not line.lstrip().startswith("#")]
+    assert lines[0].startswith("pip install -e . && python -m gau_keras fill-mask ")  # not the test tools
+    ci = [
+        line
+        for line in (REPO_ROOT / ".ci" / "run").read_text().splitlines()
+        if "pytest" in line and not line.lstrip().startswith("#")
+    ]
     assert len(ci) == 1, ci
     assert ci[0].strip().replace("python3 -m pip ", "pip ") == lines[1].strip()
 
@@ -298,6 +305,7 @@ def test_porting_section_named_by_error_messages_exists():
 
 
 # --- README's Python ----------------------------------------------------------------------------
+
 
 def _python_blocks(section):
     return [body for lang, body in _fences(_readme_section(section)) if lang == "python"]
@@ -339,12 +347,16 @@ def test_porting_train_step_is_adversarial_training():
     output = keras.layers.Dense(3, activation="softmax")(keras.layers.Lambda(lambda h: h[:, 0])(bert.model.output))
     initial = keras.Model(bert.model.input, output).get_weights()
 
-    def trained(cls, epsilon):   # the same layers and starting weights each time; eager, nothing traced
+    def trained(cls, epsilon):  # the same layers and starting weights each time; eager, nothing traced
         model = cls(bert.model.input, output)
         model.set_weights(initial)
         model.epsilon = epsilon
-        model.compile(loss="sparse_categorical_crossentropy", optimizer=keras.optimizers.Adam(1e-2),
-                      metrics=["sparse_categorical_accuracy"], run_eagerly=True)
+        model.compile(
+            loss="sparse_categorical_crossentropy",
+            optimizer=keras.optimizers.Adam(1e-2),
+            metrics=["sparse_categorical_accuracy"],
+            run_eagerly=True,
+        )
         history = model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False).history
         return model.get_weights(), history
 
@@ -357,6 +369,7 @@ def test_porting_train_step_is_adversarial_training():
 
 
 # --- the porting table --------------------------------------------------------------------------
+
 
 def _porting_table():
     """[(bert4keras module or None, [names or patterns], status)] of docs/porting.md's table."""
@@ -420,8 +433,11 @@ def test_porting_table_unsupported_names_are_really_absent():
         if not status.startswith("not supported") or module_name is None:
             continue
         module = importlib.import_module(f"gau_keras.{module_name}")
-        present += [f"gau_keras.{module_name}.{name}" for name in names
-                    if "*" not in name and name in dir(module) and hasattr(module, name)]
+        present += [
+            f"gau_keras.{module_name}.{name}"
+            for name in names
+            if "*" not in name and name in dir(module) and hasattr(module, name)
+        ]
     assert not present, f"docs/porting.md's table calls these unsupported, but they exist: {present}"
 
 
@@ -438,10 +454,10 @@ def test_porting_table_supported_names_import_from_gau_keras():
             continue
         absent = []
         for name in names:
-            with contextlib.suppress(Exception):   # a module's __getattr__ may raise ImportError
+            with contextlib.suppress(Exception):  # a module's __getattr__ may raise ImportError
                 getattr(module, name)
                 continue
-            try:   # `from gau_keras.snippets import uniout` may name a submodule
+            try:  # `from gau_keras.snippets import uniout` may name a submodule
                 importlib.import_module(f"{target.group(1)}.{name}")
             except ImportError:
                 absent.append(name)

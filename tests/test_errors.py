@@ -1,5 +1,6 @@
 """gau_keras.errors: one home for the project's errors, raised by library code and turned into an
 exit status only by a command's ``main()``."""
+
 import ast
 import importlib
 import inspect
@@ -29,8 +30,16 @@ def test_an_error_imported_from_its_old_home_is_the_same_class(name, module):
 
 def test_every_error_is_a_project_error_and_still_the_builtin_it_was():
     classes = error_classes()
-    assert {"GauKerasError", "ConfigError", "RunDirError", "DataFileError", "CheckpointError", "OutputDirError",
-            "DeviceError", "OptionError"} <= {cls.__name__ for cls in classes}
+    assert {
+        "GauKerasError",
+        "ConfigError",
+        "RunDirError",
+        "DataFileError",
+        "CheckpointError",
+        "OutputDirError",
+        "DeviceError",
+        "OptionError",
+    } <= {cls.__name__ for cls in classes}
     for cls in classes:
         assert issubclass(cls, errors.GauKerasError) and cls.__doc__, cls
         if cls is not errors.GauKerasError:
@@ -69,8 +78,11 @@ def test_only_a_commands_main_raises_system_exit():
     outside = []
     for path in sorted((REPO_ROOT / "gau_keras").rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        outside += [f"{path.relative_to(REPO_ROOT)}:{line} (in {function})"
-                    for line, function in _raises_of_system_exit(tree) if function != "main"]
+        outside += [
+            f"{path.relative_to(REPO_ROOT)}:{line} (in {function})"
+            for line, function in _raises_of_system_exit(tree)
+            if function != "main"
+        ]
     assert outside == [], "library code raises a typed error (gau_keras.errors); main() turns it into an exit"
 
 

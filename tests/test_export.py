@@ -1,5 +1,6 @@
 """``gau-keras export``: SavedModels that a process without Keras or gau_keras
 serves through their ``serving_default`` signature, with the same outputs."""
+
 import contextlib
 import io
 import json
@@ -59,8 +60,18 @@ def _export_bundled(root, rng):
     out = root / "serving" / "gau_alpha" / "1"
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        assert cli.main(["export", "--output", str(out), "--model-dir",
-                         os.path.join(os.path.dirname(cli.__file__), "pretrained", "gau_alpha_tiny")]) == 0
+        assert (
+            cli.main(
+                [
+                    "export",
+                    "--output",
+                    str(out),
+                    "--model-dir",
+                    os.path.join(os.path.dirname(cli.__file__), "pretrained", "gau_alpha_tiny"),
+                ]
+            )
+            == 0
+        )
     assert "serving_default(token_ids, segment_ids)" in printed.getvalue()
     model, tokenizer = load_pretrained(None, with_mlm=True)
     ids = _ids(rng, vocab=tokenizer.vocab_size)
@@ -78,18 +89,38 @@ def _export_classifier(root, rng):
     model.save(root / "classifier.keras")
     out = root / "classifier_saved"
     (root / "labels.txt").write_text("".join(name + "\n" for name in LABELS), encoding="utf-8")
-    assert cli.main(["export", "--keras", str(root / "classifier.keras"), "--output", str(out),
-                     "--labels", str(root / "labels.txt")]) == 0
+    assert (
+        cli.main(
+            [
+                "export",
+                "--keras",
+                str(root / "classifier.keras"),
+                "--output",
+                str(out),
+                "--labels",
+                str(root / "labels.txt"),
+            ]
+        )
+        == 0
+    )
     ids = _ids(rng)
     logits = model.predict([ids, np.zeros_like(ids)], verbose=0)
-    return out, {"token_ids": ids, "segment_ids": np.zeros_like(ids)}, {
-        "logits": logits, "probabilities": keras.ops.convert_to_numpy(keras.ops.softmax(logits)),
-        "labels": logits.argmax(-1), "label_names": np.array([LABELS[i].encode() for i in logits.argmax(-1)])}
+    return (
+        out,
+        {"token_ids": ids, "segment_ids": np.zeros_like(ids)},
+        {
+            "logits": logits,
+            "probabilities": keras.ops.convert_to_numpy(keras.ops.softmax(logits)),
+            "labels": logits.argmax(-1),
+            "label_names": np.array([LABELS[i].encode() for i in logits.argmax(-1)]),
+        },
+    )
 
 
 def _export_srupp(root, rng):
-    model = build_transformer_model(model="srupp", with_mlm=True, vocab_size=60, hidden_size=16,
-                                    num_hidden_layers=2, proj_size=8)
+    model = build_transformer_model(
+        model="srupp", with_mlm=True, vocab_size=60, hidden_size=16, num_hidden_layers=2, proj_size=8
+    )
     model.save(root / "srupp.keras")
     out = root / "srupp_saved"
     assert cli.main(["export", "--keras", str(root / "srupp.keras"), "--output", str(out)]) == 0
@@ -116,11 +147,14 @@ def served(tmp_path_factory):
         cases[name] = (saved_model, inputs, expected, root / f"{name}_served.npz")
         jobs.append([str(saved_model), paths, str(root / f"{name}_served.npz")])
     env = {k: v for k, v in os.environ.items() if k != "GAU_KERAS_TF_FREE"}
-    result = subprocess.run([sys.executable, "-c", SERVE, json.dumps(jobs)], cwd=root, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", SERVE, json.dumps(jobs)], cwd=root, env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    return {name: (saved_model, inputs, expected, dict(np.load(out)))
-            for name, (saved_model, inputs, expected, out) in cases.items()}
+    return {
+        name: (saved_model, inputs, expected, dict(np.load(out)))
+        for name, (saved_model, inputs, expected, out) in cases.items()
+    }
 
 
 def _assert_served(case):
@@ -136,12 +170,12 @@ def _assert_served(case):
 def test_export_model_dir_serves_mlm_probabilities(served, capsys):
     _assert_served(served["bundled"])
     out = served["bundled"][0]
-    assert cli.main(["export", "--output", str(out), "--model-dir", "unused"]) == 2    # no silent overwrite
+    assert cli.main(["export", "--output", str(out), "--model-dir", "unused"]) == 2  # no silent overwrite
     assert "--overwrite" in capsys.readouterr().err
 
 
 def test_export_classifier_keras_file_serves_labels(served):
-    _assert_served(served["classifier"])      # label_names from --labels too: the client needs nothing else
+    _assert_served(served["classifier"])  # label_names from --labels too: the client needs nothing else
     # ids outside the embeddings are refused, naming the input (a negative id indexed from the end)
     import tensorflow as tf
 
@@ -181,7 +215,7 @@ def test_export_errors(tmp_path, capsys):
     assert capsys.readouterr().err == f"error: export: --output {a_file} is a file, not a folder\n"
     assert not (tmp_path / "o").exists()
     with pytest.raises(SystemExit):
-        cli.main(["export", "--output", str(tmp_path / "o")])        # a source is required
+        cli.main(["export", "--output", str(tmp_path / "o")])  # a source is required
 
 
 @pytest.fixture(scope="module")
@@ -205,9 +239,14 @@ def _fake_saved_model(model, path, *args):
 
 def _tree(root):
     """Every file and folder under ``root`` with the files' contents: what a command must leave alone."""
-    return sorted((os.path.relpath(os.path.join(folder, name), root),
-                   open(os.path.join(folder, name), "rb").read() if name in files else None)
-                  for folder, dirs, files in os.walk(root) for name in dirs + files)
+    return sorted(
+        (
+            os.path.relpath(os.path.join(folder, name), root),
+            open(os.path.join(folder, name), "rb").read() if name in files else None,
+        )
+        for folder, dirs, files in os.walk(root)
+        for name in dirs + files
+    )
 
 
 def _error(capsys):
@@ -229,9 +268,14 @@ def test_export_never_replaces_what_is_not_an_earlier_export(tmp_path, monkeypat
     (work / "earlier" / "README.txt").write_text("a SavedModel and a file of mine")
     monkeypatch.chdir(work)
     before = _tree(tmp_path)
-    cases = {"": "names no new folder", ".": "names no new folder", str(work): "the working directory",
-             "..": "the working directory or a folder above it", "mine": "holds other files than a SavedModel",
-             "earlier": "holds other files than a SavedModel"}
+    cases = {
+        "": "names no new folder",
+        ".": "names no new folder",
+        str(work): "the working directory",
+        "..": "the working directory or a folder above it",
+        "mine": "holds other files than a SavedModel",
+        "earlier": "holds other files than a SavedModel",
+    }
     for output, why in cases.items():
         for overwrite in ([], ["--overwrite"]):
             assert cli.main(["export", "--keras", source, "--output", output, *overwrite]) == 2, output
@@ -248,9 +292,20 @@ def test_export_into_its_own_run_folder_is_refused(tmp_path, monkeypatch, capsys
     for output in (run, tmp_path, source):
         assert cli.main(["export", "--keras", str(source), "--output", str(output), "--overwrite"]) == 2
         assert f"is or holds the source {source}" in _error(capsys)
-    (tmp_path / "models" / "m").mkdir(parents=True)      # a model directory's parent, likewise
-    assert cli.main(["export", "--model-dir", str(tmp_path / "models" / "m"), "--output", str(tmp_path / "models"),
-                     "--overwrite"]) == 2
+    (tmp_path / "models" / "m").mkdir(parents=True)  # a model directory's parent, likewise
+    assert (
+        cli.main(
+            [
+                "export",
+                "--model-dir",
+                str(tmp_path / "models" / "m"),
+                "--output",
+                str(tmp_path / "models"),
+                "--overwrite",
+            ]
+        )
+        == 2
+    )
     assert "holds the source" in _error(capsys)
     shutil.rmtree(tmp_path / "models")
     assert _tree(tmp_path) == before
@@ -286,7 +341,8 @@ def test_export_to_an_unwritable_folder_says_which(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(export, "export_saved_model", _fake_saved_model)
     locked = tmp_path / "locked"
     locked.mkdir()
-    if os.geteuid() == 0:       # root writes into a read-only folder: what the OS answers anyone else
+    if os.geteuid() == 0:  # root writes into a read-only folder: what the OS answers anyone else
+
         def refuse(*args, dir=None, **kwargs):
             raise PermissionError(13, "Permission denied", dir)
 
@@ -306,16 +362,18 @@ def test_export_to_an_unwritable_folder_says_which(tmp_path, monkeypatch, capsys
 def test_export_damaged_keras_files_are_one_line_errors(tmp_path, capsys, run_keras):
     with zipfile.ZipFile(run_keras) as whole:
         members = {name: whole.read(name) for name in whole.namelist()}
-    damaged = {"no_config": {k: v for k, v in members.items() if k != "config.json"},
-               "no_weights": {k: v for k, v in members.items() if k != "model.weights.h5"},
-               "bad_config": {**members, "config.json": b"{"},
-               "cut_weights": {**members, "model.weights.h5": members["model.weights.h5"][:5000]}}
+    damaged = {
+        "no_config": {k: v for k, v in members.items() if k != "config.json"},
+        "no_weights": {k: v for k, v in members.items() if k != "model.weights.h5"},
+        "bad_config": {**members, "config.json": b"{"},
+        "cut_weights": {**members, "model.weights.h5": members["model.weights.h5"][:5000]},
+    }
     for name, content in damaged.items():
         with zipfile.ZipFile(tmp_path / f"{name}.keras", "w") as z:
             for member, data in content.items():
                 z.writestr(member, data)
     (tmp_path / "empty.keras").write_bytes(b"")
-    (tmp_path / "cut.keras").write_bytes(run_keras.read_bytes()[:len(run_keras.read_bytes()) // 2])
+    (tmp_path / "cut.keras").write_bytes(run_keras.read_bytes()[: len(run_keras.read_bytes()) // 2])
     (tmp_path / "folder.keras").mkdir()
     for name in list(damaged) + ["empty", "cut", "folder"]:
         path = tmp_path / f"{name}.keras"
@@ -346,14 +404,26 @@ def test_export_classifier_carries_its_run_label_names(tmp_path, capsys, run_ker
     ids = _ids(np.random.default_rng(0), batch=3, length=9)
     logits = keras.saving.load_model(run_keras).predict([ids, np.zeros_like(ids)], verbose=0)
     loaded = tf.saved_model.load(str(out))
-    assert list(loaded.signatures) == ["serving_default"]       # the model's own endpoint is no signature
+    assert list(loaded.signatures) == ["serving_default"]  # the model's own endpoint is no signature
     got = loaded.signatures["serving_default"](token_ids=tf.constant(ids), segment_ids=tf.zeros_like(ids))
     assert set(got) == {"logits", "probabilities", "labels", "label_names"}
     np.testing.assert_allclose(got["logits"].numpy(), logits, atol=1e-5)
     assert [x.decode() for x in got["label_names"].numpy()] == [("Negative", "Positive")[i] for i in logits.argmax(-1)]
     (tmp_path / "labels.txt").write_text("a\nb\nc\n")
-    assert cli.main(["export", "--keras", str(run_keras), "--output", str(tmp_path / "o"),
-                     "--labels", str(tmp_path / "labels.txt")]) == 2
+    assert (
+        cli.main(
+            [
+                "export",
+                "--keras",
+                str(run_keras),
+                "--output",
+                str(tmp_path / "o"),
+                "--labels",
+                str(tmp_path / "labels.txt"),
+            ]
+        )
+        == 2
+    )
     assert f"--labels {tmp_path / 'labels.txt'} holds 3 names but the model has 2 labels" in _error(capsys)
 
 
@@ -362,16 +432,26 @@ def test_export_names_both_lengths_for_a_sequence_past_the_positions(tmp_path):
     lengths, instead of a shape error deep in the graph (issue 51, item 9)."""
     import tensorflow as tf
 
-    bert = build_transformer_model(model="bert", vocab_size=60, hidden_size=8, num_hidden_layers=1,
-                                   num_attention_heads=2, intermediate_size=16, hidden_act="gelu",
-                                   max_position_embeddings=16, type_vocab_size=2)
+    bert = build_transformer_model(
+        model="bert",
+        vocab_size=60,
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=16,
+        hidden_act="gelu",
+        max_position_embeddings=16,
+        type_vocab_size=2,
+    )
     model = keras.Model(bert.inputs, heads.classification_head(bert.output, 3, 0.0))
     export.export_saved_model(model, str(tmp_path / "bert"))
     signature = tf.saved_model.load(str(tmp_path / "bert")).signatures["serving_default"]
     ids = np.full((1, 16), 3, dtype="int32")
     assert signature(token_ids=ids, segment_ids=np.zeros_like(ids))["labels"].shape == (1,)
     ids = np.full((1, 20), 3, dtype="int32")
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=r"input token_ids is longer than the 16 positions of the model "
-                             r"\(max_position_embeddings=16\); its length.*20"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=r"input token_ids is longer than the 16 positions of the model "
+        r"\(max_position_embeddings=16\); its length.*20",
+    ):
         signature(token_ids=ids, segment_ids=np.zeros_like(ids))

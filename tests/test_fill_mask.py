@@ -1,4 +1,5 @@
 """The fill-mask entry point on a tiny random model directory."""
+
 import shutil
 
 import numpy as np
@@ -62,8 +63,10 @@ def test_cli_errors_name_the_missing_file(model_dir, tmp_path, capsys):
     readme = tmp_path / "README.md"
     readme.write_text("# notes\n")
     assert cli.main(["fill-mask", "--model-dir", str(readme), "今[MASK]"]) == 2
-    assert capsys.readouterr().err == (f"error: --model-dir {str(readme)!r} is a file, not a model directory "
-                                       f"(bert_config.json, bert_model.ckpt.*, vocab.txt)\n")
+    assert capsys.readouterr().err == (
+        f"error: --model-dir {str(readme)!r} is a file, not a model directory "
+        f"(bert_config.json, bert_model.ckpt.*, vocab.txt)\n"
+    )
 
 
 def test_the_command_line_quiets_tensorflows_start_up_log(tmp_path):
@@ -77,14 +80,17 @@ def test_the_command_line_quiets_tensorflows_start_up_log(tmp_path):
     assert is_command_line(["-m"], ["python", "-X", "dev", "-m", "gau_keras", "fill-mask"])
     assert not is_command_line(["train.py"], ["python", "train.py", "-m", "x"])
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    code = ("import os, sys; sys.argv = ['gau-keras']; import gau_keras, tensorflow as tf; tf.constant(1) + 1;"
-            "print(os.environ['TF_CPP_MIN_LOG_LEVEL'])")
+    code = (
+        "import os, sys; sys.argv = ['gau-keras']; import gau_keras, tensorflow as tf; tf.constant(1) + 1;"
+        "print(os.environ['TF_CPP_MIN_LOG_LEVEL'])"
+    )
     for given, expected in ((None, "3"), ("0", "0")):
         run_env = env if given is None else {**env, "TF_CPP_MIN_LOG_LEVEL": given}
-        result = subprocess.run([sys.executable, "-c", code], env=run_env, capture_output=True, text=True,
-                                timeout=300, cwd=tmp_path)
+        result = subprocess.run(
+            [sys.executable, "-c", code], env=run_env, capture_output=True, text=True, timeout=300, cwd=tmp_path
+        )
         assert result.returncode == 0 and result.stdout.split() == [expected], result.stderr[-2000:]
-        if given is None:    # TensorFlow's start-up notices (before the fix: the AVX line, cuInit errors ...)
+        if given is None:  # TensorFlow's start-up notices (before the fix: the AVX line, cuInit errors ...)
             assert result.stderr == "", result.stderr
 
 
@@ -94,7 +100,7 @@ def test_model_dir_with_hf_config_name(model_dir):
     assert config.endswith("config.json") and checkpoint.endswith("bert_model.ckpt")
 
 
-@pytest.mark.both_backends     # fill-mask in the JAX pass (tests/conftest.py)
+@pytest.mark.both_backends  # fill-mask in the JAX pass (tests/conftest.py)
 def test_bundled_model_fills_everyday_blanks():
     """The bundled GAU-alpha (trained, not random): for most of the everyday sentences of
     benchmarks/fill_mask_probes.tsv the obvious answer is among its top 5, and the README's
@@ -118,7 +124,7 @@ def test_bundled_model_reads_the_second_text_of_a_pair(shared_data):
     quality = load_benchmark("mlm_quality")
     model, tokenizer = load_pretrained(with_mlm="linear")
     with open(shared_data / "corpus" / "zh_corpus.txt", encoding="utf-8") as f:
-        held_out = [line.strip() for line in f.read().splitlines()[49::50]]   # the pretraining held-out split
+        held_out = [line.strip() for line in f.read().splitlines()[49::50]]  # the pretraining held-out split
     texts = [text for text in held_out if len(text) >= 40][:150]
     single = quality.random_char_accuracy(model, tokenizer, texts)
     pair = quality.random_char_accuracy(model, tokenizer, texts, pair=True)

@@ -5,6 +5,7 @@ source: a class counts when a ``test_*`` function of a ``test_*.py`` file under 
 ``run_layer_test(<the class>, ...)`` or ``run_backbone_test(<the class>, ...)`` with the class
 itself as first argument (a name or ``module.Name``; a variable there does not count).
 """
+
 import ast
 
 import keras
@@ -22,8 +23,11 @@ FACE = "Keras2"
 
 def registered(base):
     """{name: class} of the classes registered under gau_keras that subclass ``base``."""
-    return {name.split(">", 1)[1]: obj for name, obj in keras.saving.get_custom_objects().items()
-            if name.startswith(f"{PACKAGE}>") and isinstance(obj, type) and issubclass(obj, base)}
+    return {
+        name.split(">", 1)[1]: obj
+        for name, obj in keras.saving.get_custom_objects().items()
+        if name.startswith(f"{PACKAGE}>") and isinstance(obj, type) and issubclass(obj, base)
+    }
 
 
 def registered_layers():
@@ -42,8 +46,12 @@ def harnessed(function):
         tests = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name.startswith("test")]
         for test in tests:
             for call in ast.walk(test):
-                if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == function
-                        and call.args):
+                if (
+                    isinstance(call, ast.Call)
+                    and isinstance(call.func, ast.Name)
+                    and call.func.id == function
+                    and call.args
+                ):
                     first = call.args[0]
                     if isinstance(first, ast.Name):
                         names.add(first.id)

@@ -1,5 +1,6 @@
 """gau_keras.initializers.Portable: Keras's distributions drawn with numpy, the same
 values on every backend (this module runs in the JAX pass too)."""
+
 import json
 
 import keras
@@ -8,7 +9,7 @@ import pytest
 
 from gau_keras.initializers import Portable
 
-pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+pytestmark = pytest.mark.both_backends  # also runs in the JAX pass (tests/conftest.py)
 
 
 def _draw(initializer, shape):
@@ -24,14 +25,24 @@ def test_glorot_uniform_is_numpys_uniform_draw_of_keras_limit():
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("name", ["glorot_uniform", "glorot_normal", "lecun_normal", "he_uniform",
-                                  "truncated_normal", "random_normal", "random_uniform"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "glorot_uniform",
+        "glorot_normal",
+        "lecun_normal",
+        "he_uniform",
+        "truncated_normal",
+        "random_normal",
+        "random_uniform",
+    ],
+)
 def test_distribution_matches_keras(name):
     portable = _draw(Portable(name, seed=3), (400, 300))
     native = _draw(keras.initializers.get(name), (400, 300))
     assert float(portable.std()) == pytest.approx(float(native.std()), rel=0.02)
     assert float(portable.mean()) == pytest.approx(float(native.mean()), abs=3e-3 * max(float(native.std()), 1e-3))
-    if name != "random_normal":     # the others are bounded: uniform, or normal cut at 2 std
+    if name != "random_normal":  # the others are bounded: uniform, or normal cut at 2 std
         assert np.abs(portable).max() <= np.abs(native).max() * 1.01
 
 
@@ -40,7 +51,7 @@ def test_constants_and_seeds():
     np.random.seed(11)
     first = Portable("glorot_uniform")
     np.random.seed(11)
-    assert Portable("glorot_uniform").seed == first.seed        # drawn from numpy's seeded generator
+    assert Portable("glorot_uniform").seed == first.seed  # drawn from numpy's seeded generator
     assert not np.array_equal(_draw(Portable(seed=1), (5, 5)), _draw(Portable(seed=2), (5, 5)))
 
 

@@ -1,4 +1,5 @@
 """CMRC2018 EM/F1, NER entity F1 and accuracy on hand-computed cases."""
+
 import pytest
 
 from gau_keras import metrics
@@ -13,15 +14,18 @@ def test_segments_split_chinese_and_keep_words_whole():
     assert metrics.cmrc2018_segments("3.14米") == ["3.14", "米"]
 
 
-@pytest.mark.parametrize("answers, prediction, em, f1", [
-    (["光荣和ω-force"], "光荣和ω-force", 1.0, 1.0),
-    (["《战国无双3》"], "战国无双3", 1.0, 1.0),                  # punctuation ignored
-    (["1862年"], "1862年5月", 0.0, 2 * 0.5 * 1 / 1.5),          # P 2/4, R 2/2
-    (["北京大学"], "北大学", 0.0, 4 / 7),                        # common run "大学": P 2/3, R 2/4
-    (["提康德罗加级", "美国海军提康德罗加级"], "海军提康德罗加级", 0.0, 16 / 18),  # best: P 8/8, R 8/10
-    (["New York"], "new york city", 0.0, 0.8),                  # P 2/3, R 1
-    (["上海"], "北京", 0.0, 0.0),
-])
+@pytest.mark.parametrize(
+    "answers, prediction, em, f1",
+    [
+        (["光荣和ω-force"], "光荣和ω-force", 1.0, 1.0),
+        (["《战国无双3》"], "战国无双3", 1.0, 1.0),  # punctuation ignored
+        (["1862年"], "1862年5月", 0.0, 2 * 0.5 * 1 / 1.5),  # P 2/4, R 2/2
+        (["北京大学"], "北大学", 0.0, 4 / 7),  # common run "大学": P 2/3, R 2/4
+        (["提康德罗加级", "美国海军提康德罗加级"], "海军提康德罗加级", 0.0, 16 / 18),  # best: P 8/8, R 8/10
+        (["New York"], "new york city", 0.0, 0.8),  # P 2/3, R 1
+        (["上海"], "北京", 0.0, 0.0),
+    ],
+)
 def test_cmrc2018_em_f1(answers, prediction, em, f1):
     assert metrics.cmrc2018_em(answers, prediction) == em
     assert metrics.cmrc2018_f1(answers, prediction) == pytest.approx(f1)

@@ -1,4 +1,5 @@
 """notebooks/quickstart.ipynb runs: its code cells are executed in order, from notebooks/."""
+
 import json
 
 import pytest
@@ -10,8 +11,9 @@ NOTEBOOK = REPO_ROOT / "notebooks" / "quickstart.ipynb"
 
 def _code_cells(path):
     notebook = json.loads(path.read_text(encoding="utf-8"))
-    return [("".join(cell["source"]), index) for index, cell in enumerate(notebook["cells"])
-            if cell["cell_type"] == "code"]
+    return [
+        ("".join(cell["source"]), index) for index, cell in enumerate(notebook["cells"]) if cell["cell_type"] == "code"
+    ]
 
 
 def test_notebook_is_clean_json_with_code():
@@ -33,7 +35,7 @@ def test_quickstart_runs_in_order(shared_data, monkeypatch, tmp_path):
     for source, index in _code_cells(NOTEBOOK):
         exec(compile(source, f"{NOTEBOOK.name}[cell {index}]", "exec"), namespace)
     history = namespace["history"].history["loss"]
-    assert len(history) == 4 and all(v == v for v in history)         # no NaN
+    assert len(history) == 4 and all(v == v for v in history)  # no NaN
     assert namespace["features"].shape[0] == 4
     plot = namespace["PLOT_PATH"]
     assert plot.startswith(str(tmp_path)) and (tmp_path / "gau_keras_quickstart.png").stat().st_size > 0

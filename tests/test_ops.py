@@ -1,4 +1,5 @@
 """gau_keras.ops against the numpy reference."""
+
 import numpy as np
 import pytest
 from keras import ops
@@ -102,7 +103,7 @@ def test_masked_softmax_gradient_equals_autodiff(rng):
     masked logits 0, a row with every key masked finite."""
     a = (rng.normal(size=(2, 4, 5)) * 3).astype("float32")
     allowed = rng.random((2, 4, 5)) > 0.3
-    allowed[0, 1] = False                           # a row with nothing visible
+    allowed[0, 1] = False  # a row with nothing visible
     weight = rng.normal(size=(2, 4, 5)).astype("float32")
     ours = gradients(lambda x: ops.sum(gops.masked_softmax(x, allowed) * weight), [a])[0]
     plain = gradients(lambda x: ops.sum(_plain_softmax(x, allowed) * weight), [a])[0]
@@ -114,8 +115,9 @@ def test_masked_softmax_gradient_equals_autodiff(rng):
 
 
 @pytest.mark.both_backends
-@pytest.mark.parametrize("dtype, scale, atol", [("float32", 3.0, 1e-6), ("float16", 1000.0, 2e-3),
-                                                ("bfloat16", 3.0, 2e-2)])
+@pytest.mark.parametrize(
+    "dtype, scale, atol", [("float32", 3.0, 1e-6), ("float16", 1000.0, 2e-3), ("bfloat16", 3.0, 2e-2)]
+)
 def test_rms_normalize_value_and_gradient(rng, dtype, scale, atol):
     """Against float32 autodiff of x / sqrt(mean(x²) + eps): float16 inputs whose squares
     overflow float16 (|x| 1000) stay finite; bfloat16 within its own precision."""
@@ -124,8 +126,9 @@ def test_rms_normalize_value_and_gradient(rng, dtype, scale, atol):
     expected = ops.convert_to_numpy(_plain_rms(x, 1e-7))
     got = ops.convert_to_numpy(ops.cast(gops.rms_normalize(ops.cast(x, dtype), 1e-7), "float32"))
     np.testing.assert_allclose(got, expected, atol=atol * 4)
-    ours = gradients(lambda v: ops.sum(ops.cast(gops.rms_normalize(ops.cast(v, dtype), 1e-7), "float32")
-                                       * weight), [x])[0]
+    ours = gradients(
+        lambda v: ops.sum(ops.cast(gops.rms_normalize(ops.cast(v, dtype), 1e-7), "float32") * weight), [x]
+    )[0]
     plain = gradients(lambda v: ops.sum(_plain_rms(v, 1e-7) * weight), [x])[0]
     ours, plain = ops.convert_to_numpy(ours), ops.convert_to_numpy(plain)
     assert np.isfinite(ours).all()
@@ -142,9 +145,9 @@ def test_rms_normalize_rounds_once_in_bfloat16(rng):
     exact = x32 / np.sqrt(np.mean(np.square(x32), axis=-1, keepdims=True) + 1e-7)
     rounded = ops.convert_to_numpy(ops.cast(ops.cast(exact, "bfloat16"), "float32"))
     got = ops.convert_to_numpy(ops.cast(gops.rms_normalize(x, 1e-7), "float32"))
-    assert np.mean(got == rounded) > 0.99             # (float32 round-off may flip a tie)
+    assert np.mean(got == rounded) > 0.99  # (float32 round-off may flip a tie)
     row_scale = np.sum(got * exact, axis=-1) / np.sum(exact * exact, axis=-1)
-    assert np.abs(row_scale - 1).max() < 2.0 ** -11
+    assert np.abs(row_scale - 1).max() < 2.0**-11
 
 
 @pytest.mark.both_backends
@@ -158,12 +161,16 @@ def test_matmul_rounds_to_nearest_in_bfloat16(rng, b_shape):
     a16, b16 = ops.cast(a, "bfloat16"), ops.cast(b, "bfloat16")
     exact = ops.convert_to_numpy(ops.matmul(ops.cast(a16, "float32"), ops.cast(b16, "float32")))
     got = ops.convert_to_numpy(ops.cast(gops.matmul(a16, b16), "float32"))
-    assert np.all(np.abs(got - exact) <= 2.0 ** -8 * np.abs(exact) + 1e-5)
+    assert np.all(np.abs(got - exact) <= 2.0**-8 * np.abs(exact) + 1e-5)
     relative = ((got - exact) / np.abs(exact))[np.abs(exact) > 0.1]
-    assert abs(relative.mean()) < 5e-4           # truncation: -2.8e-3
+    assert abs(relative.mean()) < 5e-4  # truncation: -2.8e-3
     weight = rng.normal(size=exact.shape).astype("float32")
-    ours = gradients(lambda u, v: ops.sum(ops.cast(gops.matmul(ops.cast(u, "bfloat16"), ops.cast(v, "bfloat16")),
-                                                   "float32") * weight), [a, b])
+    ours = gradients(
+        lambda u, v: ops.sum(
+            ops.cast(gops.matmul(ops.cast(u, "bfloat16"), ops.cast(v, "bfloat16")), "float32") * weight
+        ),
+        [a, b],
+    )
     plain = gradients(lambda u, v: ops.sum(ops.matmul(u, v) * weight), [a, b])
     for mine, reference in zip(ours, plain):
         mine, reference = ops.convert_to_numpy(mine), ops.convert_to_numpy(reference)
@@ -181,6 +188,7 @@ def test_hand_written_gradients_differentiate_again(rng):
         def loss(v):
             inner = gradients(lambda u: ops.sum(softmax(normalize(u)) * weight), [v])[0]
             return ops.sum(ops.square(inner))
+
         return loss
 
     ours = gradients(penalty(lambda u: gops.rms_normalize(u, 1e-7), lambda u: gops.masked_softmax(u)), [x])[0]

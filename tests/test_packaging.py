@@ -1,6 +1,7 @@
 """What ``pip install`` puts in site-packages: gau_keras and its subpackages only (the apps are
 gau_keras.training.*), and nothing in gau_keras imports the checkout's top-level pretrain/ or
 finetune/ folders, which hold only script entry points and configs."""
+
 import ast
 import re
 
@@ -14,8 +15,9 @@ APP_FOLDERS = ("pretrain", "finetune")
 
 def _setup_call():
     tree = ast.parse((REPO_ROOT / "setup.py").read_text(encoding="utf-8"))
-    return next(node for node in ast.walk(tree) if isinstance(node, ast.Call)
-                and getattr(node.func, "id", None) == "setup")
+    return next(
+        node for node in ast.walk(tree) if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setup"
+    )
 
 
 def _keyword(call, name):
@@ -40,10 +42,13 @@ def test_the_library_never_imports_the_top_level_app_folders():
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 names = [node.module or ""]
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str):    # importlib's module names
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):  # importlib's module names
                 names = [node.value] if re.fullmatch(r"(pretrain|finetune)\.\w+(\.\w+)*", node.value) else []
-            found += [f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {name}" for name in names
-                      if name.split(".")[0] in APP_FOLDERS]
+            found += [
+                f"{path.relative_to(REPO_ROOT)}:{node.lineno}: {name}"
+                for name in names
+                if name.split(".")[0] in APP_FOLDERS
+            ]
     assert not found, found
 
 
@@ -61,8 +66,19 @@ def test_the_app_folders_are_entry_points_only():
 
 #: docs/architecture.md, "The floors": each module of gau_keras imports only from its floor and below
 FLOORS = {
-    1: ("errors", "registration", "ops", "recurrence", "initializers", "optional", "uniout", "tokenizers", "segmenters",
-        "input_checks", "keras_archive"),
+    1: (
+        "errors",
+        "registration",
+        "ops",
+        "recurrence",
+        "initializers",
+        "optional",
+        "uniout",
+        "tokenizers",
+        "segmenters",
+        "input_checks",
+        "keras_archive",
+    ),
     2: ("snippets", "activations"),
     3: ("layers", "losses", "optimizers", "metrics"),
     4: ("models", "checkpoints", "data", "pretrained", "export", "distribution"),
@@ -84,8 +100,9 @@ def _module_imports():
         yield module, None
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gau_keras"):
-                targets = ([node.module] if node.module != "gau_keras"
-                           else [f"gau_keras.{alias.name}" for alias in node.names])
+                targets = (
+                    [node.module] if node.module != "gau_keras" else [f"gau_keras.{alias.name}" for alias in node.names]
+                )
             elif isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names if alias.name.startswith("gau_keras")]
             else:
@@ -98,7 +115,7 @@ def test_imports_follow_the_floors():
     unplaced, upward = set(), set()
     for module, target in _module_imports():
         if module == "gau_keras":
-            continue                      # the package's __init__ gathers the public names of every floor
+            continue  # the package's __init__ gathers the public names of every floor
         if _floor(module) is None:
             unplaced.add(module)
         elif target is not None and target != "gau_keras" and (_floor(target) or 0) > _floor(module):
@@ -148,7 +165,7 @@ def test_no_import_circle_in_gau_keras_function_level_imports_included():
         edges.setdefault(module, set())
         if target is not None and target != module and target != "gau_keras":
             edges[module].add(target)
-    edges.pop("gau_keras", None)             # the package's __init__ gathers the public names of every floor
+    edges.pop("gau_keras", None)  # the package's __init__ gathers the public names of every floor
     for targets in edges.values():
         targets.discard("gau_keras")
     assert _import_cycles(edges) == []

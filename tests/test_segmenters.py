@@ -1,4 +1,5 @@
 """Segmenters: the shared interface on jieba, LAC when it is installed."""
+
 import importlib.util
 import os
 import subprocess
@@ -45,8 +46,9 @@ def test_unknown_segmenter_names_choices():
 
 def test_missing_lac_says_how_to_install(monkeypatch):
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "LAC" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "LAC" else real_find_spec(name, *a)
+    )
     with pytest.raises(ImportError, match="pip install --no-build-isolation lac"):
         get_segmenter("lac")
 
@@ -64,16 +66,24 @@ def test_lac_in_worker_process():
 @pytest.mark.skipif(lac_missing, reason="LAC / paddlepaddle not installed (optional extra, see README)")
 def test_lac_in_process_refuses_after_tensorflow():
     import tensorflow  # noqa: F401
+
     with pytest.raises(RuntimeError, match="segfaults"):
         segmenters.LACModel()
 
 
 @pytest.mark.skipif(lac_missing, reason="LAC / paddlepaddle not installed (optional extra, see README)")
 def test_lac_in_process_full_width_input():
-    code = ("from gau_keras.segmenters import get_segmenter;"
-            "print('|'.join(get_segmenter('lac', in_process=True).segment(['ＬＡＣ是个优秀的分词工具'])[0]))")
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
-                         env=dict(os.environ, GAU_KERAS_TF_FREE="1")).stdout
+    code = (
+        "from gau_keras.segmenters import get_segmenter;"
+        "print('|'.join(get_segmenter('lac', in_process=True).segment(['ＬＡＣ是个优秀的分词工具'])[0]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, GAU_KERAS_TF_FREE="1"),
+    ).stdout
     words = out.strip().splitlines()[-1].split("|")
     assert "".join(words) == "ＬＡＣ是个优秀的分词工具"
     assert "分词" in words or "分词工具" in words
@@ -101,8 +111,13 @@ def test_lac_drop_in_matches_the_real_lac_in_a_tensorflow_process():
 
     from gau_keras.segmenters import LAC
 
-    out = subprocess.run([sys.executable, "-c", REFERENCE_LAC, json.dumps(LAC_TEXTS)], check=True,
-                         capture_output=True, text=True, env=dict(os.environ, GAU_KERAS_TF_FREE="1")).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", REFERENCE_LAC, json.dumps(LAC_TEXTS)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, GAU_KERAS_TF_FREE="1"),
+    ).stdout
     expected = json.loads(out.strip().splitlines()[-1])
     with LAC(mode="seg") as seg:
         assert seg.run(LAC_TEXTS) == expected["seg"][0]

@@ -1,4 +1,5 @@
 """Tokenizer: bert4keras behaviour on a hand-made vocab and on the GAU-α vocab."""
+
 import json
 import os
 import subprocess
@@ -20,9 +21,31 @@ from gau_keras.tokenizers import (
     truncate_sequences,
 )
 
-TINY_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "你", "好", "世", "界",
-               "hello", "world", "un", "##aff", "##able", "!", ",", "，", "12", "##3",
-               "cafe", "[unused1]", "##好", "你好"]
+TINY_TOKENS = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "你",
+    "好",
+    "世",
+    "界",
+    "hello",
+    "world",
+    "un",
+    "##aff",
+    "##able",
+    "!",
+    ",",
+    "，",
+    "12",
+    "##3",
+    "cafe",
+    "[unused1]",
+    "##好",
+    "你好",
+]
 
 
 @pytest.fixture
@@ -36,8 +59,13 @@ def real(shared_data):
 
 
 def test_special_ids(tiny):
-    assert (tiny._token_pad_id, tiny._token_unk_id, tiny._token_cls_id,
-            tiny._token_sep_id, tiny._token_mask_id) == (0, 1, 2, 3, 4)
+    assert (tiny._token_pad_id, tiny._token_unk_id, tiny._token_cls_id, tiny._token_sep_id, tiny._token_mask_id) == (
+        0,
+        1,
+        2,
+        3,
+        4,
+    )
     assert (tiny.token_pad_id, tiny.token_start_id, tiny.token_end_id) == (0, 2, 3)
     assert tiny.vocab_size == len(TINY_TOKENS)
 
@@ -45,8 +73,23 @@ def test_special_ids(tiny):
 def test_mixed_text_tiny(tiny):
     text = "你好，HELLO World! unaffable 123 Café 😀"
     tokens = tiny.tokenize(text)
-    assert tokens == ["[CLS]", "你", "好", "，", "hello", "world", "!", "un", "##aff", "##able",
-                      "12", "##3", "cafe", "😀", "[SEP]"]
+    assert tokens == [
+        "[CLS]",
+        "你",
+        "好",
+        "，",
+        "hello",
+        "world",
+        "!",
+        "un",
+        "##aff",
+        "##able",
+        "12",
+        "##3",
+        "cafe",
+        "😀",
+        "[SEP]",
+    ]
     ids, segments = tiny.encode(text)
     assert ids == [2, 5, 6, 16, 9, 10, 14, 11, 12, 13, 17, 18, 19, 1, 3]
     assert segments == [0] * len(ids)
@@ -138,8 +181,9 @@ def test_pre_tokenize_keeps_vocab_words(tiny):
 
 def test_load_vocab_simplified(tmp_path):
     path = tmp_path / "vocab.txt"
-    path.write_text("\n".join(["[PAD]", "[UNK]", "你", "你好", "##好", "a", "##b", "a,", "[CLS]"]) + "\n",
-                    encoding="utf-8")
+    path.write_text(
+        "\n".join(["[PAD]", "[UNK]", "你", "你好", "##好", "a", "##b", "a,", "[CLS]"]) + "\n", encoding="utf-8"
+    )
     assert load_vocab(path)["[CLS]"] == 8
     token_dict, keep = load_vocab(path, simplified=True, startswith=["[PAD]", "[UNK]", "[CLS]"])
     assert list(token_dict) == ["[PAD]", "[UNK]", "[CLS]", "你", "a", "##b"]
@@ -156,8 +200,25 @@ def test_load_vocab_duplicate_names_line(tmp_path):
 def test_real_vocab_mixed(real):
     text = "GAU-α在2022年发布，Hello World！😀 café"
     tokens = real.tokenize(text)
-    assert tokens == ["[CLS]", "ga", "##u", "-", "α", "在", "2022", "年", "发", "布", "，", "hello", "world",
-                      "！", "😀", "cafe", "[SEP]"]
+    assert tokens == [
+        "[CLS]",
+        "ga",
+        "##u",
+        "-",
+        "α",
+        "在",
+        "2022",
+        "年",
+        "发",
+        "布",
+        "，",
+        "hello",
+        "world",
+        "！",
+        "😀",
+        "cafe",
+        "[SEP]",
+    ]
     ids, segments = real.encode(text)
     assert ids[:4] == [101, real.token_to_id("ga"), real.token_to_id("##u"), real.token_to_id("-")]
     assert ids[4] == ids[14] == 100 and ids[-1] == 102  # α and 😀 are not in the vocab
@@ -182,8 +243,22 @@ def test_import_does_not_load_tensorflow_in_tf_free_processes():
 
 
 # -- cases from careful use (issue: faults and bad input) -----------------------
-EDGE_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "οδος", "ας", "cafe", "istanbul", "한", "국", "##국",
-              "中", "国"]
+EDGE_VOCAB = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "οδος",
+    "ας",
+    "cafe",
+    "istanbul",
+    "한",
+    "국",
+    "##국",
+    "中",
+    "国",
+]
 EDGE_TEXTS = ["ΟΔΟΣ", "ΟΔΟΣ ΑΣ.", "CAFÉ 中国", "İstanbul", "ﬁne", "ΣΑΣ σας"]
 
 
@@ -194,7 +269,7 @@ def _edge_tokenizer():
 def test_rematch_after_whole_text_lowering_final_sigma():
     tokenizer = _edge_tokenizer()
     tokens = tokenizer.tokenize("ΟΔΟΣ")
-    assert tokens == ["[CLS]", "οδος", "[SEP]"]            # lower() of the whole text: final ς
+    assert tokens == ["[CLS]", "οδος", "[SEP]"]  # lower() of the whole text: final ς
     assert tokenizer.rematch("ΟΔΟΣ", tokens) == [[], [0, 1, 2, 3], []]
     tokens = tokenizer.tokenize("ΣΑΣ σας")
     assert tokenizer.rematch("ΣΑΣ σας", tokens)[1:-1] == [[0, 1, 2], [4, 5, 6]]
@@ -209,7 +284,7 @@ def test_rematch_indexes_the_original_text():
 def test_hangul_syllables_stay_syllables():
     tokenizer = _edge_tokenizer()
     tokens = tokenizer.tokenize("한국")
-    assert tokens == ["[CLS]", "한", "##국", "[SEP]"]      # NFD alone would leave jamo: [UNK]
+    assert tokens == ["[CLS]", "한", "##국", "[SEP]"]  # NFD alone would leave jamo: [UNK]
     assert tokenizer.rematch("한국", tokens) == [[], [0], [1], []]
 
 
@@ -239,7 +314,7 @@ def test_private_attributes_scripts_read(tiny):
 
 
 def test_maxlen_without_room_for_special_tokens(tiny):
-    assert tiny.encode("你好", maxlen=2)[0] == [2, 3]                  # bert4keras: the text is emptied
+    assert tiny.encode("你好", maxlen=2)[0] == [2, 3]  # bert4keras: the text is emptied
     assert tiny.encode("你好", "世界", maxlen=3)[0] == [2, 3, 3]
     for maxlen in (1, 0, -1):
         with pytest.raises(ValueError, match=f"maxlen={maxlen} .*>= 2"):
@@ -250,11 +325,11 @@ def test_maxlen_without_room_for_special_tokens(tiny):
         tiny.encode("你好", "世界", maxlen=2)
     with pytest.raises(ValueError, match="maxlen=3 .*>= 4"):
         tiny.encode("你好", "世界", maxlen=3, pattern="S*ES*E")
-    assert tiny.encode(["你", "好"], maxlen=1)[0] == [6]   # token lists: as given (pops at -2, as bert4keras)
+    assert tiny.encode(["你", "好"], maxlen=1)[0] == [6]  # token lists: as given (pops at -2, as bert4keras)
 
 
 def test_unknown_id_names_the_id_and_the_vocab_size(tiny):
-    for bad in (len(TINY_TOKENS), -1, 10 ** 6):
+    for bad in (len(TINY_TOKENS), -1, 10**6):
         with pytest.raises(KeyError, match=f"id {bad} is not in the vocab \\({len(TINY_TOKENS)} tokens"):
             tiny.decode([2, bad])
         with pytest.raises(ValueError, match=f"id {bad} "):
@@ -287,8 +362,12 @@ def _parity_texts(shared):
     if shared is not None:
         with open(shared / "corpus" / "zh_corpus.txt", encoding="utf-8") as f:
             lines = [line.rstrip("\n")[:120] for i, line in zip(range(30000), f) if i % 100 == 0]
-    return lines + EDGE_TEXTS[:2] + EDGE_TEXTS[3:] + ["GAU-α在2022年发布，Hello World！😀 café 3.14 don't",
-                                                     "  多个  空格\t和\n换行 ", "ＬＡＣ全角１２３", ""]
+    return (
+        lines
+        + EDGE_TEXTS[:2]
+        + EDGE_TEXTS[3:]
+        + ["GAU-α在2022年发布，Hello World！😀 café 3.14 don't", "  多个  空格\t和\n换行 ", "ＬＡＣ全角１２３", ""]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -317,14 +396,22 @@ def test_parity_with_bert4keras(parity, vocab):
     checked = 0
     for a, b, row in zip(texts, texts[1:] + texts[:1], expected[vocab]):
         if a == "İstanbul":
-            continue   # bert4keras's rematch indexes its lowered text (one character longer after "İ")
+            continue  # bert4keras's rematch indexes its lowered text (one character longer after "İ")
         tokens = t.tokenize(a)
         ids = t.encode(a)[0]
-        got = [tokens, t.rematch(a, tokens), t.decode(ids), ids,
-               t.encode(a, maxlen=16), t.encode(a, maxlen=16, truncate_from="left"),
-               t.encode(a, b, maxlen=24), t.encode(a, b, maxlen=24, truncate_from="left"),
-               t.encode(a, b, maxlen=30, pattern="S*ES*E"), t.tokenize(a, maxlen=10)]
-        got = json.loads(json.dumps(got))    # tuples -> lists, as the reference returns them
+        got = [
+            tokens,
+            t.rematch(a, tokens),
+            t.decode(ids),
+            ids,
+            t.encode(a, maxlen=16),
+            t.encode(a, maxlen=16, truncate_from="left"),
+            t.encode(a, b, maxlen=24),
+            t.encode(a, b, maxlen=24, truncate_from="left"),
+            t.encode(a, b, maxlen=30, pattern="S*ES*E"),
+            t.tokenize(a, maxlen=10),
+        ]
+        got = json.loads(json.dumps(got))  # tuples -> lists, as the reference returns them
         assert got == row, a
         checked += 1
     assert checked >= len(texts) - 1
@@ -334,6 +421,7 @@ def test_parity_with_bert4keras(parity, vocab):
 @pytest.fixture(scope="module")
 def bundled_tokenizer():
     from gau_keras.pretrained import default_model_dir
+
     return Tokenizer(os.path.join(default_model_dir(), "vocab.txt"), do_lower_case=True)
 
 
@@ -347,7 +435,7 @@ def test_rematch_maps_every_token_to_its_span(bundled_tokenizer, text):
     and the token's stem is in what those characters normalise to."""
     for tokenizer in (bundled_tokenizer, Tokenizer(bundled_tokenizer.token_dict, do_lower_case=False)):
         characters = list(text)
-        if tokenizer._do_lower_case:   # as tokenize normalises: the whole text lowered, accents stripped
+        if tokenizer._do_lower_case:  # as tokenize normalises: the whole text lowered, accents stripped
             characters = [strip_accents(c) for c in lowercase_per_character(text)]
         characters = ["".join(c for c in piece if not is_dropped(c)) for piece in characters]
         tokens = tokenizer.tokenize(text)
@@ -359,13 +447,17 @@ def test_rematch_maps_every_token_to_its_span(bundled_tokenizer, text):
             assert indices and indices == sorted(set(indices)) and 0 <= indices[0] and indices[-1] < len(text)
             assert indices[0] >= previous
             previous = indices[-1]
-            span = "".join(characters[indices[0]:indices[-1] + 1])
+            span = "".join(characters[indices[0] : indices[-1] + 1])
             assert Tokenizer.stem(token) in span, (token, span)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(first=st.text(max_size=30), second=st.one_of(st.none(), st.text(max_size=30)),
-       maxlen=st.integers(3, 40), side=st.sampled_from(["right", "left"]))
+@given(
+    first=st.text(max_size=30),
+    second=st.one_of(st.none(), st.text(max_size=30)),
+    maxlen=st.integers(3, 40),
+    side=st.sampled_from(["right", "left"]),
+)
 def test_encode_decode_never_raise_and_respect_maxlen(bundled_tokenizer, first, second, maxlen, side):
     t = bundled_tokenizer
     ids, segments = t.encode(first, second, maxlen=maxlen, truncate_from=side)
@@ -409,6 +501,7 @@ def test_bert4keras_normalisation_and_the_tokenizers_differ_in_recomposition_onl
 
 # ---------------------------------------------------------------- bad input, long input (issue 36)
 
+
 def test_bytes_are_read_as_utf8_and_other_types_named(tiny):
     assert tiny.encode("你好".encode()) == tiny.encode("你好")
     assert tiny.encode("hello", second_text="世界".encode()) == tiny.encode("hello", second_text="世界")
@@ -420,17 +513,38 @@ def test_bytes_are_read_as_utf8_and_other_types_named(tiny):
             tiny.encode(bad)
     with pytest.raises(TypeError, match="second_text must be a str"):
         tiny.encode("hello", second_text=7)
-    assert tiny.encode(["[CLS]", "hello", "[SEP]"])[0] == [2, 9, 3]       # a token list, as bert4keras takes
+    assert tiny.encode(["[CLS]", "hello", "[SEP]"])[0] == [2, 9, 3]  # a token list, as bert4keras takes
 
 
-_PIECES = st.sampled_from(["hello", "world", "unaffable", " ", "  ", "你", "好", "世界", "！", ",", "Café",
-                           "ΣΑΣ", "12", "123", "\t", "é", "x"])
+_PIECES = st.sampled_from(
+    [
+        "hello",
+        "world",
+        "unaffable",
+        " ",
+        "  ",
+        "你",
+        "好",
+        "世界",
+        "！",
+        ",",
+        "Café",
+        "ΣΑΣ",
+        "12",
+        "123",
+        "\t",
+        "é",
+        "x",
+    ]
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(first=st.lists(_PIECES, min_size=0, max_size=120).map("".join),
-       second=st.one_of(st.none(), st.lists(_PIECES, max_size=120).map("".join)),
-       maxlen=st.integers(3, 12))
+@given(
+    first=st.lists(_PIECES, min_size=0, max_size=120).map("".join),
+    second=st.one_of(st.none(), st.lists(_PIECES, max_size=120).map("".join)),
+    maxlen=st.integers(3, 12),
+)
 def test_long_texts_truncate_as_if_tokenized_whole(tiny, first, second, maxlen):
     """Under right truncation a long text is tokenized only as far as maxlen needs; the ids are
     those of tokenizing it whole (a token list is truncated the same way)."""
@@ -452,7 +566,7 @@ def test_a_long_document_is_not_tokenized_whole(tiny, monkeypatch):
 
 
 def test_a_cut_before_punctuation_could_change_a_final_sigma():
-    """"ΘΕΟΣ.Ο".lower() keeps σ (the "." is case-ignorable, a letter follows), "ΘΕΟΣ".lower()
+    """ "ΘΕΟΣ.Ο".lower() keeps σ (the "." is case-ignorable, a letter follows), "ΘΕΟΣ".lower()
     ends in ς: the long-text path cuts only before a space or a CJK character."""
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a" * 100, "θ", "##θ", "##ς", "θ" * 19 + "σ", ".", "ο"]
     tokenizer = Tokenizer({t: i for i, t in enumerate(vocab)}, do_lower_case=True)

@@ -8,6 +8,7 @@ training steps (``fit``), a ``.keras`` round trip and ``benchmarks/srupp_gpu.py`
 checkpoint, the TFRecord input, SavedModel export) says so in one line that
 names the package to install.
 """
+
 import json
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from tests.conftest import REPO_ROOT, without_tensorflow_env
 
 pytestmark = pytest.mark.jax_only
 
-CHECKS = textwrap.dedent('''
+CHECKS = textwrap.dedent("""
     import json, sys, tempfile
     import numpy as np
     import keras
@@ -57,7 +58,7 @@ CHECKS = textwrap.dedent('''
     out["errors"] = errors
     out["tensorflow_imported"] = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "tf_keras"))
     print("RESULT " + json.dumps(out))
-''')
+""")
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +68,12 @@ def env(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def result(env):
-    run = subprocess.run([sys.executable, "-c", CHECKS], capture_output=True, text=True, env=env, timeout=600,
-                         cwd=REPO_ROOT)
+    run = subprocess.run(
+        [sys.executable, "-c", CHECKS], capture_output=True, text=True, env=env, timeout=600, cwd=REPO_ROOT
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     line = next(line for line in run.stdout.splitlines() if line.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
 def test_the_blocker_really_blocks_tensorflow(env):
@@ -89,8 +91,14 @@ def test_models_build_train_and_reload_without_tensorflow(result):
     assert result["tensorflow_imported"] == []
 
 
-@pytest.mark.parametrize("what, purpose", [("checkpoint", "reading or writing a TF1 checkpoint"),
-                                           ("tfrecord", "TFRecord shards"), ("export", "SavedModel export")])
+@pytest.mark.parametrize(
+    "what, purpose",
+    [
+        ("checkpoint", "reading or writing a TF1 checkpoint"),
+        ("tfrecord", "TFRecord shards"),
+        ("export", "SavedModel export"),
+    ],
+)
 def test_what_needs_tensorflow_says_so_in_one_line(result, what, purpose):
     message = result["errors"][what]
     assert message is not None and "\n" not in message
@@ -101,16 +109,39 @@ def test_the_gpu_benchmark_runs_without_tensorflow(env, tmp_path):
     """benchmarks/srupp_gpu.py at one tiny shape (the kernel interpreted on this CPU): JSON lines and
     the table of every variant; no timing is asserted."""
     lines = tmp_path / "srupp_gpu.jsonl"
-    run = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "srupp_gpu.py"), "--tiny", "--shapes",
-                          "2x12x16x8", "--dtypes", "float32", "--blocks", "32", "--json", str(lines)],
-                         capture_output=True, text=True, env=env, timeout=600, cwd=REPO_ROOT)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "benchmarks" / "srupp_gpu.py"),
+            "--tiny",
+            "--shapes",
+            "2x12x16x8",
+            "--dtypes",
+            "float32",
+            "--blocks",
+            "32",
+            "--json",
+            str(lines),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=REPO_ROOT,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     records = [json.loads(line) for line in lines.read_text().splitlines()]
     parity = next(r for r in records if r["group"] == "parity")["max_relative_difference"]
     assert max(parity.values()) <= 2e-5, parity
     timed = {(r["group"], r["variant"]): r["ms"] for r in records if "ms" in r}
-    assert set(timed) == {("recurrence", "kernel"), ("recurrence", "kernel block 32"), ("recurrence", "scan"),
-                          ("train", "SRU++ kernel"), ("train", "SRU++ scan"), ("train", "Keras GRU")}
+    assert set(timed) == {
+        ("recurrence", "kernel"),
+        ("recurrence", "kernel block 32"),
+        ("recurrence", "scan"),
+        ("train", "SRU++ kernel"),
+        ("train", "SRU++ scan"),
+        ("train", "Keras GRU"),
+    }
     assert all(ms > 0 for ms in timed.values())
     rows = [line for line in run.stdout.splitlines() if line.startswith("| 2×12×16 (8) |")]
     assert len(rows) == len(timed)

@@ -20,6 +20,7 @@ MEMM accuracy; the CRF accuracy reads none) raises an error naming the face's ``
 when Keras left the weight without a value there, and a ``Loss`` layer's ``add_metric``
 values are dropped with a warning; on TensorFlow both work as in the face.
 """
+
 import contextlib
 
 import keras

@@ -18,6 +18,7 @@ import Model``, ``from keras.losses import kullback_leibler_divergence``) ports
 with the README's one-line change, ``from keras.`` → ``from gau_keras.backend.keras.``:
 the namespace's submodules are importable under that dotted name.
 """
+
 import sys
 import types
 
@@ -32,16 +33,25 @@ __all__ = ["keras", "LOSS_ALIASES", "METRIC_ALIASES"]
 
 #: Keras 2 loss names → their Keras 3 functions' names
 LOSS_ALIASES = {
-    "kullback_leibler_divergence": "kl_divergence", "kld": "kl_divergence", "KLD": "kl_divergence",
-    "mse": "mean_squared_error", "MSE": "mean_squared_error",
-    "mae": "mean_absolute_error", "MAE": "mean_absolute_error",
-    "mape": "mean_absolute_percentage_error", "MAPE": "mean_absolute_percentage_error",
-    "msle": "mean_squared_logarithmic_error", "MSLE": "mean_squared_logarithmic_error",
-    "logcosh": "log_cosh", "cosine_proximity": "cosine_similarity",
+    "kullback_leibler_divergence": "kl_divergence",
+    "kld": "kl_divergence",
+    "KLD": "kl_divergence",
+    "mse": "mean_squared_error",
+    "MSE": "mean_squared_error",
+    "mae": "mean_absolute_error",
+    "MAE": "mean_absolute_error",
+    "mape": "mean_absolute_percentage_error",
+    "MAPE": "mean_absolute_percentage_error",
+    "msle": "mean_squared_logarithmic_error",
+    "MSLE": "mean_squared_logarithmic_error",
+    "logcosh": "log_cosh",
+    "cosine_proximity": "cosine_similarity",
 }
 #: Keras 2 metric function names → Keras 3's (the losses Keras 2 also exported as metrics)
-METRIC_ALIASES = {**{k: v for k, v in LOSS_ALIASES.items() if v != "cosine_similarity"},
-                  "cosine_proximity": "cosine_similarity"}
+METRIC_ALIASES = {
+    **{k: v for k, v in LOSS_ALIASES.items() if v != "cosine_similarity"},
+    "cosine_proximity": "cosine_similarity",
+}
 
 
 class Namespace(types.ModuleType):
@@ -70,21 +80,49 @@ def _aliased(name, base, aliases):
     return Namespace(f"gau_keras.backend.keras.{name}", base, **names)
 
 
-
-models = Namespace("gau_keras.backend.keras.models", _keras.models, Model=_model.Model,
-                   load_model=_saving.load_model, save_model=_saving.save_model)
+models = Namespace(
+    "gau_keras.backend.keras.models",
+    _keras.models,
+    Model=_model.Model,
+    load_model=_saving.load_model,
+    save_model=_saving.save_model,
+)
 losses = _aliased("losses", _keras.losses, LOSS_ALIASES)
 activations = Namespace("gau_keras.backend.keras.activations", _keras.activations, get=_activations.get)
 metrics = _aliased("metrics", _keras.metrics, METRIC_ALIASES)
 
 #: what ``from gau_keras.backend import keras`` gives
-keras = Namespace("gau_keras.backend.keras", _keras, Model=_model.Model, models=models, losses=losses,
-                  metrics=metrics, activations=activations, backend=keras2_backend, __file__=__file__)
+keras = Namespace(
+    "gau_keras.backend.keras",
+    _keras,
+    Model=_model.Model,
+    models=models,
+    losses=losses,
+    metrics=metrics,
+    activations=activations,
+    backend=keras2_backend,
+    __file__=__file__,
+)
 
 #: submodules importable by their dotted name, so that a script's ``from keras.models import Model``
 #: ports as ``from gau_keras.backend.keras.models import Model`` (README's one-line change)
-SUBMODULES = ("activations", "applications", "backend", "callbacks", "constraints", "initializers", "layers",
-              "losses", "metrics", "models", "ops", "optimizers", "preprocessing", "regularizers", "utils")
+SUBMODULES = (
+    "activations",
+    "applications",
+    "backend",
+    "callbacks",
+    "constraints",
+    "initializers",
+    "layers",
+    "losses",
+    "metrics",
+    "models",
+    "ops",
+    "optimizers",
+    "preprocessing",
+    "regularizers",
+    "utils",
+)
 
 
 def _register():

@@ -26,6 +26,7 @@ Where Keras 3 has no equivalent of a Keras 2 concept:
   stateless seeds); ``seed=None`` gives fresh randomness each call, in ``fit`` too;
   a ``keras.random.SeedGenerator`` may be passed as well.
 """
+
 import builtins
 import math
 
@@ -93,7 +94,8 @@ def set_learning_phase(value):
     raise RuntimeError(
         f"K.set_learning_phase({value!r}): Keras 3 has no global learning phase; pass training=True/False to "
         "the model or layer call (model(x, training=False)), or use model.predict, which runs in inference "
-        "mode (README.md, 'Porting from bert4keras')")
+        "mode (README.md, 'Porting from bert4keras')"
+    )
 
 
 def learning_phase():
@@ -188,7 +190,7 @@ def variable(value, dtype=None, name=None, constraint=None):
     """A ``keras.Variable`` holding ``value`` (dtype: ``floatx()`` by default)."""
     v = keras.Variable(ops.convert_to_tensor(value, dtype=dtype or floatx()), dtype=dtype or floatx(), name=name)
     if constraint is not None:
-        v.constraint = constraint       # applied by Keras 3's optimizers after each update
+        v.constraint = constraint  # applied by Keras 3's optimizers after each update
     return v
 
 
@@ -261,8 +263,10 @@ def cast_to_floatx(x):
 def get_value(x):
     """The numpy value of a tensor or variable; other values are returned as they are."""
     if is_keras_tensor(x):
-        raise ValueError("K.get_value/K.eval: got a symbolic KerasTensor (a functional model's "
-                         "intermediate); it has no value: call the model on data instead")
+        raise ValueError(
+            "K.get_value/K.eval: got a symbolic KerasTensor (a functional model's "
+            "intermediate); it has no value: call the model on data instead"
+        )
     if not (is_tensor(x) or _is_variable(x)):
         return x
     return ops.convert_to_numpy(x)
@@ -653,7 +657,7 @@ def batch_dot(x, y, axes=None):
         raise ValueError(f"batch_dot: cannot contract the batch axis, got axes={axes}")
     letters = "bcdefghijklmnopqrstuvwxyz"
     x_sub = ["a"] + list(letters[1:x_ndim])
-    y_sub = ["a"] + list(letters[x_ndim:x_ndim + y_ndim - 1])
+    y_sub = ["a"] + list(letters[x_ndim : x_ndim + y_ndim - 1])
     y_sub[b] = x_sub[a]
     out = [s for i, s in enumerate(x_sub) if i != a] + [s for i, s in enumerate(y_sub) if i not in (0, b)]
     result = ops.einsum("%s,%s->%s" % ("".join(x_sub), "".join(y_sub), "".join(out)), x, y)
@@ -718,22 +722,45 @@ def in_test_phase(x, alt, training=None):
     return in_train_phase(alt, x, training=training)
 
 
-def rnn(step_function, inputs, initial_states, go_backwards=False, mask=None, constants=None, unroll=False,
-        input_length=None, time_major=False, zero_output_for_mask=False, return_all_outputs=True):
+def rnn(
+    step_function,
+    inputs,
+    initial_states,
+    go_backwards=False,
+    mask=None,
+    constants=None,
+    unroll=False,
+    input_length=None,
+    time_major=False,
+    zero_output_for_mask=False,
+    return_all_outputs=True,
+):
     """Keras 2's rnn loop: returns (last_output, outputs, new_states)."""
     from keras.src import backend as backend_impl  # the active backend's loop; not in Keras 3's public API
 
-    return backend_impl.rnn(step_function, inputs, initial_states, go_backwards=go_backwards, mask=mask,
-                            constants=constants, unroll=unroll, input_length=input_length, time_major=time_major,
-                            zero_output_for_mask=zero_output_for_mask, return_all_outputs=return_all_outputs)
+    return backend_impl.rnn(
+        step_function,
+        inputs,
+        initial_states,
+        go_backwards=go_backwards,
+        mask=mask,
+        constants=constants,
+        unroll=unroll,
+        input_length=input_length,
+        time_major=time_major,
+        zero_output_for_mask=zero_output_for_mask,
+        return_all_outputs=return_all_outputs,
+    )
 
 
 def function(inputs, outputs, updates=None, name=None, **kwargs):
     """A callable from a list of arrays for ``inputs`` to numpy ``outputs``,
     for symbolic tensors of a functional model (Keras 2's ``K.function``)."""
     if updates:
-        raise ValueError("K.function: `updates` are not supported in Keras 3 (no graph to run them in); "
-                         "assign variables in a custom `train_step` instead")
+        raise ValueError(
+            "K.function: `updates` are not supported in Keras 3 (no graph to run them in); "
+            "assign variables in a custom `train_step` instead"
+        )
     single_input = not isinstance(inputs, (list, tuple))
     single_output = not isinstance(outputs, (list, tuple))
     inputs = [inputs] if single_input else list(inputs)
@@ -769,12 +796,14 @@ def gradients(loss, variables):
         "K.gradients: Keras 3 computes eagerly, so gradients need a tape opened before the loss; "
         "write a custom `train_step` (tf.GradientTape on TensorFlow, jax.grad on JAX) that computes "
         "the loss and its gradients there (K.gradients works only inside a traced TensorFlow function; "
-        "README.md, 'Porting from bert4keras', 'Patching the training function')")
+        "README.md, 'Porting from bert4keras', 'Patching the training function')"
+    )
 
 
 def get_session(*args, **kwargs):
-    raise RuntimeError("K.get_session: Keras 3 has no TensorFlow session; tensors evaluate eagerly "
-                       "(use K.eval / model.predict)")
+    raise RuntimeError(
+        "K.get_session: Keras 3 has no TensorFlow session; tensors evaluate eagerly (use K.eval / model.predict)"
+    )
 
 
 # --------------------------------------------------------------------------- random
@@ -785,18 +814,19 @@ def _random_dtype(dtype):
 
 
 def random_uniform(shape, minval=0.0, maxval=1.0, dtype=None, seed=None):
-    return keras.random.uniform(_shape_argument(shape), minval=minval, maxval=maxval, dtype=_random_dtype(dtype),
-                                seed=seed)
+    return keras.random.uniform(
+        _shape_argument(shape), minval=minval, maxval=maxval, dtype=_random_dtype(dtype), seed=seed
+    )
 
 
 def random_normal(shape, mean=0.0, stddev=1.0, dtype=None, seed=None):
-    return keras.random.normal(_shape_argument(shape), mean=mean, stddev=stddev, dtype=_random_dtype(dtype),
-                               seed=seed)
+    return keras.random.normal(_shape_argument(shape), mean=mean, stddev=stddev, dtype=_random_dtype(dtype), seed=seed)
 
 
 def truncated_normal(shape, mean=0.0, stddev=1.0, dtype=None, seed=None):
-    return keras.random.truncated_normal(_shape_argument(shape), mean=mean, stddev=stddev,
-                                         dtype=_random_dtype(dtype), seed=seed)
+    return keras.random.truncated_normal(
+        _shape_argument(shape), mean=mean, stddev=stddev, dtype=_random_dtype(dtype), seed=seed
+    )
 
 
 def random_bernoulli(shape, p=0.0, dtype=None, seed=None):
@@ -858,7 +888,7 @@ def binary_crossentropy(target, output, from_logits=False):
     (Keras 3's drops the inner eps)."""
     output = ops.convert_to_tensor(output)
     target = ops.cast(target, output.dtype)
-    logits = getattr(output, "_keras_logits", None)    # the input of a sigmoid activation, as Keras does
+    logits = getattr(output, "_keras_logits", None)  # the input of a sigmoid activation, as Keras does
     if from_logits or logits is not None:
         return ops.binary_crossentropy(target, output if from_logits else logits, from_logits=True)
     eps = epsilon()

@@ -28,6 +28,7 @@ Keras's tables are not changed. Over Keras 3 the mixin adds:
   ``total_loss``, assigning ``train_function``) raise an error naming the
   README's porting section, instead of being silently ignored.
 """
+
 import types
 import warnings
 
@@ -114,8 +115,12 @@ def _cast_like(y, y_pred):
 def _warn_queue_arguments(method, given):
     ignored = {k: v for k, v in given.items() if v != _QUEUE_DEFAULTS[k]}
     if ignored:
-        warnings.warn(f"{method}: {ignored} not used: Keras 3 reads workers and queues from a "
-                      f"keras.utils.PyDataset, not from the call ({PORTING})", UserWarning, stacklevel=3)
+        warnings.warn(
+            f"{method}: {ignored} not used: Keras 3 reads workers and queues from a "
+            f"keras.utils.PyDataset, not from the call ({PORTING})",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 class Keras2Only(AttributeError, NotImplementedError):
@@ -195,38 +200,70 @@ class Keras2Mixin:
         return super().predict_on_batch(self._arrays(x, "predict_on_batch"))
 
     # ------------------------------------------------------------ Keras 2's generator methods
-    def fit_generator(self, generator, steps_per_epoch=None, epochs=1, verbose=1, callbacks=None,
-                      validation_data=None, validation_steps=None, validation_freq=1, class_weight=None,
-                      max_queue_size=10, workers=1, use_multiprocessing=False, shuffle=True, initial_epoch=0):
+    def fit_generator(
+        self,
+        generator,
+        steps_per_epoch=None,
+        epochs=1,
+        verbose=1,
+        callbacks=None,
+        validation_data=None,
+        validation_steps=None,
+        validation_freq=1,
+        class_weight=None,
+        max_queue_size=10,
+        workers=1,
+        use_multiprocessing=False,
+        shuffle=True,
+        initial_epoch=0,
+    ):
         """Keras 2's ``fit_generator``: ``fit`` on the generator (``shuffle`` has no
         meaning for a generator, as in Keras 2)."""
-        _warn_queue_arguments("fit_generator", dict(max_queue_size=max_queue_size, workers=workers,
-                                                    use_multiprocessing=use_multiprocessing))
-        return self.fit(generator, steps_per_epoch=steps_per_epoch, epochs=epochs, verbose=verbose,
-                        callbacks=callbacks, validation_data=validation_data, validation_steps=validation_steps,
-                        validation_freq=validation_freq, class_weight=class_weight, initial_epoch=initial_epoch)
+        _warn_queue_arguments(
+            "fit_generator",
+            dict(max_queue_size=max_queue_size, workers=workers, use_multiprocessing=use_multiprocessing),
+        )
+        return self.fit(
+            generator,
+            steps_per_epoch=steps_per_epoch,
+            epochs=epochs,
+            verbose=verbose,
+            callbacks=callbacks,
+            validation_data=validation_data,
+            validation_steps=validation_steps,
+            validation_freq=validation_freq,
+            class_weight=class_weight,
+            initial_epoch=initial_epoch,
+        )
 
-    def evaluate_generator(self, generator, steps=None, callbacks=None, max_queue_size=10, workers=1,
-                           use_multiprocessing=False, verbose=0):
+    def evaluate_generator(
+        self, generator, steps=None, callbacks=None, max_queue_size=10, workers=1, use_multiprocessing=False, verbose=0
+    ):
         """Keras 2's ``evaluate_generator``: ``evaluate`` on the generator."""
-        _warn_queue_arguments("evaluate_generator", dict(max_queue_size=max_queue_size, workers=workers,
-                                                         use_multiprocessing=use_multiprocessing))
+        _warn_queue_arguments(
+            "evaluate_generator",
+            dict(max_queue_size=max_queue_size, workers=workers, use_multiprocessing=use_multiprocessing),
+        )
         return self.evaluate(generator, steps=steps, callbacks=callbacks, verbose=verbose)
 
-    def predict_generator(self, generator, steps=None, callbacks=None, max_queue_size=10, workers=1,
-                          use_multiprocessing=False, verbose=0):
+    def predict_generator(
+        self, generator, steps=None, callbacks=None, max_queue_size=10, workers=1, use_multiprocessing=False, verbose=0
+    ):
         """Keras 2's ``predict_generator``: ``predict`` on the generator (it yields inputs,
         or (inputs, targets) pairs whose targets are ignored)."""
-        _warn_queue_arguments("predict_generator", dict(max_queue_size=max_queue_size, workers=workers,
-                                                        use_multiprocessing=use_multiprocessing))
+        _warn_queue_arguments(
+            "predict_generator",
+            dict(max_queue_size=max_queue_size, workers=workers, use_multiprocessing=use_multiprocessing),
+        )
         return self.predict(generator, steps=steps, callbacks=callbacks, verbose=verbose)
 
     # ------------------------------------------------------------ losses
     def compile(self, *args, metrics=None, weighted_metrics=None, **kwargs):
         """Keras 3's ``compile``; a plain function among the metrics runs as Keras 2 ran it
         (``Keras2FunctionMetric``: one that already reduces to a number is averaged as it is)."""
-        return super().compile(*args, metrics=_keras2_metrics(metrics),
-                               weighted_metrics=_keras2_metrics(weighted_metrics), **kwargs)
+        return super().compile(
+            *args, metrics=_keras2_metrics(metrics), weighted_metrics=_keras2_metrics(weighted_metrics), **kwargs
+        )
 
     def compile_from_config(self, config):
         """What Keras's ``compile_from_config`` does (it skips models that override ``compile``):
@@ -239,8 +276,9 @@ class Keras2Mixin:
         """Keras's ``compute_loss`` on ``y`` cast to the output's dtype; on JAX the Loss layers'
         ``add_metric`` values of this step are added first (``jax_training``)."""
         jax_training.flush_layer_metrics(self)
-        return super().compute_loss(x=x, y=_cast_like(y, y_pred), y_pred=y_pred, sample_weight=sample_weight,
-                                     training=training)
+        return super().compute_loss(
+            x=x, y=_cast_like(y, y_pred), y_pred=y_pred, sample_weight=sample_weight, training=training
+        )
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         """Keras's ``compute_metrics`` on ``y`` cast as for the loss (a float64 target from
@@ -249,7 +287,8 @@ class Keras2Mixin:
         jax_training.map_step_weights(self)
         return super().compute_metrics(x, _cast_like(y, y_pred), y_pred, sample_weight=sample_weight)
 
-    if keras.backend.backend() == "jax":        # JAX's steps take the state; TensorFlow's read the variables
+    if keras.backend.backend() == "jax":  # JAX's steps take the state; TensorFlow's read the variables
+
         def train_step(self, state, data):
             with jax_training.step_weights_noted(self, state):
                 return super().train_step(state, data)
@@ -268,8 +307,9 @@ class Keras2Mixin:
         '.keras'): 'best_model.model' and 'x.h5' too, written atomically. Keras 2's
         ``include_optimizer=False`` saves without the optimizer; ``save_format``
         other than 'keras' is answered with a warning (there is one format)."""
-        saving.save_model(self, filepath, overwrite=overwrite, include_optimizer=include_optimizer,
-                          save_format=save_format, **kwargs)
+        saving.save_model(
+            self, filepath, overwrite=overwrite, include_optimizer=include_optimizer, save_format=save_format, **kwargs
+        )
 
     def save_weights(self, filepath, overwrite=True, save_format=None, **kwargs):
         """Keras 3's weights format under any name (bert4keras's 'best_model.weights' too),
@@ -284,19 +324,22 @@ class Keras2Mixin:
     def _make_train_function(self):
         raise NotImplementedError(
             "model._make_train_function() and replacing model.train_function (Keras 2) have no Keras 3 form: "
-            f"write a train_step on a keras.Model subclass instead ({PORTING}, 'Patching the training function')")
+            f"write a train_step on a keras.Model subclass instead ({PORTING}, 'Patching the training function')"
+        )
 
     @property
     def total_loss(self):
         raise Keras2Only(
             "model.total_loss (a Keras 2 graph tensor) has no Keras 3 form: the loss is computed inside each "
-            f"step; write a train_step on a keras.Model subclass ({PORTING}, 'Patching the training function')")
+            f"step; write a train_step on a keras.Model subclass ({PORTING}, 'Patching the training function')"
+        )
 
     def __setattr__(self, name, value):
         if name == "train_function" and value is not None and _is_user_function(value):
             raise NotImplementedError(
                 "assigning model.train_function (Keras 2) would be ignored by Keras 3's fit: write a train_step "
-                f"on a keras.Model subclass instead ({PORTING}, 'Patching the training function')")
+                f"on a keras.Model subclass instead ({PORTING}, 'Patching the training function')"
+            )
         super().__setattr__(name, value)
 
 
@@ -327,8 +370,15 @@ def keras2_class(cls):
     if issubclass(cls, Keras2Mixin):
         return cls
     if cls not in _FACES:
-        face = type(cls.__name__, (Keras2Mixin, cls), {"__module__": __name__, "__qualname__": cls.__qualname__,
-                                                      "__doc__": f"{cls.__name__} with Keras 2's calls."})
+        face = type(
+            cls.__name__,
+            (Keras2Mixin, cls),
+            {
+                "__module__": __name__,
+                "__qualname__": cls.__qualname__,
+                "__doc__": f"{cls.__name__} with Keras 2's calls.",
+            },
+        )
         _FACES[cls] = keras.saving.register_keras_serializable(package=PACKAGE, name=f"Keras2{cls.__name__}")(face)
     return _FACES[cls]
 
@@ -347,5 +397,5 @@ def keras2(model):
 # `import gau_keras` (building a model later registers nothing)
 for _backbone in BACKBONES.values():
     keras2_class(_backbone)
-builder.MODEL_FACES.append(keras2)   # build_transformer_model's model gets Keras 2's calls
-nodes.add_to_layer_names()           # bert4keras's layer names get Keras 2's get_output_at & co.
+builder.MODEL_FACES.append(keras2)  # build_transformer_model's model gets Keras 2's calls
+nodes.add_to_layer_names()  # bert4keras's layer names get Keras 2's get_output_at & co.

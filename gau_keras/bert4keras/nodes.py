@@ -9,8 +9,14 @@ is imported: ``import gau_keras`` imports it). Keras's own classes, and
 ``keras.layers.Layer``, are left as they are.
 """
 
-__all__ = ["get_input_at", "get_output_at", "get_input_shape_at", "get_output_shape_at", "add_node_accessors",
-           "add_to_layer_names"]
+__all__ = [
+    "get_input_at",
+    "get_output_at",
+    "get_input_shape_at",
+    "get_output_shape_at",
+    "add_node_accessors",
+    "add_to_layer_names",
+]
 
 
 def _node(layer, node_index, what):
@@ -20,8 +26,10 @@ def _node(layer, node_index, what):
     try:
         return nodes[node_index]
     except (IndexError, TypeError):
-        raise ValueError(f"layer {layer.name!r}: node_index={node_index!r} is not one of its {len(nodes)} "
-                         f"call(s) (0 … {len(nodes) - 1}, or -1 for the last)") from None
+        raise ValueError(
+            f"layer {layer.name!r}: node_index={node_index!r} is not one of its {len(nodes)} "
+            f"call(s) (0 … {len(nodes) - 1}, or -1 for the last)"
+        ) from None
 
 
 def _one_or_list(tensors):

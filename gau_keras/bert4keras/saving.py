@@ -8,6 +8,7 @@ atomically (a temporary file beside it, renamed into place), and
 ``load_model`` / ``load_weights`` read them whatever the name (a Keras 2
 HDF5 weights file too), falling back to Keras's own loaders otherwise.
 """
+
 import os
 import shutil
 import tempfile
@@ -60,9 +61,12 @@ def _read_as(path, suffix, read):
 
 def _warn_format(method, save_format, path):
     if save_format not in (None, "keras", "h5"):
-        warnings.warn(f"{method}: save_format={save_format!r} does not exist in Keras 3; {path!r} is written in "
-                      f"Keras 3's format (gau_keras reads it back under that name; {PORTING})", UserWarning,
-                      stacklevel=4)
+        warnings.warn(
+            f"{method}: save_format={save_format!r} does not exist in Keras 3; {path!r} is written in "
+            f"Keras 3's format (gau_keras reads it back under that name; {PORTING})",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 def save_weights(model, filepath, overwrite=True, save_format=None, **kwargs):
@@ -70,8 +74,9 @@ def save_weights(model, filepath, overwrite=True, save_format=None, **kwargs):
     e.g. bert4keras's 'best_model.weights'), written atomically."""
     path = os.fspath(filepath)
     _warn_format("save_weights", save_format, path)
-    _atomic(path, ".weights.h5", overwrite,
-            lambda target: keras.Model.save_weights(model, target, overwrite=True, **kwargs))
+    _atomic(
+        path, ".weights.h5", overwrite, lambda target: keras.Model.save_weights(model, target, overwrite=True, **kwargs)
+    )
 
 
 def _is_keras2_file(path):
@@ -90,9 +95,11 @@ def load_weights(model, filepath, skip_mismatch=False, by_name=False, **kwargs):
     path = os.fspath(filepath)
     load = lambda alias: keras.Model.load_weights(model, alias, skip_mismatch=skip_mismatch, **kwargs)  # noqa: E731
     if by_name:
-        raise ValueError(f"load_weights({path!r}, by_name=True): Keras 3 loads weights by layer structure only; "
-                         f"build the same model, or load a TF1 checkpoint by variable name "
-                         f"(load_weights_from_checkpoint; {PORTING})")
+        raise ValueError(
+            f"load_weights({path!r}, by_name=True): Keras 3 loads weights by layer structure only; "
+            f"build the same model, or load a TF1 checkpoint by variable name "
+            f"(load_weights_from_checkpoint; {PORTING})"
+        )
     if not os.path.exists(path):
         raise FileNotFoundError(f"load_weights: {path!r} does not exist")
     if path.endswith((".weights.h5", ".keras")) or not os.path.isfile(path):
@@ -113,11 +120,17 @@ def save_model(model, filepath, overwrite=True, include_optimizer=True, save_for
     answered with a warning, since Keras 3 writes this one format."""
     path = os.fspath(filepath)
     if save_format not in (None, "keras"):
-        warnings.warn(f"save: save_format={save_format!r} does not exist in Keras 3; {path!r} is written in "
-                      f"the Keras format (gau_keras.backend.keras.models.load_model reads it; {PORTING})",
-                      UserWarning, stacklevel=3)
-    write = (lambda target: keras.saving.save_model(model, target, **kwargs)) if include_optimizer else \
-        (lambda target: _save_without_optimizer(model, target, **kwargs))
+        warnings.warn(
+            f"save: save_format={save_format!r} does not exist in Keras 3; {path!r} is written in "
+            f"the Keras format (gau_keras.backend.keras.models.load_model reads it; {PORTING})",
+            UserWarning,
+            stacklevel=3,
+        )
+    write = (
+        (lambda target: keras.saving.save_model(model, target, **kwargs))
+        if include_optimizer
+        else (lambda target: _save_without_optimizer(model, target, **kwargs))
+    )
     _atomic(path, ".keras", overwrite, write)
 
 
@@ -135,8 +148,13 @@ def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):
     another name than '.keras' (``save_model`` above, or a renamed file)."""
     path = os.fspath(filepath)
     if path.endswith(".keras") or os.path.isfile(path) and os.path.getsize(path) == 0:
-        keras_archive.check(path, f"load_model: {path}")   # an empty or truncated file named as such
+        keras_archive.check(path, f"load_model: {path}")  # an empty or truncated file named as such
     if path.endswith(".keras") or not is_keras_file(path):
         return keras.models.load_model(path, custom_objects=custom_objects, compile=compile, safe_mode=safe_mode)
-    return _read_as(path, ".keras", lambda alias: keras.models.load_model(
-        alias, custom_objects=custom_objects, compile=compile, safe_mode=safe_mode))
+    return _read_as(
+        path,
+        ".keras",
+        lambda alias: keras.models.load_model(
+            alias, custom_objects=custom_objects, compile=compile, safe_mode=safe_mode
+        ),
+    )

@@ -16,6 +16,7 @@ Two storage modes:
 The numpy part never imports TensorFlow (it runs in the LAC-safe corpus
 workers); only ``dynamic_whole_word_mask`` imports it, when called.
 """
+
 import dataclasses
 
 import numpy as np
@@ -48,14 +49,14 @@ class MaskStats:
 
     documents: int = 0
     examples: int = 0
-    tokens: int = 0              # all tokens written, [CLS]/[SEP] included
+    tokens: int = 0  # all tokens written, [CLS]/[SEP] included
     content_tokens: int = 0
     words: int = 0
     selected_words: int = 0
-    selected_tokens: int = 0     # positions with a label
-    mask_tokens: int = 0         # ... replaced by [MASK]
-    random_tokens: int = 0       # ... replaced by a random token
-    kept_tokens: int = 0         # ... left unchanged
+    selected_tokens: int = 0  # positions with a label
+    mask_tokens: int = 0  # ... replaced by [MASK]
+    random_tokens: int = 0  # ... replaced by a random token
+    kept_tokens: int = 0  # ... left unchanged
 
     def add(self, other):
         for field in dataclasses.fields(self):
@@ -74,7 +75,7 @@ def chunk_words(word_ids, max_tokens):
         raise ValueError(f"chunk_words: max_tokens must be >= 1, got {max_tokens}")
     chunks, current, size = [], [], 0
     for word in word_ids:
-        pieces = [word[i:i + max_tokens] for i in range(0, len(word), max_tokens)]
+        pieces = [word[i : i + max_tokens] for i in range(0, len(word), max_tokens)]
         for piece in pieces:
             if size + len(piece) > max_tokens:
                 chunks.append(current)
@@ -98,14 +99,14 @@ class WholeWordMLM:
         dynamic: store word starts instead of fixed masks.
     """
 
-    def __init__(self, tokenizer, maxlen=512, mask_prob=0.15, mask_ratio=0.8, random_ratio=0.1,
-                 dynamic=False):
+    def __init__(self, tokenizer, maxlen=512, mask_prob=0.15, mask_ratio=0.8, random_ratio=0.1, dynamic=False):
         if maxlen < 3:
             raise ValueError(f"WholeWordMLM: maxlen must be >= 3 ([CLS] x [SEP]), got {maxlen}")
-        if not (0 <= mask_prob <= 1 and mask_ratio >= 0 and random_ratio >= 0
-                and mask_ratio + random_ratio <= 1):
-            raise ValueError("WholeWordMLM: need 0 <= mask_prob <= 1 and mask_ratio + random_ratio <= 1, got "
-                             f"mask_prob={mask_prob}, mask_ratio={mask_ratio}, random_ratio={random_ratio}")
+        if not (0 <= mask_prob <= 1 and mask_ratio >= 0 and random_ratio >= 0 and mask_ratio + random_ratio <= 1):
+            raise ValueError(
+                "WholeWordMLM: need 0 <= mask_prob <= 1 and mask_ratio + random_ratio <= 1, got "
+                f"mask_prob={mask_prob}, mask_ratio={mask_ratio}, random_ratio={random_ratio}"
+            )
         self.tokenizer = tokenizer
         self.maxlen = maxlen
         self.mask_prob, self.mask_ratio, self.random_ratio = mask_prob, mask_ratio, random_ratio
@@ -165,8 +166,7 @@ class WholeWordMLM:
         stats.mask_tokens += int(to_mask.sum())
         stats.random_tokens += int(to_random.sum())
         stats.kept_tokens += int((selected & ~to_mask & ~to_random).sum())
-        return {"token_ids": [self.cls_id] + token_ids.tolist() + [self.sep_id],
-                "labels": [0] + labels.tolist() + [0]}
+        return {"token_ids": [self.cls_id] + token_ids.tolist() + [self.sep_id], "labels": [0] + labels.tolist() + [0]}
 
 
 class SequencePacker:
@@ -203,8 +203,7 @@ class SequencePacker:
             self._current = {name: list(values) for name, values in features.items()}
         else:
             if set(features) != set(self._current):
-                raise ValueError(f"SequencePacker: features {sorted(features)} differ from "
-                                 f"{sorted(self._current)}")
+                raise ValueError(f"SequencePacker: features {sorted(features)} differ from {sorted(self._current)}")
             for name, values in features.items():
                 self._current[name].extend(values[1:])
         return done
@@ -218,8 +217,17 @@ class SequencePacker:
         return done
 
 
-def dynamic_whole_word_mask(token_ids, word_starts, seed, mask_token_id, random_token_ids,
-                            mask_prob=0.15, mask_ratio=0.8, random_ratio=0.1, char_fraction=0.0):
+def dynamic_whole_word_mask(
+    token_ids,
+    word_starts,
+    seed,
+    mask_token_id,
+    random_token_ids,
+    mask_prob=0.15,
+    mask_ratio=0.8,
+    random_ratio=0.1,
+    char_fraction=0.0,
+):
     """Whole-word MLM masking in TensorFlow ops (``tf.data``-mappable).
 
     Args:
@@ -252,9 +260,13 @@ def dynamic_whole_word_mask(token_ids, word_starts, seed, mask_token_id, random_
     if char_fraction:
         # every in-word token a unit of its own, for the sequences drawn (seeded apart
         # from the three draws below, so char_fraction=0 keeps the whole-word masks)
-        per_char = tf.random.stateless_uniform(tf.concat([tf.shape(token_ids)[:-1], [1]], 0),
-                                               tf.random.experimental.stateless_fold_in(
-                                                   tf.cast(seed, tf.int64), 3)) < char_fraction
+        per_char = (
+            tf.random.stateless_uniform(
+                tf.concat([tf.shape(token_ids)[:-1], [1]], 0),
+                tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int64), 3),
+            )
+            < char_fraction
+        )
         char_index = tf.cumsum(tf.cast(in_word, tf.int32), axis=-1)
         word_index = tf.where(per_char & in_word, char_index, word_index)
 
@@ -265,8 +277,9 @@ def dynamic_whole_word_mask(token_ids, word_starts, seed, mask_token_id, random_
     select_u = tf.gather(select_u, word_index, batch_dims=rank - 1)
     action_u = tf.gather(action_u, word_index, batch_dims=rank - 1)
     random_ids = tf.cast(tf.convert_to_tensor(random_token_ids), dtype)
-    random_pick = tf.random.stateless_uniform(tf.shape(token_ids), seeds[2], minval=0,
-                                              maxval=tf.shape(random_ids)[0], dtype=tf.int32)
+    random_pick = tf.random.stateless_uniform(
+        tf.shape(token_ids), seeds[2], minval=0, maxval=tf.shape(random_ids)[0], dtype=tf.int32
+    )
     random_tokens = tf.gather(random_ids, random_pick)
 
     selected = in_word & (select_u < mask_prob)

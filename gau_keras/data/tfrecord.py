@@ -11,6 +11,7 @@ and either ``labels`` (static masks) or ``word_starts`` (dynamic masks, see
 
 Design notes: docs/pretraining.md (Data).
 """
+
 import hashlib
 import json
 import os
@@ -36,8 +37,9 @@ def shard_name(index, shards):
 
 def serialize_example(features):
     """``{name: list of ints}`` -> serialized ``tf.train.Example`` bytes."""
-    feature = {name: tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-               for name, values in features.items()}
+    feature = {
+        name: tf.train.Feature(int64_list=tf.train.Int64List(value=list(values))) for name, values in features.items()
+    }
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
@@ -98,7 +100,8 @@ def _parse(serialized, label_key):
 def _check_length(features, maxlen):
     length = tf.shape(features["token_ids"])[0]
     assert_op = tf.debugging.assert_less_equal(
-        length, maxlen, message=f"load_dataset: an example is longer than maxlen={maxlen}")
+        length, maxlen, message=f"load_dataset: an example is longer than maxlen={maxlen}"
+    )
     with tf.control_dependencies([assert_op]):
         return {name: tf.identity(value) for name, value in features.items()}
 
@@ -121,8 +124,10 @@ def _first_record(path):
             return tf.train.Example.FromString(record.numpy())
     except (tf.errors.DataLossError, DecodeError) as e:
         detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(f"load_dataset: {path} is not a TFRecord file of MLM examples ({detail}); "
-                         f"prepare the shards again (prepare_corpus)") from None
+        raise ValueError(
+            f"load_dataset: {path} is not a TFRecord file of MLM examples ({detail}); "
+            f"prepare the shards again (prepare_corpus)"
+        ) from None
     return None
 
 
@@ -138,12 +143,16 @@ def shard_format(files):
         features = example.features.feature
         kind = "dynamic" if "word_starts" in features else "static" if "labels" in features else None
         if kind is None:
-            raise ValueError(f"load_dataset: {path}: a record has neither 'labels' nor 'word_starts' "
-                             f"(features {sorted(features)}); not an MLM shard of prepare_corpus")
+            raise ValueError(
+                f"load_dataset: {path}: a record has neither 'labels' nor 'word_starts' "
+                f"(features {sorted(features)}); not an MLM shard of prepare_corpus"
+            )
         found.setdefault(kind, path)
     if len(found) > 1:
-        raise ValueError(f"load_dataset: {found['static']} holds fixed masks but {found['dynamic']} dynamic "
-                         f"ones; use shards of one prepare_corpus mode")
+        raise ValueError(
+            f"load_dataset: {found['static']} holds fixed masks but {found['dynamic']} dynamic "
+            f"ones; use shards of one prepare_corpus mode"
+        )
     if not found:
         raise ValueError(f"load_dataset: {files[0]} holds no record")
     return next(iter(found))
@@ -177,18 +186,22 @@ def check_shards(files, vocab=None):
         for path in beside:
             name = os.path.basename(path)
             if name in sizes and tf.io.gfile.stat(path).length != sizes[name]:
-                raise ValueError(f"load_dataset: {path} is {tf.io.gfile.stat(path).length} bytes but {summary_path} "
-                                 f"records {sizes[name]} bytes ({records.get(name, '?')} records): the shard is "
-                                 f"truncated or was replaced; prepare the shards again")
+                raise ValueError(
+                    f"load_dataset: {path} is {tf.io.gfile.stat(path).length} bytes but {summary_path} "
+                    f"records {sizes[name]} bytes ({records.get(name, '?')} records): the shard is "
+                    f"truncated or was replaced; prepare the shards again"
+                )
         if vocab is not None and summary.get("vocab_checksum"):
             checksum = vocab_checksum(vocab)
             if checksum != summary["vocab_checksum"]:
                 from gau_keras.tokenizers import load_vocab
 
-                raise ValueError(f"load_dataset: the shards were made with another vocab: {summary_path} records "
-                                 f"a vocab of {summary.get('vocab_size')} tokens ({summary.get('vocab')}), "
-                                 f"but {vocab} has {len(load_vocab(vocab))} tokens (checksums differ); "
-                                 f"prepare the shards with {vocab} or train with their vocab")
+                raise ValueError(
+                    f"load_dataset: the shards were made with another vocab: {summary_path} records "
+                    f"a vocab of {summary.get('vocab_size')} tokens ({summary.get('vocab')}), "
+                    f"but {vocab} has {len(load_vocab(vocab))} tokens (checksums differ); "
+                    f"prepare the shards with {vocab} or train with their vocab"
+                )
     return summaries
 
 
@@ -210,17 +223,34 @@ def _masking(files, mask_prob, mask_ratio, random_ratio):
     values = {}
     for key, default in MASKING_DEFAULTS.items():
         if given[key] is not None and key in recorded and abs(given[key] - recorded[key]) > 1e-12:
-            raise ValueError(f"load_dataset: {key}={given[key]} but the shards' {SUMMARY_NAME} "
-                             f"({os.path.dirname(files[0])}) records {key}={recorded[key]}")
+            raise ValueError(
+                f"load_dataset: {key}={given[key]} but the shards' {SUMMARY_NAME} "
+                f"({os.path.dirname(files[0])}) records {key}={recorded[key]}"
+            )
         values[key] = given[key] if given[key] is not None else recorded.get(key, default)
     return values["mask_prob"], values["mask_ratio"], values["random_ratio"]
 
 
-def load_dataset(file_pattern, batch_size, maxlen=512, dynamic_mask=None, shuffle=True,
-                 shuffle_buffer=10000, seed=0, repeat=False, drop_remainder=False,
-                 mask_token_id=None, random_token_ids=None, mask_prob=None,
-                 mask_ratio=None, random_ratio=None, char_mask_fraction=0.0, pair_segments=False,
-                 sep_token_id=None, vocab=None):
+def load_dataset(
+    file_pattern,
+    batch_size,
+    maxlen=512,
+    dynamic_mask=None,
+    shuffle=True,
+    shuffle_buffer=10000,
+    seed=0,
+    repeat=False,
+    drop_remainder=False,
+    mask_token_id=None,
+    random_token_ids=None,
+    mask_prob=None,
+    mask_ratio=None,
+    random_ratio=None,
+    char_mask_fraction=0.0,
+    pair_segments=False,
+    sep_token_id=None,
+    vocab=None,
+):
     """MLM batches from TFRecord shards.
 
     Args:
@@ -265,24 +295,33 @@ def load_dataset(file_pattern, batch_size, maxlen=512, dynamic_mask=None, shuffl
     if not 0 <= char_mask_fraction <= 1:
         raise ValueError(f"load_dataset: char_mask_fraction={char_mask_fraction}: expected a fraction in [0, 1]")
     if char_mask_fraction and not dynamic_mask:
-        raise ValueError(f"load_dataset: char_mask_fraction={char_mask_fraction} needs shards of dynamic masks; "
-                         f"{files[0]} holds fixed masks")
+        raise ValueError(
+            f"load_dataset: char_mask_fraction={char_mask_fraction} needs shards of dynamic masks; "
+            f"{files[0]} holds fixed masks"
+        )
     if pair_segments and sep_token_id is None:
         raise ValueError("load_dataset: pair_segments needs sep_token_id (e.g. tokenizer.token_sep_id)")
     masking = _masking(files, mask_prob, mask_ratio, random_ratio)
-    dataset = _examples(files, "word_starts" if dynamic_mask else "labels", maxlen, shuffle, shuffle_buffer,
-                        seed, repeat)
+    dataset = _examples(
+        files, "word_starts" if dynamic_mask else "labels", maxlen, shuffle, shuffle_buffer, seed, repeat
+    )
     if dynamic_mask:
         dataset = _masked(dataset, seed, mask_token_id, random_token_ids, *masking, char_mask_fraction)
     else:
         dataset = dataset.map(lambda features: (features["token_ids"], features["labels"]))
     dataset = dataset.map(lambda token_ids, labels: (tf.cast(token_ids, tf.int32), tf.cast(labels, tf.int32)))
-    dataset = dataset.padded_batch(batch_size, padded_shapes=([maxlen], [maxlen]),
-                                   drop_remainder=drop_remainder)
-    dataset = dataset.map(lambda token_ids, labels: (
-        {"Input-Token": token_ids,
-         "Input-Segment": pair_segment_ids(token_ids, sep_token_id) if pair_segments else tf.zeros_like(token_ids)},
-        labels))
+    dataset = dataset.padded_batch(batch_size, padded_shapes=([maxlen], [maxlen]), drop_remainder=drop_remainder)
+    dataset = dataset.map(
+        lambda token_ids, labels: (
+            {
+                "Input-Token": token_ids,
+                "Input-Segment": pair_segment_ids(token_ids, sep_token_id)
+                if pair_segments
+                else tf.zeros_like(token_ids),
+            },
+            labels,
+        )
+    )
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
@@ -308,9 +347,11 @@ def _follow_shards(files, dynamic_mask):
     """Whether the shards hold dynamic masks; an error if ``dynamic_mask`` says otherwise."""
     found = shard_format(files)
     if dynamic_mask is not None and found != ("dynamic" if dynamic_mask else "static"):
-        raise ValueError(f"load_dataset: dynamic_mask={dynamic_mask} but {files[0]} holds {found} masks "
-                         f"({'word_starts' if found == 'dynamic' else 'labels'}); leave dynamic_mask unset "
-                         f"to follow the shards")
+        raise ValueError(
+            f"load_dataset: dynamic_mask={dynamic_mask} but {files[0]} holds {found} masks "
+            f"({'word_starts' if found == 'dynamic' else 'labels'}); leave dynamic_mask unset "
+            f"to follow the shards"
+        )
     return found == "dynamic"
 
 
@@ -319,10 +360,17 @@ def _examples(files, label_key, maxlen, shuffle, shuffle_buffer, seed, repeat):
     dataset = tf.data.Dataset.from_tensor_slices(files)
     if shuffle:
         dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    dataset = dataset.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 16),
-                                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    dataset = dataset.map(lambda record: _check_length(_parse(record, label_key), maxlen),
-                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    dataset = dataset.interleave(
+        tf.data.TFRecordDataset,
+        cycle_length=min(len(files), 16),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    dataset = dataset.map(
+        lambda record: _check_length(_parse(record, label_key), maxlen),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
     if shuffle:
         dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
@@ -337,7 +385,15 @@ def _masked(dataset, seed, mask_token_id, random_token_ids, mask_prob, mask_rati
 
     def mask(index, features):
         return dynamic_whole_word_mask(
-            features["token_ids"], features["word_starts"], tf.stack([tf.cast(seed, tf.int64), index]),
-            mask_token_id, random_ids, mask_prob, mask_ratio, random_ratio, char_fraction)
+            features["token_ids"],
+            features["word_starts"],
+            tf.stack([tf.cast(seed, tf.int64), index]),
+            mask_token_id,
+            random_ids,
+            mask_prob,
+            mask_ratio,
+            random_ratio,
+            char_fraction,
+        )
 
     return dataset.enumerate().map(mask, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

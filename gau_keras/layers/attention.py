@@ -3,6 +3,7 @@ multi-head attention (RoFormerV2) and the LM/UniLM attention-bias layer.
 
 Design notes: docs/models.md.
 """
+
 import math
 
 import keras
@@ -50,13 +51,23 @@ class _AttentionBase(keras.layers.Layer):
     #: the position inputs the layer takes (``p_bias``)
     position_biases = (None, "rotary")
 
-    def __init__(self, normalization, attention_scale, attention_dropout,
-                 softmax_plus_min_len, kernel_initializer, recompute=False, **kwargs):
+    def __init__(
+        self,
+        normalization,
+        attention_scale,
+        attention_dropout,
+        softmax_plus_min_len,
+        kernel_initializer,
+        recompute=False,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.recompute = bool(recompute)
         if normalization not in gops.ATTENTION_NORMALIZATIONS:
-            raise ValueError(f"{type(self).__name__} {self.name!r}: normalization must be one of "
-                             f"{gops.ATTENTION_NORMALIZATIONS}, got {normalization!r}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: normalization must be one of "
+                f"{gops.ATTENTION_NORMALIZATIONS}, got {normalization!r}"
+            )
         self.supports_masking = True
         self.normalization = normalization
         self.attention_scale = attention_scale
@@ -68,12 +79,15 @@ class _AttentionBase(keras.layers.Layer):
     def _split_inputs(self, inputs, n_main, a_bias, p_bias):
         inputs = _as_list(inputs)
         if p_bias not in self.position_biases:
-            raise ValueError(f"{type(self).__name__} {self.name!r}: p_bias must be one of "
-                             f"{self.position_biases}, got {p_bias!r}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: p_bias must be one of {self.position_biases}, got {p_bias!r}"
+            )
         n_expected = n_main + bool(a_bias) + (p_bias is not None)
         if len(inputs) != n_expected:
-            raise ValueError(f"{type(self).__name__} {self.name!r}: expected {n_expected} inputs "
-                             f"(a_bias={a_bias!r}, p_bias={p_bias!r}), got {len(inputs)}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: expected {n_expected} inputs "
+                f"(a_bias={a_bias!r}, p_bias={p_bias!r}), got {len(inputs)}"
+            )
         main = inputs[:n_main]
         bias = inputs[n_main] if a_bias else None
         position = inputs[-1] if p_bias is not None else None
@@ -91,15 +105,19 @@ class _AttentionBase(keras.layers.Layer):
             return self.attend(inputs, mask, a_bias, p_bias, training)
         several = isinstance(inputs, (list, tuple))
         return recompute_call(
-            self, lambda *xs: self.attend(list(xs) if several else xs[0], mask, a_bias, p_bias, training),
-            _as_list(inputs))
+            self,
+            lambda *xs: self.attend(list(xs) if several else xs[0], mask, a_bias, p_bias, training),
+            _as_list(inputs),
+        )
 
     def get_config(self):
         config = super().get_config()
         config.update(
             recompute=self.recompute,
-            normalization=self.normalization, attention_scale=self.attention_scale,
-            attention_dropout=self.attention_dropout, softmax_plus_min_len=self.softmax_plus_min_len,
+            normalization=self.normalization,
+            attention_scale=self.attention_scale,
+            attention_dropout=self.attention_dropout,
+            softmax_plus_min_len=self.softmax_plus_min_len,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
         )
         return config
@@ -132,12 +150,30 @@ class GatedAttentionUnit(_AttentionBase):
     [1|B, L, s] to q and k.
     """
 
-    def __init__(self, units, key_size, activation="swish", use_bias=True,
-                 normalization="squared_relu", self_attention=True, attention_scale=True,
-                 attention_dropout=None, kernel_initializer="glorot_uniform",
-                 softmax_plus_min_len=16, recompute=False, **kwargs):
-        super().__init__(normalization, attention_scale, attention_dropout,
-                         softmax_plus_min_len, kernel_initializer, recompute, **kwargs)
+    def __init__(
+        self,
+        units,
+        key_size,
+        activation="swish",
+        use_bias=True,
+        normalization="squared_relu",
+        self_attention=True,
+        attention_scale=True,
+        attention_dropout=None,
+        kernel_initializer="glorot_uniform",
+        softmax_plus_min_len=16,
+        recompute=False,
+        **kwargs,
+    ):
+        super().__init__(
+            normalization,
+            attention_scale,
+            attention_dropout,
+            softmax_plus_min_len,
+            kernel_initializer,
+            recompute,
+            **kwargs,
+        )
         self.units = units
         self.key_size = key_size
         self.activation = keras.activations.get(activation)
@@ -190,7 +226,7 @@ class GatedAttentionUnit(_AttentionBase):
             return self.o_dense(u * gops.matmul(attention, v))
         a = _scores(q, k)
         if self.attention_scale:
-            a = a / self.key_size ** 0.5
+            a = a / self.key_size**0.5
         attention = self._normalize(a, key_mask, bias, training)
         return self.o_dense(u * gops.matmul(attention, v))
 
@@ -199,9 +235,9 @@ class GatedAttentionUnit(_AttentionBase):
         attention scale, n = the keys each query may attend to: from the key mask alone
         ([B, 1, 1]) or, under a boolean LM/UniLM visibility mask, counted per query row
         (an additive float bias is scaled with the logits: ``attend`` spells that case out)."""
-        allowed = None if key_mask is None else ops.cast(key_mask, "bool")[:, None, :]     # [B, 1, Lk]
+        allowed = None if key_mask is None else ops.cast(key_mask, "bool")[:, None, :]  # [B, 1, Lk]
         if bias is not None:
-            allowed = bias if allowed is None else ops.logical_and(allowed, bias)        # [B|1, Lq, Lk]
+            allowed = bias if allowed is None else ops.logical_and(allowed, bias)  # [B|1, Lq, Lk]
         if allowed is None:
             n = ops.cast(ops.shape(k)[1], "float32")
         else:
@@ -209,7 +245,7 @@ class GatedAttentionUnit(_AttentionBase):
         n = ops.maximum(n, float(self.softmax_plus_min_len))
         factor = ops.log(n) / math.log(512.0)
         if self.attention_scale:
-            factor = factor / self.key_size ** 0.5
+            factor = factor / self.key_size**0.5
         return ops.reshape(factor, (-1, 1, 1)) if len(factor.shape) == 0 else factor
 
     def compute_output_shape(self, input_shape):
@@ -218,9 +254,13 @@ class GatedAttentionUnit(_AttentionBase):
 
     def get_config(self):
         config = super().get_config()
-        config.update(units=self.units, key_size=self.key_size,
-                      activation=keras.activations.serialize(self.activation),
-                      use_bias=self.use_bias, self_attention=self.self_attention)
+        config.update(
+            units=self.units,
+            key_size=self.key_size,
+            activation=keras.activations.serialize(self.activation),
+            use_bias=self.use_bias,
+            self_attention=self.self_attention,
+        )
         return config
 
 
@@ -259,12 +299,31 @@ class MultiHeadAttention(_AttentionBase):
 
     position_biases = (None, "rotary", "typical_relative")
 
-    def __init__(self, heads, head_size, out_dim=None, key_size=None, use_bias=True,
-                 normalization="softmax", attention_scale=True, attention_dropout=None,
-                 return_attention_scores=False, kernel_initializer="glorot_uniform",
-                 softmax_plus_min_len=16, recompute=False, **kwargs):
-        super().__init__(normalization, attention_scale, attention_dropout,
-                         softmax_plus_min_len, kernel_initializer, recompute, **kwargs)
+    def __init__(
+        self,
+        heads,
+        head_size,
+        out_dim=None,
+        key_size=None,
+        use_bias=True,
+        normalization="softmax",
+        attention_scale=True,
+        attention_dropout=None,
+        return_attention_scores=False,
+        kernel_initializer="glorot_uniform",
+        softmax_plus_min_len=16,
+        recompute=False,
+        **kwargs,
+    ):
+        super().__init__(
+            normalization,
+            attention_scale,
+            attention_dropout,
+            softmax_plus_min_len,
+            kernel_initializer,
+            recompute,
+            **kwargs,
+        )
         self.heads = heads
         self.head_size = head_size
         self.out_dim = out_dim or heads * head_size
@@ -299,17 +358,20 @@ class MultiHeadAttention(_AttentionBase):
         if p_bias == "rotary":
             qw, kw = gops.apply_rotary(position, qw), gops.apply_rotary(position, kw)
         relative = ops.cast(position, qw.dtype) if p_bias == "typical_relative" else None
-        o = self._fused_attention(qw, kw, vw, masks[2], bias) if relative is None and self.fusable(
-            bias, training) else None
+        o = (
+            self._fused_attention(qw, kw, vw, masks[2], bias)
+            if relative is None and self.fusable(bias, training)
+            else None
+        )
         if o is not None:
             shape = ops.shape(o)
             return self.o_dense(ops.reshape(o, [shape[0], shape[1], self.heads * self.head_size]))
         a = ops.einsum("bjhd,bkhd->bhjk", qw, kw)
-        if relative is not None:    # Shaw et al.: q_j . r_jk added to the scores, sum_k p_jk r_jk to the output
+        if relative is not None:  # Shaw et al.: q_j . r_jk added to the scores, sum_k p_jk r_jk to the output
             a = a + ops.einsum("bjhd,jkd->bhjk", qw, relative)
         if self.attention_scale:
-            a = a / self.key_size ** 0.5
-        if bias is not None and len(bias.shape) == 3:     # [B|1, Lq, Lk], shared by the heads
+            a = a / self.key_size**0.5
+        if bias is not None and len(bias.shape) == 3:  # [B|1, Lq, Lk], shared by the heads
             bias = ops.expand_dims(bias, 1)
         attention = self._normalize(a, masks[2], bias, training)
         o = ops.einsum("bhjk,bkhd->bjhd", attention, vw)
@@ -325,9 +387,14 @@ class MultiHeadAttention(_AttentionBase):
         dropout in this call, keys and values of one head size, no scores to return, and no
         additive (float) bias."""
         dropout = bool(training) and self.attention_dropout > 0
-        return (self.normalization == "softmax" and not dropout and not self.return_attention_scores
-                and self.key_size == self.head_size and (bias is None or bias.dtype == "bool")
-                and fused_attention_device())
+        return (
+            self.normalization == "softmax"
+            and not dropout
+            and not self.return_attention_scores
+            and self.key_size == self.head_size
+            and (bias is None or bias.dtype == "bool")
+            and fused_attention_device()
+        )
 
     def _fused_attention(self, qw, kw, vw, key_mask, bias, implementation="cudnn"):
         """[B, Lq, heads, d] of ``jax.nn.dot_product_attention`` (cuDNN's fused attention), or
@@ -345,10 +412,10 @@ class MultiHeadAttention(_AttentionBase):
             mask = bias if mask is None else ops.logical_and(mask, bias)
         if mask is not None:
             mask = ops.broadcast_to(mask, (ops.shape(qw)[0], 1, ops.shape(qw)[1], ops.shape(kw)[1]))
-        scale = 1.0 / self.key_size ** 0.5 if self.attention_scale else 1.0
+        scale = 1.0 / self.key_size**0.5 if self.attention_scale else 1.0
         try:
             return jax.nn.dot_product_attention(qw, kw, vw, mask=mask, scale=scale, implementation=implementation)
-        except (ValueError, NotImplementedError, RuntimeError, TypeError):   # JAX's checks of what cuDNN takes
+        except (ValueError, NotImplementedError, RuntimeError, TypeError):  # JAX's checks of what cuDNN takes
             return None
 
     def compute_output_shape(self, input_shape):
@@ -364,9 +431,14 @@ class MultiHeadAttention(_AttentionBase):
 
     def get_config(self):
         config = super().get_config()
-        config.update(heads=self.heads, head_size=self.head_size, out_dim=self.out_dim,
-                      key_size=self.key_size, use_bias=self.use_bias,
-                      return_attention_scores=self.return_attention_scores)
+        config.update(
+            heads=self.heads,
+            head_size=self.head_size,
+            out_dim=self.out_dim,
+            key_size=self.key_size,
+            use_bias=self.use_bias,
+            return_attention_scores=self.return_attention_scores,
+        )
         return config
 
 

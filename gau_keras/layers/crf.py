@@ -16,6 +16,7 @@ which only a model of the bert4keras face maps (``gau_keras.backend.keras.models
 Shapes: scores y_pred [B, L, N] (N labels); sparse labels [B, L] ints,
 dense labels [B, L, N] one-hot.
 """
+
 import math
 
 import keras
@@ -46,21 +47,27 @@ def _sparse_labels(y_true, y_pred, owner):
     (a one-hot of it would be all zeros and give a finite, wrong loss)."""
     length, expected = (y_true.shape[1] if len(y_true.shape) > 1 else None), y_pred.shape[1]
     if isinstance(length, int) and isinstance(expected, int) and length != expected:
-        raise ValueError(f"{owner}: y_true has {length} positions per sample where the scores (y_pred) have "
-                         f"{expected}; shapes {tuple(y_true.shape)} and {tuple(y_pred.shape)}")
+        raise ValueError(
+            f"{owner}: y_true has {length} positions per sample where the scores (y_pred) have "
+            f"{expected}; shapes {tuple(y_true.shape)} and {tuple(y_pred.shape)}"
+        )
     values = ops.cast(ops.reshape(y_true, ops.shape(y_pred)[:-1]), "float32")
     num_labels = y_pred.shape[-1]
-    bad = ops.logical_or(ops.not_equal(values, ops.floor(values)),
-                         ops.logical_or(ops.less(values, 0.0), ops.greater_equal(values, float(num_labels))))
+    bad = ops.logical_or(
+        ops.not_equal(values, ops.floor(values)),
+        ops.logical_or(ops.less(values, 0.0), ops.greater_equal(values, float(num_labels))),
+    )
     # padding (scores -inf) may hold any label, e.g. -1 or -100: bert4keras ignores it there
     valid = _valid_positions(ops.cast(y_pred, "float32"))
     bad = ops.logical_and(bad, valid)
     concrete = gops.concrete(bad)
     if concrete is not None and concrete.any():
         b, t = np.argwhere(concrete)[0]
-        raise ValueError(f"{owner}: y_true[{b}, {t}] = {float(gops.concrete(values)[b, t])!r} is not a label "
-                         f"(an integer in [0, {num_labels}))")
-    labels = ops.clip(ops.cast(values, "int32"), 0, num_labels - 1)      # in range for one_hot / take
+        raise ValueError(
+            f"{owner}: y_true[{b}, {t}] = {float(gops.concrete(values)[b, t])!r} is not a label "
+            f"(an integer in [0, {num_labels}))"
+        )
+    labels = ops.clip(ops.cast(values, "int32"), 0, num_labels - 1)  # in range for one_hot / take
     return ops.where(valid, labels, 0), ops.any(bad, axis=1)
 
 
@@ -90,14 +97,15 @@ class _TransitionLayer(keras.layers.Layer):
         """The effective value of a stored weight, float32."""
         try:
             value = ops.cast(variable, "float32")
-        except TypeError as error:      # JAX: Keras left the variable without a value in this scope
+        except TypeError as error:  # JAX: Keras left the variable without a value in this scope
             if keras.backend.backend() != "jax":
                 raise
             raise RuntimeError(
                 f"{self.name}: on JAX a metric of this layer reads its transition weights, which Keras does not "
                 "map where a plain keras.Model computes its metrics; build the model with the bert4keras face's "
                 "Model (gau_keras.backend.keras.models.Model, or build_transformer_model's), which maps them "
-                "(gau_keras.bert4keras.jax_training)") from error
+                "(gau_keras.bert4keras.jax_training)"
+            ) from error
         return value * self.lr_multiplier if self.lr_multiplier != 1 else value
 
     def call(self, inputs, mask=None):
@@ -150,10 +158,10 @@ class ConditionalRandomField(_TransitionLayer):
     def log_partition(self, y_pred, mask):
         """log Z [B] by the forward recursion; y_pred [B, L, N] zero on padding,
         mask [B, L] float32. A padded step carries the previous state unchanged."""
-        trans = ops.expand_dims(self._scaled(self._trans), 0)                 # [1, N, N]
+        trans = ops.expand_dims(self._scaled(self._trans), 0)  # [1, N, N]
 
         def step(state, inputs):
-            scores, keep = inputs[:, :-1], inputs[:, -1:]                   # [B, N], [B, 1]
+            scores, keep = inputs[:, :-1], inputs[:, -1:]  # [B, N], [B, 1]
             new = ops.logsumexp(ops.expand_dims(state, 2) + trans, axis=1) + scores
             state = keep * new + (1.0 - keep) * state
             return state, state
@@ -191,9 +199,9 @@ class ConditionalRandomField(_TransitionLayer):
 
 def _reverse_valid(x, lengths):
     """Reverses the first ``lengths[b]`` steps of each row of x [B, L] or [B, L, N]; padding stays last."""
-    steps = ops.arange(ops.shape(x)[1], dtype="int32")[None]                 # [1, L]
-    lengths = ops.cast(lengths, "int32")[:, None]                            # [B, 1]
-    index = ops.where(steps < lengths, lengths - 1 - steps, steps)           # [B, L]
+    steps = ops.arange(ops.shape(x)[1], dtype="int32")[None]  # [1, L]
+    lengths = ops.cast(lengths, "int32")[:, None]  # [B, 1]
+    index = ops.where(steps < lengths, lengths - 1 - steps, steps)  # [B, L]
     if len(x.shape) == 3:
         index = ops.broadcast_to(ops.expand_dims(index, 2), ops.shape(x))
     return ops.take_along_axis(x, index, axis=1)

@@ -4,6 +4,7 @@ embeddings (Shaw et al.'s and T5's).
 
 Design notes: docs/models.md.
 """
+
 import math
 
 import keras
@@ -101,8 +102,9 @@ class SinusoidalPositionEmbedding(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(output_dim=self.output_dim, merge_mode=self.merge_mode,
-                      custom_position_ids=self.custom_position_ids)
+        config.update(
+            output_dim=self.output_dim, merge_mode=self.merge_mode, custom_position_ids=self.custom_position_ids
+        )
         return config
 
 
@@ -141,8 +143,16 @@ class PositionEmbedding(keras.layers.Layer):
     ``alpha u[p // input_dim] + (1 - alpha) u[p % input_dim]``.
     """
 
-    def __init__(self, input_dim, output_dim, merge_mode="add", hierarchical=None,
-                 embeddings_initializer="zeros", custom_position_ids=False, **kwargs):
+    def __init__(
+        self,
+        input_dim,
+        output_dim,
+        merge_mode="add",
+        hierarchical=None,
+        embeddings_initializer="zeros",
+        custom_position_ids=False,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if merge_mode not in MERGE_MODES:
             raise ValueError(f"PositionEmbedding: merge_mode must be one of {MERGE_MODES}, got {merge_mode!r}")
@@ -155,8 +165,9 @@ class PositionEmbedding(keras.layers.Layer):
         self.custom_position_ids = custom_position_ids
 
     def build(self, input_shape):
-        self.embeddings = self.add_weight(name="embeddings", shape=(self.input_dim, self.output_dim),
-                                          initializer=self.embeddings_initializer)
+        self.embeddings = self.add_weight(
+            name="embeddings", shape=(self.input_dim, self.output_dim), initializer=self.embeddings_initializer
+        )
 
     def call(self, inputs):
         if self.custom_position_ids:
@@ -170,12 +181,13 @@ class PositionEmbedding(keras.layers.Layer):
             if position_ids is None:
                 position_ids = ops.arange(ops.shape(x)[1], dtype="int32")[None]
             table = (table - alpha * table[:1]) / (1.0 - alpha)
-            emb = (alpha * ops.take(table, position_ids // self.input_dim, axis=0)
-                   + (1.0 - alpha) * ops.take(table, position_ids % self.input_dim, axis=0))
+            emb = alpha * ops.take(table, position_ids // self.input_dim, axis=0) + (1.0 - alpha) * ops.take(
+                table, position_ids % self.input_dim, axis=0
+            )
         elif position_ids is not None:
             emb = ops.take(table, position_ids, axis=0)
         else:
-            emb = table[None, :ops.shape(x)[1]]
+            emb = table[None, : ops.shape(x)[1]]
         return _merge(ops.cast(x, self.compute_dtype), emb, self.merge_mode)
 
     def compute_mask(self, inputs, mask=None):
@@ -193,9 +205,14 @@ class PositionEmbedding(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(input_dim=self.input_dim, output_dim=self.output_dim, merge_mode=self.merge_mode,
-                      hierarchical=self.hierarchical, custom_position_ids=self.custom_position_ids,
-                      embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer))
+        config.update(
+            input_dim=self.input_dim,
+            output_dim=self.output_dim,
+            merge_mode=self.merge_mode,
+            hierarchical=self.hierarchical,
+            custom_position_ids=self.custom_position_ids,
+            embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer),
+        )
         return config
 
 
@@ -223,8 +240,9 @@ class RelativePositionEmbedding(keras.layers.Layer):
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
 
     def build(self, input_shape):
-        self.embeddings = self.add_weight(name="embeddings", shape=(self.input_dim, self.output_dim),
-                                          initializer=self.embeddings_initializer)
+        self.embeddings = self.add_weight(
+            name="embeddings", shape=(self.input_dim, self.output_dim), initializer=self.embeddings_initializer
+        )
 
     def call(self, inputs):
         return ops.take(ops.cast(self.embeddings, self.compute_dtype), self.compute_position_ids(inputs), axis=0)
@@ -243,8 +261,11 @@ class RelativePositionEmbedding(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(input_dim=self.input_dim, output_dim=self.output_dim,
-                      embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer))
+        config.update(
+            input_dim=self.input_dim,
+            output_dim=self.output_dim,
+            embeddings_initializer=keras.initializers.serialize(self.embeddings_initializer),
+        )
         return config
 
 
@@ -255,15 +276,16 @@ class RelativePositionEmbeddingT5(RelativePositionEmbedding):
     ``max_distance``; half the buckets per direction when ``bidirectional``).
     Output [Lq, Lv, output_dim] (output_dim = heads in T5)."""
 
-    def __init__(self, input_dim, output_dim, max_distance=128, bidirectional=True,
-                 embeddings_initializer="zeros", **kwargs):
+    def __init__(
+        self, input_dim, output_dim, max_distance=128, bidirectional=True, embeddings_initializer="zeros", **kwargs
+    ):
         super().__init__(input_dim, output_dim, embeddings_initializer=embeddings_initializer, **kwargs)
         self.max_distance = max_distance
         self.bidirectional = bidirectional
 
     def compute_position_ids(self, inputs):
         q, v = inputs
-        distance = -_relative_positions(q, v)                                # query index - key index
+        distance = -_relative_positions(q, v)  # query index - key index
         buckets = self.input_dim
         offset = 0
         if self.bidirectional:

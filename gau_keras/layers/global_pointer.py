@@ -1,5 +1,6 @@
 """GlobalPointer and EfficientGlobalPointer: score every (start, end) span of a
 sequence for each entity type, with bert4keras's arguments and weights."""
+
 import math
 
 import keras
@@ -31,8 +32,9 @@ class GlobalPointer(keras.layers.Layer):
     predicted when s_t(i, j) > 0.
     """
 
-    def __init__(self, heads, head_size, RoPE=True, use_bias=True, tril_mask=True,
-                 kernel_initializer="lecun_normal", **kwargs):
+    def __init__(
+        self, heads, head_size, RoPE=True, use_bias=True, tril_mask=True, kernel_initializer="lecun_normal", **kwargs
+    ):
         super().__init__(**kwargs)
         if head_size % 2 and RoPE:
             raise ValueError(f"{type(self).__name__}: head_size must be even with RoPE=True, got {head_size}")
@@ -45,8 +47,13 @@ class GlobalPointer(keras.layers.Layer):
         self.supports_masking = True
 
     def _dense(self, units, name):
-        return keras.layers.Dense(units, use_bias=self.use_bias, kernel_initializer=self.kernel_initializer,
-                                  name=name, dtype=self.dtype_policy)
+        return keras.layers.Dense(
+            units,
+            use_bias=self.use_bias,
+            kernel_initializer=self.kernel_initializer,
+            name=name,
+            dtype=self.dtype_policy,
+        )
 
     def build(self, input_shape):
         self.dense = self._dense(self.heads * self.head_size * 2, "dense")
@@ -62,10 +69,10 @@ class GlobalPointer(keras.layers.Layer):
 
     def span_logits(self, inputs):
         """Unmasked logits [B, heads, L, L]."""
-        x = self.dense(inputs)                                              # [B, L, T*2d]
+        x = self.dense(inputs)  # [B, L, T*2d]
         shape = ops.shape(x)
         x = ops.reshape(x, (shape[0], shape[1], self.heads, 2 * self.head_size))
-        q, k = self._rotate(x[..., :self.head_size], x[..., self.head_size:])   # [B, L, T, d]
+        q, k = self._rotate(x[..., : self.head_size], x[..., self.head_size :])  # [B, L, T, d]
         return ops.einsum("bmtd,bntd->btmn", q, k) / math.sqrt(self.head_size)
 
     def call(self, inputs, mask=None):
@@ -92,9 +99,14 @@ class GlobalPointer(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(heads=self.heads, head_size=self.head_size, RoPE=self.RoPE, use_bias=self.use_bias,
-                      tril_mask=self.tril_mask,
-                      kernel_initializer=keras.initializers.serialize(self.kernel_initializer))
+        config.update(
+            heads=self.heads,
+            head_size=self.head_size,
+            RoPE=self.RoPE,
+            use_bias=self.use_bias,
+            tril_mask=self.tril_mask,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+        )
         return config
 
     @classmethod
@@ -124,9 +136,9 @@ class EfficientGlobalPointer(GlobalPointer):
         self.q_dense.build(tuple(input_shape[:-1]) + (self.head_size * 2,))
 
     def span_logits(self, inputs):
-        x = self.p_dense(inputs)                                            # [B, L, 2d]
+        x = self.p_dense(inputs)  # [B, L, 2d]
         q, k = self._rotate(x[..., ::2], x[..., 1::2])
         logits = ops.einsum("bmd,bnd->bmn", q, k) / math.sqrt(self.head_size)
-        bias = ops.transpose(self.q_dense(x), (0, 2, 1)) / 2.0               # [B, 2T, L]
+        bias = ops.transpose(self.q_dense(x), (0, 2, 1)) / 2.0  # [B, 2T, L]
         end_bias, start_bias = bias[:, ::2, None, :], bias[:, 1::2, :, None]
         return logits[:, None] + end_bias + start_bias

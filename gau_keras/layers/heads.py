@@ -16,6 +16,7 @@ Their new kernels start from `gau_keras.initializers.Portable` draws of
 glorot_uniform, seeded from numpy's global generator: one
 ``keras.utils.set_random_seed`` gives the same heads on TensorFlow and JAX.
 """
+
 import keras
 from keras import ops
 
@@ -118,9 +119,9 @@ class CandidateScores(keras.layers.Layer):
 
     def call(self, inputs):
         logits, candidate_ids = inputs
-        log_probs = ops.log_softmax(logits, axis=-1)                           # [B, M, V]
+        log_probs = ops.log_softmax(logits, axis=-1)  # [B, M, V]
         candidate_ids = ops.cast(candidate_ids, "int32")
-        index = ops.transpose(candidate_ids, (0, 2, 1))                         # [B, M, C]
+        index = ops.transpose(candidate_ids, (0, 2, 1))  # [B, M, C]
         picked = ops.transpose(ops.take_along_axis(log_probs, index, axis=2), (0, 2, 1))  # [B, C, M]
         used = ops.cast(ops.not_equal(candidate_ids, 0), picked.dtype)
         count = ops.sum(used, axis=-1)
@@ -152,7 +153,8 @@ def global_pointer_head(hidden, token_ids, num_types, head_size=64, name="global
     mask = ops.not_equal(token_ids, 0)
     # glorot_uniform, not bert4keras's lecun_normal default: the recorded CLUE runs started from it
     return GlobalPointer(num_types, head_size, kernel_initializer=Portable("glorot_uniform"), name=name)(
-        hidden, mask=mask)
+        hidden, mask=mask
+    )
 
 
 def multiple_choice_model(encoder, dropout_rate=0.1, name="multiple_choice"):

@@ -22,6 +22,7 @@ The layer has no ``compute_output_shape`` on purpose: Keras then infers the
 output by running ``call`` on the symbolic inputs, which is when
 ``compute_loss`` names its metrics.
 """
+
 import warnings
 
 import keras
@@ -43,8 +44,8 @@ class _MetricBook:
         self.trackers = {}
         self.pending = []
         self.symbolic = False
-        self.deferred = []      # JAX: this call's (tracker, value), applied in compute_loss
-        self.warned = False     # JAX: told once that a plain keras.Model drops them
+        self.deferred = []  # JAX: this call's (tracker, value), applied in compute_loss
+        self.warned = False  # JAX: told once that a plain keras.Model drops them
 
     def flush(self):
         for tracker, value in self.deferred:
@@ -94,7 +95,7 @@ class Loss(keras.layers.Layer):
             book.make_pending()
 
     def call(self, inputs, mask=None):
-        self._metric_book.deferred = []     # a forward pass that no loss followed (predict) left them
+        self._metric_book.deferred = []  # a forward pass that no loss followed (predict) left them
         if mask is not None and all(m is None for m in keras.tree.flatten(mask)):
             mask = None
         self.add_loss(self.compute_loss(inputs, mask))
@@ -126,14 +127,18 @@ class Loss(keras.layers.Layer):
             raise ValueError(f"{self.name}.add_metric: a metric needs a name")
         book = self._metric_book
         if book.symbolic or name not in book.trackers:
-            book.pending.append(name)   # the tracker is made when this call returns
+            book.pending.append(name)  # the tracker is made when this call returns
             return
         if keras.backend.backend() == "jax":
             if not getattr(self, "_gau_keras_in_face_model", False) and not book.warned:
                 book.warned = True
-                warnings.warn(f"{self.name}.add_metric({name!r}) on JAX: only a model of the bert4keras face "
-                              "(gau_keras.backend.keras.models.Model, build_transformer_model's) adds it to the "
-                              "logs; a plain keras.Model drops it", UserWarning, stacklevel=2)
+                warnings.warn(
+                    f"{self.name}.add_metric({name!r}) on JAX: only a model of the bert4keras face "
+                    "(gau_keras.backend.keras.models.Model, build_transformer_model's) adds it to the "
+                    "logs; a plain keras.Model drops it",
+                    UserWarning,
+                    stacklevel=2,
+                )
             book.deferred.append((book.trackers[name], value))
         else:
             book.trackers[name].update_state(value)
@@ -146,4 +151,3 @@ class Loss(keras.layers.Layer):
         config = super().get_config()
         config.update(output_axis=self.output_axis)
         return config
-

@@ -1,4 +1,5 @@
 """Merge layers with Keras 2 (bert4keras) mask semantics."""
+
 import keras
 from keras import ops
 
@@ -40,8 +41,9 @@ class Concatenate1D(keras.layers.Layer):
     def compute_mask(self, inputs, mask=None):
         if mask is None or all(m is None for m in mask):
             return None
-        masks = [ops.ones_like(x[..., 0], dtype="bool") if m is None else ops.cast(m, "bool")
-                 for x, m in zip(inputs, mask)]
+        masks = [
+            ops.ones_like(x[..., 0], dtype="bool") if m is None else ops.cast(m, "bool") for x, m in zip(inputs, mask)
+        ]
         return ops.concatenate(masks, axis=1)
 
     def compute_output_shape(self, input_shape):

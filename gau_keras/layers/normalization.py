@@ -2,6 +2,7 @@
 
 Design notes: docs/models.md (The norm).
 """
+
 import keras
 from keras import ops
 
@@ -33,9 +34,18 @@ class ScaleOffset(keras.layers.Layer):
     to every position. The output mask is that of x.
     """
 
-    def __init__(self, scale=True, offset=True, conditional=False, hidden_units=None,
-                 hidden_activation="linear", hidden_initializer="glorot_uniform",
-                 gamma_initializer="ones", beta_initializer="zeros", **kwargs):
+    def __init__(
+        self,
+        scale=True,
+        offset=True,
+        conditional=False,
+        hidden_units=None,
+        hidden_activation="linear",
+        hidden_initializer="glorot_uniform",
+        gamma_initializer="ones",
+        beta_initializer="zeros",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.supports_masking = True
         self.scale = scale
@@ -56,8 +66,10 @@ class ScaleOffset(keras.layers.Layer):
 
     def build(self, input_shape):
         if self.conditional and not isinstance(input_shape[0], (list, tuple)):
-            raise ValueError(f"{type(self).__name__} {self.name!r}: conditional=True takes inputs [x, cond], "
-                             f"got one input of shape {tuple(input_shape)}")
+            raise ValueError(
+                f"{type(self).__name__} {self.name!r}: conditional=True takes inputs [x, cond], "
+                f"got one input of shape {tuple(input_shape)}"
+            )
         shape = input_shape[0] if self.conditional else input_shape
         dim = shape[-1]
         if self.scale is True:
@@ -74,8 +86,12 @@ class ScaleOffset(keras.layers.Layer):
             return layer
 
         if self.hidden_units is not None:
-            self.hidden_dense = dense(self.hidden_units, "hidden_dense", activation=self.hidden_activation,
-                                      kernel_initializer=self.hidden_initializer)
+            self.hidden_dense = dense(
+                self.hidden_units,
+                "hidden_dense",
+                activation=self.hidden_activation,
+                kernel_initializer=self.hidden_initializer,
+            )
             cond_shape = cond_shape[:-1] + (self.hidden_units,)
         if _is_on(self.scale):
             self.gamma_dense = dense(dim, "gamma_dense", kernel_initializer="zeros")
@@ -121,7 +137,9 @@ class ScaleOffset(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(
-            scale=self.scale, offset=self.offset, conditional=self.conditional,
+            scale=self.scale,
+            offset=self.offset,
+            conditional=self.conditional,
             hidden_units=self.hidden_units,
             hidden_activation=keras.activations.serialize(self.hidden_activation),
             hidden_initializer=keras.initializers.serialize(self.hidden_initializer),

@@ -1,4 +1,5 @@
 """Masked global max pooling over time (bert4keras's replacement of Keras's)."""
+
 import keras
 from keras import ops
 

@@ -13,6 +13,7 @@ same masks and the gradients equal those of the plain layer.
 
 Design notes: docs/models.md (Recompute).
 """
+
 import os
 
 import keras
@@ -43,7 +44,7 @@ def recompute_call(layer, call, tensors):
         tensors: the differentiable inputs, a list.
     """
     generators = seed_generators(layer)
-    start = [keras.ops.copy(g.state.value) for g in generators]    # read now, before the forward pass
+    start = [keras.ops.copy(g.state.value) for g in generators]  # read now, before the forward pass
 
     def replayed(*xs):
         for generator, state in zip(generators, start):

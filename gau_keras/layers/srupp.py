@@ -8,6 +8,7 @@ batch-major input; ``SRUpp.load_reference_state_dict`` loads its weights.
     h = layer(x)                                   # x: [B, L, d_in] → h: [B, L, dirs·256]
     h, c = layer(x, mask=mask, return_state=True)  # c: [num_layers, B, dirs·256]
 """
+
 import math
 
 import keras
@@ -72,8 +73,18 @@ class SRUppAttention(keras.layers.Layer):
     With ``causal`` query i also sees only keys up to M + i (all the memory).
     """
 
-    def __init__(self, proj_size, out_features, num_heads=1, dropout=0.0, attn_dropout=0.0,
-                 layer_norm=True, normalize_after=True, causal=False, **kwargs):
+    def __init__(
+        self,
+        proj_size,
+        out_features,
+        num_heads=1,
+        dropout=0.0,
+        attn_dropout=0.0,
+        layer_norm=True,
+        normalize_after=True,
+        causal=False,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if proj_size % num_heads:
             raise ValueError(f"SRUppAttention: proj_size ({proj_size}) must be divisible by num_heads ({num_heads})")
@@ -119,7 +130,7 @@ class SRUppAttention(keras.layers.Layer):
         B, L, S = ops.shape(q)[0], ops.shape(q)[1], ops.shape(k)[1]
         H, hd = self.num_heads, self.proj_size // self.num_heads
         heads = lambda t, n: ops.transpose(ops.reshape(t, (B, n, H, hd)), (0, 2, 1, 3))  # noqa: E731
-        scores = ops.matmul(heads(q, L) * (hd ** -0.5), ops.transpose(heads(k, S), (0, 1, 3, 2)))
+        scores = ops.matmul(heads(q, L) * (hd**-0.5), ops.transpose(heads(k, S), (0, 1, 3, 2)))
         allowed = None
         if mask is not None:
             allowed = _key_padding_mask(ops.cast(mask, "bool"), memory)
@@ -140,9 +151,17 @@ class SRUppAttention(keras.layers.Layer):
         return tuple(input_shape)[:-1] + (self.out_features,)
 
     def get_config(self):
-        return {**super().get_config(), "proj_size": self.proj_size, "out_features": self.out_features,
-                "num_heads": self.num_heads, "dropout": self.dropout, "attn_dropout": self.attn_dropout,
-                "layer_norm": self.layer_norm, "normalize_after": self.normalize_after, "causal": self.causal}
+        return {
+            **super().get_config(),
+            "proj_size": self.proj_size,
+            "out_features": self.out_features,
+            "num_heads": self.num_heads,
+            "dropout": self.dropout,
+            "attn_dropout": self.attn_dropout,
+            "layer_norm": self.layer_norm,
+            "normalize_after": self.normalize_after,
+            "causal": self.causal,
+        }
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -179,8 +198,13 @@ class SRUppProjectedLinear(keras.layers.Layer):
         return tuple(input_shape)[:-1] + (self.out_features,)
 
     def get_config(self):
-        return {**super().get_config(), "proj_size": self.proj_size, "out_features": self.out_features,
-                "dropout": self.dropout, "layer_norm": self.layer_norm}
+        return {
+            **super().get_config(),
+            "proj_size": self.proj_size,
+            "out_features": self.out_features,
+            "dropout": self.dropout,
+            "layer_norm": self.layer_norm,
+        }
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -195,10 +219,26 @@ class SRUppCell(_SequenceLayer):
     earlier positions (and the whole memory), as a language model needs.
     """
 
-    def __init__(self, hidden_size, proj_size, attention=True, num_heads=1, dropout=0.0,
-                 attn_dropout=0.0, hidden_dropout=0.0, bidirectional=False, layer_norm=False,
-                 normalize_after=False, attn_layer_norm=True, highway_bias=-2.0, rescale=False,
-                 weight_c_init=1.0, causal=False, seed=None, **kwargs):
+    def __init__(
+        self,
+        hidden_size,
+        proj_size,
+        attention=True,
+        num_heads=1,
+        dropout=0.0,
+        attn_dropout=0.0,
+        hidden_dropout=0.0,
+        bidirectional=False,
+        layer_norm=False,
+        normalize_after=False,
+        attn_layer_norm=True,
+        highway_bias=-2.0,
+        rescale=False,
+        weight_c_init=1.0,
+        causal=False,
+        seed=None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.hidden_size, self.proj_size, self.attention = hidden_size, proj_size, attention
         self.num_heads, self.dropout, self.attn_dropout = num_heads, dropout, attn_dropout
@@ -219,31 +259,43 @@ class SRUppCell(_SequenceLayer):
         self.k = 3 if d_in == self.output_size else 4
         out = self.output_size * self.k
         if self.attention:
-            self.transform = SRUppAttention(self.proj_size, out, self.num_heads, self.dropout,
-                                            self.attn_dropout, self.attn_layer_norm, causal=self.causal,
-                                            name="transform", dtype=self.dtype_policy)
+            self.transform = SRUppAttention(
+                self.proj_size,
+                out,
+                self.num_heads,
+                self.dropout,
+                self.attn_dropout,
+                self.attn_layer_norm,
+                causal=self.causal,
+                name="transform",
+                dtype=self.dtype_policy,
+            )
         else:
-            self.transform = SRUppProjectedLinear(self.proj_size, out, self.dropout, self.attn_layer_norm,
-                                                  name="transform", dtype=self.dtype_policy)
+            self.transform = SRUppProjectedLinear(
+                self.proj_size, out, self.dropout, self.attn_layer_norm, name="transform", dtype=self.dtype_policy
+            )
         self.norm = None
         if self.layer_norm:
             self.norm = _layer_norm(self.dtype_policy)
             self.norm.build(input_shape[:-1] + ((self.output_size if self.normalize_after else d_in),))
         self.transform.build(input_shape)
         limit = self.weight_c_init
-        self.weight_c = self.add_weight(name="weight_c", shape=(2 * self.output_size,),
-                                        initializer=keras.initializers.RandomUniform(-limit, limit))
+        self.weight_c = self.add_weight(
+            name="weight_c", shape=(2 * self.output_size,), initializer=keras.initializers.RandomUniform(-limit, limit)
+        )
         bias0 = np.concatenate([np.zeros(self.output_size), np.full(self.output_size, self.highway_bias)])
-        self.bias = self.add_weight(name="bias", shape=(2 * self.output_size,),
-                                    initializer=keras.initializers.Constant(bias0))
+        self.bias = self.add_weight(
+            name="bias", shape=(2 * self.output_size,), initializer=keras.initializers.Constant(bias0)
+        )
 
     @property
     def scale_x(self):
         """The skip-term multiplier of the reference (only used when k = 3)."""
         return math.sqrt(1.0 + 2.0 * math.exp(self.highway_bias)) if self.rescale else 1.0
 
-    def call(self, inputs, mask=None, attention_mask=None, initial_state=None, memory=None,
-             return_state=False, training=None):
+    def call(
+        self, inputs, mask=None, attention_mask=None, initial_state=None, memory=None, return_state=False, training=None
+    ):
         """inputs [B, L, d_in]; mask [B, L] keep-mask; attention_mask bool broadcastable
         to [B, L, M + L]; initial_state [B, dirs·d]; memory [B, M, d_in] (the previous
         segment's input to this layer).  → h, or (h, c_last) with return_state."""
@@ -256,9 +308,17 @@ class SRUppCell(_SequenceLayer):
             ones = ops.ones((ops.shape(inputs)[0], self.output_size), self.compute_dtype)
             dropout_mask = keras.random.dropout(ones, self.hidden_dropout, seed=self.seed_generator)
         mask_pad = None if mask is None else ops.logical_not(ops.cast(mask, "bool"))
-        h, c = sru_recurrence(U, inputs, self.weight_c, self.bias, c0=initial_state, mask_pad=mask_pad,
-                              scale_x=self.scale_x if self.k == 3 else None,
-                              dropout_mask=dropout_mask, bidirectional=self.bidirectional)
+        h, c = sru_recurrence(
+            U,
+            inputs,
+            self.weight_c,
+            self.bias,
+            c0=initial_state,
+            mask_pad=mask_pad,
+            scale_x=self.scale_x if self.k == 3 else None,
+            dropout_mask=dropout_mask,
+            bidirectional=self.bidirectional,
+        )
         h, c = ops.cast(h, self.compute_dtype), ops.cast(c, self.compute_dtype)
         if self.norm is not None and self.normalize_after:
             h = self.norm(h)
@@ -268,13 +328,25 @@ class SRUppCell(_SequenceLayer):
         return mask
 
     def get_config(self):
-        return {**super().get_config(), "hidden_size": self.hidden_size, "proj_size": self.proj_size,
-                "attention": self.attention, "num_heads": self.num_heads, "dropout": self.dropout,
-                "attn_dropout": self.attn_dropout, "hidden_dropout": self.hidden_dropout,
-                "bidirectional": self.bidirectional, "layer_norm": self.layer_norm,
-                "normalize_after": self.normalize_after, "attn_layer_norm": self.attn_layer_norm,
-                "highway_bias": self.highway_bias, "rescale": self.rescale,
-                "weight_c_init": self.weight_c_init, "causal": self.causal, "seed": self.seed}
+        return {
+            **super().get_config(),
+            "hidden_size": self.hidden_size,
+            "proj_size": self.proj_size,
+            "attention": self.attention,
+            "num_heads": self.num_heads,
+            "dropout": self.dropout,
+            "attn_dropout": self.attn_dropout,
+            "hidden_dropout": self.hidden_dropout,
+            "bidirectional": self.bidirectional,
+            "layer_norm": self.layer_norm,
+            "normalize_after": self.normalize_after,
+            "attn_layer_norm": self.attn_layer_norm,
+            "highway_bias": self.highway_bias,
+            "rescale": self.rescale,
+            "weight_c_init": self.weight_c_init,
+            "causal": self.causal,
+            "seed": self.seed,
+        }
 
 
 def uses_attention(index, num_layers, attention_every_n_layers=1, attention_last_n_layers=-1):
@@ -285,13 +357,21 @@ def uses_attention(index, num_layers, attention_every_n_layers=1, attention_last
 
 
 #: the SRUppCell options every layer of a stack shares, with the reference's defaults
-SHARED_CELL_OPTIONS = {"num_heads": 1, "dropout": 0.0, "attn_dropout": 0.0, "bidirectional": False,
-                       "layer_norm": False, "normalize_after": False, "attn_layer_norm": True,
-                       "highway_bias": -2.0, "rescale": False, "weight_c_init": 1.0}
+SHARED_CELL_OPTIONS = {
+    "num_heads": 1,
+    "dropout": 0.0,
+    "attn_dropout": 0.0,
+    "bidirectional": False,
+    "layer_norm": False,
+    "normalize_after": False,
+    "attn_layer_norm": True,
+    "highway_bias": -2.0,
+    "rescale": False,
+    "weight_c_init": 1.0,
+}
 
 
-def stacked_cell_options(index, num_layers, attention_every_n_layers=1, attention_last_n_layers=-1,
-                         **shared):
+def stacked_cell_options(index, num_layers, attention_every_n_layers=1, attention_last_n_layers=-1, **shared):
     """The ``SRUppCell`` keyword arguments of layer ``index`` of a stack of ``num_layers``.
 
     The reference's stacking rules, written once for the ``SRUpp`` layer and
@@ -303,8 +383,10 @@ def stacked_cell_options(index, num_layers, attention_every_n_layers=1, attentio
     if unknown:
         raise TypeError(f"stacked_cell_options: unknown option(s) {unknown}")
     options = {**SHARED_CELL_OPTIONS, **shared}
-    options.update(attention=uses_attention(index, num_layers, attention_every_n_layers, attention_last_n_layers),
-                   hidden_dropout=options["dropout"] if index + 1 != num_layers else 0.0)
+    options.update(
+        attention=uses_attention(index, num_layers, attention_every_n_layers, attention_last_n_layers),
+        hidden_dropout=options["dropout"] if index + 1 != num_layers else 0.0,
+    )
     return options
 
 
@@ -321,11 +403,26 @@ class SRUpp(_SequenceLayer):
     ``return_state=True`` also returns c_last [num_layers, B, dirs·hidden_size].
     """
 
-    def __init__(self, hidden_size, proj_size, num_layers=2, num_heads=1, dropout=0.0,
-                 attn_dropout=0.0, bidirectional=False, layer_norm=False, normalize_after=False,
-                 attn_layer_norm=True, highway_bias=-2.0, attention_every_n_layers=1,
-                 attention_last_n_layers=-1, rescale=False, weight_c_init=1.0,
-                 proj_input_to_hidden_first=False, **kwargs):
+    def __init__(
+        self,
+        hidden_size,
+        proj_size,
+        num_layers=2,
+        num_heads=1,
+        dropout=0.0,
+        attn_dropout=0.0,
+        bidirectional=False,
+        layer_norm=False,
+        normalize_after=False,
+        attn_layer_norm=True,
+        highway_bias=-2.0,
+        attention_every_n_layers=1,
+        attention_last_n_layers=-1,
+        rescale=False,
+        weight_c_init=1.0,
+        proj_input_to_hidden_first=False,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if attention_every_n_layers != 1 and attention_last_n_layers != -1:
             raise ValueError("SRUpp: set attention_every_n_layers or attention_last_n_layers, not both")
@@ -339,11 +436,16 @@ class SRUpp(_SequenceLayer):
         self.proj_input_to_hidden_first = proj_input_to_hidden_first
         self.output_size = hidden_size * (2 if bidirectional else 1)
         shared = {name: getattr(self, name) for name in SHARED_CELL_OPTIONS}
-        self.cells = [SRUppCell(hidden_size=hidden_size, proj_size=proj_size, name=f"cell_{i}",
-                                dtype=self.dtype_policy,
-                                **stacked_cell_options(i, num_layers, attention_every_n_layers,
-                                                       attention_last_n_layers, **shared))
-                      for i in range(num_layers)]
+        self.cells = [
+            SRUppCell(
+                hidden_size=hidden_size,
+                proj_size=proj_size,
+                name=f"cell_{i}",
+                dtype=self.dtype_policy,
+                **stacked_cell_options(i, num_layers, attention_every_n_layers, attention_last_n_layers, **shared),
+            )
+            for i in range(num_layers)
+        ]
         self.input_to_hidden = None
         self.supports_masking = True
 
@@ -359,17 +461,25 @@ class SRUpp(_SequenceLayer):
             cell.build(input_shape[:-1] + (width,))
             width = self.output_size
 
-    def call(self, inputs, mask=None, attention_mask=None, initial_state=None, memory=None,
-             return_state=False, training=None):
+    def call(
+        self, inputs, mask=None, attention_mask=None, initial_state=None, memory=None, return_state=False, training=None
+    ):
         if memory is not None and len(memory) != self.num_layers:
-            raise ValueError(f"{self.name}: memory must be a list of {self.num_layers} tensors "
-                             f"(one per layer), got {len(memory)}")
+            raise ValueError(
+                f"{self.name}: memory must be a list of {self.num_layers} tensors (one per layer), got {len(memory)}"
+            )
         x = inputs if self.input_to_hidden is None else self.input_to_hidden(inputs)
         states = []
         for i, cell in enumerate(self.cells):
-            x, c = cell(x, mask=mask, attention_mask=attention_mask,
-                        initial_state=None if initial_state is None else initial_state[i],
-                        memory=None if memory is None else memory[i], return_state=True, training=training)
+            x, c = cell(
+                x,
+                mask=mask,
+                attention_mask=attention_mask,
+                initial_state=None if initial_state is None else initial_state[i],
+                memory=None if memory is None else memory[i],
+                return_state=True,
+                training=training,
+            )
             states.append(c)
         return (x, ops.stack(states)) if return_state else x
 
@@ -390,9 +500,11 @@ class SRUpp(_SequenceLayer):
                 raise KeyError(f"{self.name}.load_reference_state_dict: missing key {key!r}")
             value = state[key].T if transpose else state[key]
             if tuple(value.shape) != tuple(variable.shape):
-                raise ValueError(f"{self.name}.load_reference_state_dict: {key!r} has shape "
-                                 f"{state[key].shape}, expected {tuple(variable.shape)}"
-                                 f"{' (transposed)' if transpose else ''}")
+                raise ValueError(
+                    f"{self.name}.load_reference_state_dict: {key!r} has shape "
+                    f"{state[key].shape}, expected {tuple(variable.shape)}"
+                    f"{' (transposed)' if transpose else ''}"
+                )
             variable.assign(value.astype(variable.dtype))
             used.add(key)
 
@@ -418,21 +530,35 @@ class SRUpp(_SequenceLayer):
             if scale_key in state:  # a buffer fixed by highway_bias at construction
                 used.add(scale_key)
                 if cell.rescale and not np.allclose(state[scale_key], cell.scale_x, rtol=1e-6):
-                    raise ValueError(f"{self.name}.load_reference_state_dict: {scale_key!r} = "
-                                     f"{state[scale_key]} but highway_bias={cell.highway_bias} gives "
-                                     f"{cell.scale_x}; build the layer with the reference's highway_bias")
+                    raise ValueError(
+                        f"{self.name}.load_reference_state_dict: {scale_key!r} = "
+                        f"{state[scale_key]} but highway_bias={cell.highway_bias} gives "
+                        f"{cell.scale_x}; build the layer with the reference's highway_bias"
+                    )
         unexpected = sorted(set(state) - used)
         if unexpected:
-            raise ValueError(f"{self.name}.load_reference_state_dict: unexpected keys {unexpected} "
-                             f"(does the configuration match the reference module?)")
+            raise ValueError(
+                f"{self.name}.load_reference_state_dict: unexpected keys {unexpected} "
+                f"(does the configuration match the reference module?)"
+            )
 
     def get_config(self):
-        return {**super().get_config(), "hidden_size": self.hidden_size, "proj_size": self.proj_size,
-                "num_layers": self.num_layers, "num_heads": self.num_heads, "dropout": self.dropout,
-                "attn_dropout": self.attn_dropout, "bidirectional": self.bidirectional,
-                "layer_norm": self.layer_norm, "normalize_after": self.normalize_after,
-                "attn_layer_norm": self.attn_layer_norm, "highway_bias": self.highway_bias,
-                "attention_every_n_layers": self.attention_every_n_layers,
-                "attention_last_n_layers": self.attention_last_n_layers, "rescale": self.rescale,
-                "weight_c_init": self.weight_c_init,
-                "proj_input_to_hidden_first": self.proj_input_to_hidden_first}
+        return {
+            **super().get_config(),
+            "hidden_size": self.hidden_size,
+            "proj_size": self.proj_size,
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "dropout": self.dropout,
+            "attn_dropout": self.attn_dropout,
+            "bidirectional": self.bidirectional,
+            "layer_norm": self.layer_norm,
+            "normalize_after": self.normalize_after,
+            "attn_layer_norm": self.attn_layer_norm,
+            "highway_bias": self.highway_bias,
+            "attention_every_n_layers": self.attention_every_n_layers,
+            "attention_last_n_layers": self.attention_last_n_layers,
+            "rescale": self.rescale,
+            "weight_c_init": self.weight_c_init,
+            "proj_input_to_hidden_first": self.proj_input_to_hidden_first,
+        }

@@ -1,6 +1,7 @@
 """Model classes: one package per architecture (the bert4keras builder class, its
 ``Backbone`` and its checkpoint names), the names they answer to (``registry``), where a model
 comes from (``presets``), ``build_transformer_model`` on top."""
+
 from gau_keras.models.albert import ALBERT, ALBERT_Unshared, AlbertBackbone, AlbertUnsharedBackbone
 from gau_keras.models.backbone import BACKBONES, Backbone
 from gau_keras.models.base import Transformer
@@ -19,9 +20,34 @@ from gau_keras.models.roformer import RoFormer, RoformerBackbone
 from gau_keras.models.roformer_v2 import RoFormerV2, RoformerV2Backbone
 from gau_keras.models.srupp import SRUppBackbone, SRUppModel
 
-__all__ = ["Transformer", "MODELS", "model_names", "register", "resolve_model_class", "build_transformer_model",
-           "CheckpointWarning", "extend_with_language_model",
-           "extend_with_unified_language_model", "Backbone", "BACKBONES",
-           "BERT", "ALBERT", "ALBERT_Unshared", "NEZHA", "RoFormer", "ELECTRA", "RoFormerV2", "GAU_alpha",
-           "SRUppModel", "BertBackbone", "AlbertBackbone", "AlbertUnsharedBackbone", "NezhaBackbone",
-           "RoformerBackbone", "ElectraBackbone", "RoformerV2Backbone", "GAUAlphaBackbone", "SRUppBackbone"]
+__all__ = [
+    "Transformer",
+    "MODELS",
+    "model_names",
+    "register",
+    "resolve_model_class",
+    "build_transformer_model",
+    "CheckpointWarning",
+    "extend_with_language_model",
+    "extend_with_unified_language_model",
+    "Backbone",
+    "BACKBONES",
+    "BERT",
+    "ALBERT",
+    "ALBERT_Unshared",
+    "NEZHA",
+    "RoFormer",
+    "ELECTRA",
+    "RoFormerV2",
+    "GAU_alpha",
+    "SRUppModel",
+    "BertBackbone",
+    "AlbertBackbone",
+    "AlbertUnsharedBackbone",
+    "NezhaBackbone",
+    "RoformerBackbone",
+    "ElectraBackbone",
+    "RoformerV2Backbone",
+    "GAUAlphaBackbone",
+    "SRUppBackbone",
+]

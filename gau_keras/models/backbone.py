@@ -12,6 +12,7 @@ The bert4keras builder stays reachable as ``backbone.transformer`` (``variable_m
 config, is resolved and checked as ``build_transformer_model``'s arguments are
 (``config.resolve_arguments``: the same aliases, the same named errors).
 """
+
 import os
 
 import keras
@@ -84,8 +85,9 @@ class Backbone(keras.Model):
     def from_config(cls, config):
         config = dict(config)
         if config.get("compound_tokens") is not None:
-            config["compound_tokens"] = [item if isinstance(item, list) else (item["ids"], item["weights"])
-                                         for item in config["compound_tokens"]]
+            config["compound_tokens"] = [
+                item if isinstance(item, list) else (item["ids"], item["weights"]) for item in config["compound_tokens"]
+            ]
         try:
             return cls(**config)
         except UnknownArgumentError as error:
@@ -97,14 +99,18 @@ class Backbone(keras.Model):
         """The model directory of a preset name of this class, or ``preset`` itself when it is
         a directory; an error listing the presets otherwise."""
         if not isinstance(preset, (str, os.PathLike)):
-            raise TypeError(f"{cls.__name__}.from_preset: preset must be a preset name "
-                            f"({sorted(cls.presets) or 'none'}) or a model directory, got {preset!r}")
+            raise TypeError(
+                f"{cls.__name__}.from_preset: preset must be a preset name "
+                f"({sorted(cls.presets) or 'none'}) or a model directory, got {preset!r}"
+            )
         if preset in cls.presets:
             return cls.presets[preset]()
         if os.path.isdir(os.fspath(preset)):
             return os.fspath(preset)
-        raise ValueError(f"{cls.__name__}.from_preset: {preset!r} is neither a preset of this class "
-                         f"({sorted(cls.presets) or 'none'}) nor a model directory")
+        raise ValueError(
+            f"{cls.__name__}.from_preset: {preset!r} is neither a preset of this class "
+            f"({sorted(cls.presets) or 'none'}) nor a model directory"
+        )
 
     @classmethod
     def from_preset(cls, preset, load_weights=True, **kwargs):

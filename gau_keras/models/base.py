@@ -5,6 +5,7 @@ from ``checkpointing.CheckpointMapping``.
 
 Design notes: docs/models.md and docs/architecture.md (Extension points).
 """
+
 import logging
 
 import keras
@@ -26,8 +27,15 @@ logger = logging.getLogger(__name__)
 
 APPLICATIONS = ("encoder", "lm", "unilm")
 #: ``Transformer.build`` arguments of bert4keras (``build_transformer_model`` passes them on)
-BUILD_ARGUMENTS = ("attention_caches", "layer_norm_cond", "layer_norm_cond_hidden_size",
-                   "layer_norm_cond_hidden_act", "additional_input_layers")
+BUILD_ARGUMENTS = (
+    "attention_caches",
+    "layer_norm_cond",
+    "layer_norm_cond_hidden_size",
+    "layer_norm_cond_hidden_act",
+    "additional_input_layers",
+)
+
+
 class Transformer(CheckpointMapping):
     """Base class: subclasses define ``get_inputs``, ``apply_embeddings``,
     ``apply_main_layers``, ``apply_final_layers`` and ``variable_mapping``.
@@ -59,17 +67,43 @@ class Transformer(CheckpointMapping):
     supports_residual_attention_scores = False
     supports_layer_norm_cond = False
 
-    def __init__(self, vocab_size, hidden_size, num_hidden_layers, num_attention_heads=1,
-                 intermediate_size=None, hidden_act="relu", dropout_rate=None,
-                 attention_dropout_rate=None, embedding_size=None, attention_head_size=None,
-                 attention_key_size=None, sequence_length=None, keep_tokens=None,
-                 compound_tokens=None, segment_vocab_size=2, max_position=512,
-                 layer_norm_epsilon=None, softmax_plus_min_len=16, normalization=None, recompute=None,
-                 with_mlm=False, with_pool=False, with_nsp=False, custom_position_ids=False,
-                 hierarchical_position=None, shared_segment_embeddings=False,
-                 residual_attention_scores=False, autoresize_weights=False,
-                 application="encoder", ignore_invalid_weights=False, unused_checkpoint_variables="warn",
-                 layers=None, prefix=None, name=None):
+    def __init__(
+        self,
+        vocab_size,
+        hidden_size,
+        num_hidden_layers,
+        num_attention_heads=1,
+        intermediate_size=None,
+        hidden_act="relu",
+        dropout_rate=None,
+        attention_dropout_rate=None,
+        embedding_size=None,
+        attention_head_size=None,
+        attention_key_size=None,
+        sequence_length=None,
+        keep_tokens=None,
+        compound_tokens=None,
+        segment_vocab_size=2,
+        max_position=512,
+        layer_norm_epsilon=None,
+        softmax_plus_min_len=16,
+        normalization=None,
+        recompute=None,
+        with_mlm=False,
+        with_pool=False,
+        with_nsp=False,
+        custom_position_ids=False,
+        hierarchical_position=None,
+        shared_segment_embeddings=False,
+        residual_attention_scores=False,
+        autoresize_weights=False,
+        application="encoder",
+        ignore_invalid_weights=False,
+        unused_checkpoint_variables="warn",
+        layers=None,
+        prefix=None,
+        name=None,
+    ):
         if keep_tokens is not None:
             vocab_size = len(keep_tokens)
         if compound_tokens is not None:
@@ -77,11 +111,19 @@ class Transformer(CheckpointMapping):
         if application not in APPLICATIONS:
             raise ValueError(f"application must be one of {APPLICATIONS}, got {application!r}")
         if unused_checkpoint_variables not in UNUSED_VARIABLE_ACTIONS:
-            raise ValueError(f"unused_checkpoint_variables must be one of {UNUSED_VARIABLE_ACTIONS}, "
-                             f"got {unused_checkpoint_variables!r}")
+            raise ValueError(
+                f"unused_checkpoint_variables must be one of {UNUSED_VARIABLE_ACTIONS}, "
+                f"got {unused_checkpoint_variables!r}"
+            )
         self.application = application
-        self._refuse_bert_only_options(with_pool, with_nsp, custom_position_ids, hierarchical_position,
-                                       shared_segment_embeddings, residual_attention_scores)
+        self._refuse_bert_only_options(
+            with_pool,
+            with_nsp,
+            custom_position_ids,
+            hierarchical_position,
+            shared_segment_embeddings,
+            residual_attention_scores,
+        )
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         self.num_hidden_layers = num_hidden_layers
@@ -129,36 +171,59 @@ class Transformer(CheckpointMapping):
         self.layer_norm_conds = [None, None, "linear"]
         self.built = False
 
-    def _refuse_bert_only_options(self, with_pool, with_nsp, custom_position_ids, hierarchical_position,
-                                  shared_segment_embeddings, residual_attention_scores):
+    def _refuse_bert_only_options(
+        self,
+        with_pool,
+        with_nsp,
+        custom_position_ids,
+        hierarchical_position,
+        shared_segment_embeddings,
+        residual_attention_scores,
+    ):
         """bert4keras accepts these for every model and some of its models ignore
         them; here an option the model cannot honour is an error saying why."""
         model = type(self).__name__
         if with_pool and not self.supports_pooler:
-            raise ValueError(f"with_pool={with_pool!r}: {model} has no pooler (it is not a BERT-style encoder "
-                             f"with a [CLS] position)")
+            raise ValueError(
+                f"with_pool={with_pool!r}: {model} has no pooler (it is not a BERT-style encoder with a [CLS] position)"
+            )
         if custom_position_ids and not self.supports_custom_position_ids:
             raise ValueError(f"custom_position_ids=True: {model} takes no position ids")
         if with_nsp and not self.supports_nsp:
-            raise ValueError(f"with_nsp={with_nsp!r}: {model} has no next-sentence head (GAU-alpha and "
-                             f"RoFormerV2 were pretrained without NSP); use with_pool and a Dense(2) of your own")
+            raise ValueError(
+                f"with_nsp={with_nsp!r}: {model} has no next-sentence head (GAU-alpha and "
+                f"RoFormerV2 were pretrained without NSP); use with_pool and a Dense(2) of your own"
+            )
         if hierarchical_position and not self.supports_hierarchical_position:
-            raise ValueError(f"hierarchical_position={hierarchical_position!r} decomposes BERT's absolute "
-                             f"position embeddings; {model} has none (it uses relative or rotary positions, "
-                             f"which need no decomposition to run past max_position)")
+            raise ValueError(
+                f"hierarchical_position={hierarchical_position!r} decomposes BERT's absolute "
+                f"position embeddings; {model} has none (it uses relative or rotary positions, "
+                f"which need no decomposition to run past max_position)"
+            )
         if shared_segment_embeddings and not self.supports_shared_segment_embeddings:
-            raise ValueError(f"shared_segment_embeddings=True is not supported by {model}: its token embedding "
-                             f"masks id 0, which would mask every first-segment token")
+            raise ValueError(
+                f"shared_segment_embeddings=True is not supported by {model}: its token embedding "
+                f"masks id 0, which would mask every first-segment token"
+            )
         if residual_attention_scores and not self.supports_residual_attention_scores:
             raise ValueError(f"residual_attention_scores=True (RealFormer) is not supported by {model}")
         if residual_attention_scores and self.application != "encoder":
-            raise ValueError(f"residual_attention_scores=True with application={self.application!r}: the "
-                             f"scores of the previous layer cannot be added to the boolean LM/UniLM mask "
-                             f"(bert4keras 0.11.5 fails there too); use application='encoder'")
+            raise ValueError(
+                f"residual_attention_scores=True with application={self.application!r}: the "
+                f"scores of the previous layer cannot be added to the boolean LM/UniLM mask "
+                f"(bert4keras 0.11.5 fails there too); use application='encoder'"
+            )
 
     # ------------------------------------------------------------------ build
-    def build(self, attention_caches=None, layer_norm_cond=None, layer_norm_cond_hidden_size=None,
-              layer_norm_cond_hidden_act=None, additional_input_layers=None, **kwargs):
+    def build(
+        self,
+        attention_caches=None,
+        layer_norm_cond=None,
+        layer_norm_cond_hidden_size=None,
+        layer_norm_cond_hidden_act=None,
+        additional_input_layers=None,
+        **kwargs,
+    ):
         """Creates ``self.model`` once: a plain ``keras.Model`` (``build_transformer_model``
         gives it bert4keras-era (Keras 2) calls, ``gau_keras.bert4keras.model``).
 
@@ -175,13 +240,16 @@ class Transformer(CheckpointMapping):
             return self.model
         model = type(self).__name__
         if attention_caches:
-            raise ValueError(f"attention_caches: {model} has no cached-key/value attention; "
-                             f"AutoRegressiveDecoder recomputes the prefix at each step")
+            raise ValueError(
+                f"attention_caches: {model} has no cached-key/value attention; "
+                f"AutoRegressiveDecoder recomputes the prefix at each step"
+            )
         if layer_norm_cond is not None and not self.supports_layer_norm_cond:
-            raise ValueError(f"layer_norm_cond: {model}'s norms are parameter-free RMS norms (no gamma/beta "
-                             f"to condition); conditional layer norm applies to BERT and its family")
-        self.layer_norm_conds = [layer_norm_cond, layer_norm_cond_hidden_size,
-                                 layer_norm_cond_hidden_act or "linear"]
+            raise ValueError(
+                f"layer_norm_cond: {model}'s norms are parameter-free RMS norms (no gamma/beta "
+                f"to condition); conditional layer norm applies to BERT and its family"
+            )
+        self.layer_norm_conds = [layer_norm_cond, layer_norm_cond_hidden_size, layer_norm_cond_hidden_act or "linear"]
         self.build_graph(additional_input_layers)
         self.model = keras.Model(self.inputs, self.output, name=self.name)
         self.built = True
@@ -213,7 +281,7 @@ class Transformer(CheckpointMapping):
         x = self.apply_embeddings(inputs)
         for index in range(self.num_hidden_layers):
             x = self.apply_main_layers(x, index)
-        self.encoder_output = x     # the hidden states before any head
+        self.encoder_output = x  # the hidden states before any head
         return self.apply_final_layers(x)
 
     def get_inputs(self):
@@ -236,9 +304,16 @@ class Transformer(CheckpointMapping):
         """bert4keras's LayerNormalization (gamma and beta), conditioned on ``layer_norm_cond``
         when the model was built with one; ``epsilon`` None = Keras's (1e-7)."""
         cond, units, activation = self.layer_norm_conds
-        return self.apply(self.simplify([x, cond]), LayerNormalization, epsilon=epsilon,
-                          conditional=cond is not None, hidden_units=units, hidden_activation=activation,
-                          hidden_initializer=self.initializer, name=name)
+        return self.apply(
+            self.simplify([x, cond]),
+            LayerNormalization,
+            epsilon=epsilon,
+            conditional=cond is not None,
+            hidden_units=units,
+            hidden_activation=activation,
+            hidden_initializer=self.initializer,
+            name=name,
+        )
 
     @staticmethod
     def simplify(inputs):
@@ -262,7 +337,7 @@ class Transformer(CheckpointMapping):
         name = self.prefixed(kwargs.get("name"))
         kwargs["name"] = name
         if name not in self.layers:
-            if isinstance(kwargs.get("activation"), str):   # 'gelu' as bert4keras's set_gelu chose
+            if isinstance(kwargs.get("activation"), str):  # 'gelu' as bert4keras's set_gelu chose
                 kwargs["activation"] = gau_activations.get(kwargs["activation"])
             instance = layer(**kwargs)
             self.layers[instance.name] = instance
@@ -296,10 +371,17 @@ class Transformer(CheckpointMapping):
         ``width``: Output-Mapping (when width != embedding_size) -> Output-MLM-Dropout
         (``arguments``: its call arguments, e.g. ``training``)."""
         if self.embedding_size != width:
-            x = self.apply(x, keras.layers.Dense, units=self.embedding_size, use_bias=False,
-                           kernel_initializer=self.initializer, name="Output-Mapping")
-        return self.apply(x, keras.layers.Dropout, arguments=arguments, rate=self.dropout_rate,
-                          name="Output-MLM-Dropout")
+            x = self.apply(
+                x,
+                keras.layers.Dense,
+                units=self.embedding_size,
+                use_bias=False,
+                kernel_initializer=self.initializer,
+                name="Output-Mapping",
+            )
+        return self.apply(
+            x, keras.layers.Dropout, arguments=arguments, rate=self.dropout_rate, name="Output-MLM-Dropout"
+        )
 
     def mlm_output_bias(self, logits):
         """Hook: what follows the tied token embedding's logits (none here; BERT: MLM-Bias)."""
@@ -318,16 +400,27 @@ class Transformer(CheckpointMapping):
         ``mlm_activation_name`` (softmax for ``with_mlm=True``, else the named activation)."""
         activation = "softmax" if self.with_mlm is True else self.with_mlm
         # float32 under mixed precision: a softmax over the vocab in float16 is off by ~1e-2
-        return self.apply(self.mlm_head_logits(x, width), keras.layers.Activation, activation=activation,
-                          dtype="float32", name=self.mlm_activation_name)
+        return self.apply(
+            self.mlm_head_logits(x, width),
+            keras.layers.Activation,
+            activation=activation,
+            dtype="float32",
+            name=self.mlm_activation_name,
+        )
 
     def apply_pooler(self, x):
         """bert4keras's BERT pooler: ``Pooler`` ([CLS] vector, [B, H]) ->
         ``Pooler-Dense`` (tanh for ``with_pool=True``, else the named activation)."""
         x = self.apply(x, FirstToken, name="Pooler")
         activation = "tanh" if self.with_pool is True else self.with_pool
-        return self.apply(x, keras.layers.Dense, units=self.hidden_size, activation=activation,
-                          kernel_initializer=self.initializer, name="Pooler-Dense")
+        return self.apply(
+            x,
+            keras.layers.Dense,
+            units=self.hidden_size,
+            activation=activation,
+            kernel_initializer=self.initializer,
+            name="Pooler-Dense",
+        )
 
     def apply_heads(self, x, width):
         """The heads on hidden states ``x`` [B, L, width]: the pooler's (``apply_pooler``) and
@@ -385,8 +478,10 @@ class Transformer(CheckpointMapping):
         for root in roots:
             if _input_name(root).endswith(name):
                 return root
-        raise ValueError(f"{self.prefixed(name)!r}: the tensors passed to {type(self).__name__}'s layers come "
-                         f"from the inputs {[_input_name(r) for r in roots]}, none of which is an {name!r}")
+        raise ValueError(
+            f"{self.prefixed(name)!r}: the tensors passed to {type(self).__name__}'s layers come "
+            f"from the inputs {[_input_name(r) for r in roots]}, none of which is an {name!r}"
+        )
 
     def _input_index(self, name):
         names = [self.prefixed("Input-Token")]
@@ -408,19 +503,27 @@ class Transformer(CheckpointMapping):
         source_name, mode, layer_name = self._bias_source()
         source = self.graph_input(self.inputs if inputs is None else inputs, source_name)
         return self._attention_biases.get_or_build(
-            source, lambda: self.apply(source, AttentionBias, mode=mode, name=layer_name))
+            source, lambda: self.apply(source, AttentionBias, mode=mode, name=layer_name)
+        )
 
     def compute_position_bias(self, inputs=None):
         """Rotary sinusoidal embeddings [1, L, attention_key_size] (or [B, L,
         attention_key_size] from ``Input-Position``) for the graph of ``inputs``
         (hidden states [B, L, ...]), built once per graph."""
+
         def build():
             # [1 or B, L, d]; from the Input-Position ids with custom_position_ids
-            positions = [inputs, self.inputs[1 + int(self.segment_vocab_size > 0)]] if self.custom_position_ids \
-                else inputs
-            return self.apply(positions, SinusoidalPositionEmbedding, output_dim=self.attention_key_size,
-                              merge_mode="zero", custom_position_ids=self.custom_position_ids,
-                              name="Embedding-Rotary-Position")
+            positions = (
+                [inputs, self.inputs[1 + int(self.segment_vocab_size > 0)]] if self.custom_position_ids else inputs
+            )
+            return self.apply(
+                positions,
+                SinusoidalPositionEmbedding,
+                output_dim=self.attention_key_size,
+                merge_mode="zero",
+                custom_position_ids=self.custom_position_ids,
+                name="Embedding-Rotary-Position",
+            )
 
         return self._position_biases.get_or_build(self.graph_input(inputs, "Input-Token"), build)
 
@@ -471,7 +574,6 @@ def graph_inputs(tensors):
         else:
             stack.extend(node.input_tensors)
     return roots
-
 
 
 def _input_name(tensor):

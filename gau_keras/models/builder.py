@@ -1,4 +1,5 @@
 """``build_transformer_model``: the bert4keras entry point."""
+
 # the architectures register their names (registry.register) as they are imported
 import gau_keras.models.albert  # noqa: F401
 import gau_keras.models.bert  # noqa: F401
@@ -53,16 +54,20 @@ def _build(cls, configs, build_arguments):
     of its own, rebuilt from ``.keras`` files) unless the model takes what a config cannot
     hold (layers of another model, tensors as build arguments) or ``cls`` has no Backbone."""
     backbone = backbone_class(cls)
-    if backbone is not None and configs.get("layers") is None and not any(
-            value is not None for value in build_arguments.values()):
+    if (
+        backbone is not None
+        and configs.get("layers") is None
+        and not any(value is not None for value in build_arguments.values())
+    ):
         return backbone(**configs).transformer
     transformer = cls(**configs)
     transformer.build(**build_arguments)
     return transformer
 
 
-def build_transformer_model(config_path=None, checkpoint_path=None, model="bert",
-                            application="encoder", return_keras_model=True, **kwargs):
+def build_transformer_model(
+    config_path=None, checkpoint_path=None, model="bert", application="encoder", return_keras_model=True, **kwargs
+):
     """Builds a model, optionally loading an original TF1 checkpoint.
 
     Args:
@@ -89,7 +94,7 @@ def build_transformer_model(config_path=None, checkpoint_path=None, model="bert"
     """
     cls = resolve_model_class(model)
     build_arguments = {k: kwargs.pop(k) for k in BUILD_ARGUMENTS if k in kwargs}
-    kwargs["application"] = application   # an extend_with_* class replaces it with its own
+    kwargs["application"] = application  # an extend_with_* class replaces it with its own
     configs = resolve_arguments(cls, kwargs, config_path, also_accepted=BUILD_ARGUMENTS)
     transformer = _build(cls, configs, build_arguments)
     if checkpoint_path is not None:

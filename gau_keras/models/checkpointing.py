@@ -4,6 +4,7 @@ messages (missing / mis-shaped / unused variables, the model a checkpoint seems 
 
 Design notes: docs/models.md (The TF1 checkpoint).
 """
+
 import logging
 import re
 import warnings
@@ -23,8 +24,17 @@ UNUSED_VARIABLE_ACTIONS = ("warn", "error", "ignore")
 #: layers that a model's options leave out (heads, the segment table): a checkpoint's variables
 #: for them are not "unused" when the model lacks them; those of other layers the model lacks are
 #: (BERT's position table read by NEZHA or RoFormer)
-OPTIONAL_LAYERS = {"Pooler-Dense", "NSP-Proba", "MLM-Dense", "MLM-Norm", "MLM-Bias", "Output-Mapping",
-                   "Discriminator-Dense", "Discriminator-Prediction", "Embedding-Segment"}
+OPTIONAL_LAYERS = {
+    "Pooler-Dense",
+    "NSP-Proba",
+    "MLM-Dense",
+    "MLM-Norm",
+    "MLM-Bias",
+    "Output-Mapping",
+    "Discriminator-Dense",
+    "Discriminator-Prediction",
+    "Embedding-Segment",
+}
 #: the Pooler-Dense weights a BERT checkpoint has and GAU-alpha / RoFormerV2 ones lack
 POOLER_VARIABLES = {"kernel": "bert/pooler/dense/kernel", "bias": "bert/pooler/dense/bias"}
 # training state that TF1/TF2 checkpoints keep beside the model's variables
@@ -32,7 +42,8 @@ _OPTIMIZER_STATE = re.compile(
     r"(^|/)(global_step|beta[12]_power|good_steps|(current_)?loss_scale|_CHECKPOINTABLE_OBJECT_GRAPH)$"
     r"|/((adam|lamb|adafactor|lazy|ema)_\w+|Adam(_\d+)?|Momentum|RMSProp(_\d+)?|Adagrad\w*"
     r"|ExponentialMovingAverage|accumulator\w*)$"
-    r"|^(optimizer|training)/")
+    r"|^(optimizer|training)/"
+)
 
 
 class CheckpointWarning(UserWarning):
@@ -129,8 +140,11 @@ class CheckpointMapping:
                 if ckpt_name in self.optional_variables():
                     absent.setdefault(layer_name, []).append(ckpt_name)
                     continue
-                self._invalid_weight(f"layer {layer_name!r} (weight {weight.path}, shape {expected}): checkpoint "
-                                     f"variable {ckpt_name!r} is missing from {reader.path!r}", reader)
+                self._invalid_weight(
+                    f"layer {layer_name!r} (weight {weight.path}, shape {expected}): checkpoint "
+                    f"variable {ckpt_name!r} is missing from {reader.path!r}",
+                    reader,
+                )
                 continue
             value = reader.get(ckpt_name)
             if ckpt_name in self.transposed_variable_names():
@@ -140,15 +154,24 @@ class CheckpointMapping:
             if tuple(value.shape) != expected and self.autoresize_weights and value.ndim == len(expected):
                 value = self._autoresized(layer_name, weight, value)
             if tuple(value.shape) != expected:
-                self._invalid_weight(f"layer {layer_name!r} (weight {weight.path}) has shape {expected} but "
-                                     f"checkpoint variable {ckpt_name!r} in {reader.path!r} has shape "
-                                     f"{tuple(value.shape)}", reader)
+                self._invalid_weight(
+                    f"layer {layer_name!r} (weight {weight.path}) has shape {expected} but "
+                    f"checkpoint variable {ckpt_name!r} in {reader.path!r} has shape "
+                    f"{tuple(value.shape)}",
+                    reader,
+                )
                 continue
             assignments.append((weight, value, ckpt_name))
         if absent:
-            warnings.warn(f"checkpoint {reader.path!r} has no " + "; ".join(
-                f"{', '.join(names)} (layer {layer!r} keeps its random initial weights)"
-                for layer, names in absent.items()), CheckpointWarning, stacklevel=2)
+            warnings.warn(
+                f"checkpoint {reader.path!r} has no "
+                + "; ".join(
+                    f"{', '.join(names)} (layer {layer!r} keeps its random initial weights)"
+                    for layer, names in absent.items()
+                ),
+                CheckpointWarning,
+                stacklevel=2,
+            )
         self._check_unused(reader, mapping, action)
         _warn_non_finite(reader, assignments)
         for weight, value, _ in assignments:
@@ -189,17 +212,26 @@ class CheckpointMapping:
         if action == "ignore":
             return
         named = {ckpt_name for _, _, ckpt_name in self._weight_pairs(mapping)}
-        named.update(ckpt_name for layer, variables in mapping.items() if layer in OPTIONAL_LAYERS
-                     for ckpt_name in (variables.values() if isinstance(variables, dict) else variables))
+        named.update(
+            ckpt_name
+            for layer, variables in mapping.items()
+            if layer in OPTIONAL_LAYERS
+            for ckpt_name in (variables.values() if isinstance(variables, dict) else variables)
+        )
         unused = sorted(n for n in reader.shapes if n not in named and not _OPTIMIZER_STATE.search(n))
         if not unused:
             return
-        message = (f"checkpoint {reader.path!r} has {len(unused)} variable(s) that {type(self).__name__} "
-                   f"({self.num_hidden_layers} layers) does not use: {summarize_names(unused)}")
+        message = (
+            f"checkpoint {reader.path!r} has {len(unused)} variable(s) that {type(self).__name__} "
+            f"({self.num_hidden_layers} layers) does not use: {summarize_names(unused)}"
+        )
         if action == "error":
             raise checkpoints.CheckpointError(message + " (unused_checkpoint_variables='error')")
-        warnings.warn(message + "; pass unused_checkpoint_variables='error' to make this an error, "
-                      "'ignore' to silence it", CheckpointWarning, stacklevel=3)
+        warnings.warn(
+            message + "; pass unused_checkpoint_variables='error' to make this an error, 'ignore' to silence it",
+            CheckpointWarning,
+            stacklevel=3,
+        )
 
     def save_weights_as_checkpoint(self, filename, mapping=None, dtype=None):
         """Writes the mapped weights as a TF1 checkpoint with the original names.
@@ -217,7 +249,8 @@ class CheckpointMapping:
                 raise checkpoints.CheckpointError(
                     f"save_weights_as_checkpoint: layers {writers[ckpt_name]!r} and {layer_name!r} both map "
                     f"to checkpoint variable {ckpt_name!r} but hold different values (the layers were trained "
-                    f"apart); the checkpoint format has one variable for them")
+                    f"apart); the checkpoint format has one variable for them"
+                )
             values[ckpt_name], writers[ckpt_name] = value, layer_name
         return checkpoints.save_checkpoint(filename, values, dtype=dtype)
 
@@ -227,13 +260,22 @@ _LAYER_NORM = "bert/encoder/layer_0/attention/output/LayerNorm/gamma"
 _CHECKPOINT_SIGNS = (
     (lambda names: any(n.startswith("GAU_alpha/") for n in names), ("gau_alpha",), "GAU_alpha/* variables"),
     (lambda names: any(n.startswith("electra/") for n in names), ("electra",), "electra/* variables"),
-    (lambda names: any(n.startswith("bert/encoder/transformer/group_0/") for n in names),
-     ("albert", "albert_unshared"), "ALBERT's shared layer group"),
-    (lambda names: _LAYER_NORM in names and "bert/embeddings/position_embeddings" in names,
-     ("bert",), "BERT's LayerNorms and position embeddings"),
+    (
+        lambda names: any(n.startswith("bert/encoder/transformer/group_0/") for n in names),
+        ("albert", "albert_unshared"),
+        "ALBERT's shared layer group",
+    ),
+    (
+        lambda names: _LAYER_NORM in names and "bert/embeddings/position_embeddings" in names,
+        ("bert",),
+        "BERT's LayerNorms and position embeddings",
+    ),
     (lambda names: _LAYER_NORM in names, ("roformer", "nezha"), "BERT's LayerNorms but no position embeddings"),
-    (lambda names: "bert/encoder/layer_0/attention/self/query/kernel" in names, ("roformer_v2",),
-     "bias-free attention without LayerNorm"),
+    (
+        lambda names: "bert/encoder/layer_0/attention/self/query/kernel" in names,
+        ("roformer_v2",),
+        "bias-free attention without LayerNorm",
+    ),
 )
 
 
@@ -257,12 +299,16 @@ def _warn_non_finite(reader, assignments, limit=8):
     """One ``CheckpointWarning`` naming the loaded variables that hold NaN or inf."""
     bad = []
     for _, value, ckpt_name in assignments:
-        if value.dtype.kind in "fcV" and not np.isfinite(value).all():   # V: bfloat16
+        if value.dtype.kind in "fcV" and not np.isfinite(value).all():  # V: bfloat16
             bad.append(f"{ckpt_name} ({int(np.isnan(value).sum())} NaN, {int(np.isinf(value).sum())} inf)")
     if bad:
         shown = ", ".join(bad[:limit]) + (f", ... and {len(bad) - limit} more" if len(bad) > limit else "")
-        warnings.warn(f"checkpoint {reader.path!r} holds NaN or inf in {len(bad)} variable(s) it loads: {shown}; "
-                      f"the model's outputs will not be finite", CheckpointWarning, stacklevel=3)
+        warnings.warn(
+            f"checkpoint {reader.path!r} holds NaN or inf in {len(bad)} variable(s) it loads: {shown}; "
+            f"the model's outputs will not be finite",
+            CheckpointWarning,
+            stacklevel=3,
+        )
 
 
 def summarize_names(names, limit=8):
@@ -318,8 +364,9 @@ def _checked_ids(ids, rows, argument, where):
     array = np.asarray(ids)
     if array.size and (array.dtype.kind not in "iu" or array.min() < 0 or array.max() >= rows):
         bad = [i for i in np.ravel(array).tolist() if not isinstance(i, int) or not 0 <= i < rows][:5]
-        raise checkpoints.CheckpointError(f"{argument}: id(s) {bad} are not rows of {where}, which has "
-                                          f"{rows} rows (ids 0..{rows - 1})")
+        raise checkpoints.CheckpointError(
+            f"{argument}: id(s) {bad} are not rows of {where}, which has {rows} rows (ids 0..{rows - 1})"
+        )
     return array
 
 
@@ -328,6 +375,7 @@ def _resolve_attr(layer, attr, layer_name):
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise checkpoints.CheckpointError(
-                f"variable_mapping: layer {layer_name!r} ({type(layer).__name__}) has no weight {attr!r}")
+                f"variable_mapping: layer {layer_name!r} ({type(layer).__name__}) has no weight {attr!r}"
+            )
         obj = getattr(obj, part)
     return obj

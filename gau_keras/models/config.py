@@ -13,6 +13,7 @@ resolution and check of a model's constructor arguments (the builder's, every ``
 
 Design notes: docs/models.md (The TF1 checkpoint).
 """
+
 import inspect
 import json
 import logging
@@ -36,20 +37,47 @@ CONFIG_ALIASES = {
 
 #: keys of released configs that carry no information for these models.
 METADATA_KEYS = {
-    "architectures", "model_type", "torch_dtype", "transformers_version", "initializer_range",
-    "pad_token_id", "bos_token_id", "eos_token_id", "directionality", "pooler_fc_size",
-    "pooler_num_attention_heads", "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type",
-    "gradient_checkpointing", "use_cache", "norm_type", "classifier_dropout",
+    "architectures",
+    "model_type",
+    "torch_dtype",
+    "transformers_version",
+    "initializer_range",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "directionality",
+    "pooler_fc_size",
+    "pooler_num_attention_heads",
+    "pooler_num_fc_layers",
+    "pooler_size_per_head",
+    "pooler_type",
+    "gradient_checkpointing",
+    "use_cache",
+    "norm_type",
+    "classifier_dropout",
 }
 
 #: HF-config keys that must hold these values for the models here.
 REQUIRED_VALUES = {"use_bias": False, "attention_scale": True}
 
 #: integer keys and their least value
-_INTEGERS = {"vocab_size": 1, "hidden_size": 1, "num_hidden_layers": 1, "num_attention_heads": 1,
-             "intermediate_size": 1, "attention_key_size": 1, "attention_head_size": 1,
-             "embedding_size": 1, "segment_vocab_size": 0, "max_position": 1, "sequence_length": 1,
-             "softmax_plus_min_len": 1, "proj_size": 1, "num_heads": 1, "memory_length": 0}
+_INTEGERS = {
+    "vocab_size": 1,
+    "hidden_size": 1,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 1,
+    "intermediate_size": 1,
+    "attention_key_size": 1,
+    "attention_head_size": 1,
+    "embedding_size": 1,
+    "segment_vocab_size": 0,
+    "max_position": 1,
+    "sequence_length": 1,
+    "softmax_plus_min_len": 1,
+    "proj_size": 1,
+    "num_heads": 1,
+    "memory_length": 0,
+}
 _RATES = ("dropout_rate", "attention_dropout_rate")
 _POSITIVE_FLOATS = ("layer_norm_epsilon",)
 #: head options: True (the head's own activation), False, or an activation name
@@ -96,8 +124,10 @@ def read_config(source, where=None):
         config = read_json(where)
     for key, value in REQUIRED_VALUES.items():
         if key in config and config.pop(key) != value:
-            raise ConfigError(f"{_where(where)}: {key}={source[key] if isinstance(source, dict) else not value!r} "
-                              f"is not supported (these models require {key}={value!r})")
+            raise ConfigError(
+                f"{_where(where)}: {key}={source[key] if isinstance(source, dict) else not value!r} "
+                f"is not supported (these models require {key}={value!r})"
+            )
     for source_key, target in CONFIG_ALIASES.items():
         if source_key in config:
             value = config.pop(source_key)
@@ -118,8 +148,9 @@ def accepted_arguments(cls):
         if init is None:
             continue
         params = inspect.signature(init).parameters
-        names.update(n for n, p in params.items()
-                     if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+        names.update(
+            n for n, p in params.items() if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        )
     return names
 
 
@@ -142,8 +173,9 @@ def config_arguments(cls, source, model=None):
     accepted = accepted_arguments(cls)
     ignored = sorted(k for k in config if k not in accepted and k not in METADATA_KEYS)
     if ignored:
-        logger.warning("config %s: ignoring key(s) %s that %s does not use", where or "<dict>", ignored,
-                       model or cls.__name__)
+        logger.warning(
+            "config %s: ignoring key(s) %s that %s does not use", where or "<dict>", ignored, model or cls.__name__
+        )
     return {k: v for k, v in config.items() if k in accepted}
 
 
@@ -169,15 +201,19 @@ def resolve_arguments(cls, arguments, config=None, model=None, also_accepted=())
     accepted = accepted_arguments(cls)
     unknown = sorted(set(arguments) - accepted)
     if unknown:
-        raise UnknownArgumentError(f"{model}: unknown argument(s) {unknown}; "
-                                   f"accepted: {sorted(accepted | set(also_accepted))}")
+        raise UnknownArgumentError(
+            f"{model}: unknown argument(s) {unknown}; accepted: {sorted(accepted | set(also_accepted))}"
+        )
     where = None if config is None or isinstance(config, dict) else os.fspath(config)
     resolved = {} if config is None else config_arguments(cls, config, model)
     resolved.update(arguments)
     missing = [k for k in cls.required_config_keys if k not in resolved]
     if missing:
-        raise ConfigError(f"{model}: config {where!r} lacks {missing}" if where
-                          else f"{model}: missing required argument(s) {missing}")
+        raise ConfigError(
+            f"{model}: config {where!r} lacks {missing}"
+            if where
+            else f"{model}: missing required argument(s) {missing}"
+        )
     return validate(resolved, where, model)
 
 
@@ -202,8 +238,7 @@ def validate(config, where=None, model=None):
             raise ConfigError(f"{prefix}: {key} must be an integer >= {least}, got {value!r}")
     for key in _RATES:
         value = config.get(key)
-        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool)
-                                  or not 0 <= value < 1):
+        if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1):
             raise ConfigError(f"{prefix}: {key} must be a number in [0, 1), got {value!r}")
     for key in _POSITIVE_FLOATS:
         value = config.get(key)
@@ -215,16 +250,24 @@ def validate(config, where=None, model=None):
         raise ConfigError(f"{prefix}: hidden_act={act!r} is not a Keras activation ({reason})")
     for key in _HEAD_OPTIONS:
         value = config.get(key)
-        if not (value is None or isinstance(value, bool) or callable(value)
-                or isinstance(value, str) and not _activation_error(value)):
-            raise ConfigError(f"{prefix}: {key} must be True, False or the name of a Keras activation of the "
-                              f"head ('softmax', 'linear', 'tanh', 'sigmoid', ...), got {value!r}")
+        if not (
+            value is None
+            or isinstance(value, bool)
+            or callable(value)
+            or isinstance(value, str)
+            and not _activation_error(value)
+        ):
+            raise ConfigError(
+                f"{prefix}: {key} must be True, False or the name of a Keras activation of the "
+                f"head ('softmax', 'linear', 'tanh', 'sigmoid', ...), got {value!r}"
+            )
     normalization = config.get("normalization")
     if normalization is not None and normalization not in ATTENTION_NORMALIZATIONS:
-        raise ConfigError(f"{prefix}: normalization must be one of {ATTENTION_NORMALIZATIONS}, "
-                          f"got {normalization!r}")
+        raise ConfigError(f"{prefix}: normalization must be one of {ATTENTION_NORMALIZATIONS}, got {normalization!r}")
     heads, hidden = config.get("num_attention_heads"), config.get("hidden_size")
     if heads and hidden and config.get("attention_head_size") is None and hidden % heads:
-        raise ConfigError(f"{prefix}: hidden_size={hidden} is not divisible by "
-                          f"num_attention_heads={heads} (or give attention_head_size)")
+        raise ConfigError(
+            f"{prefix}: hidden_size={hidden} is not divisible by "
+            f"num_attention_heads={heads} (or give attention_head_size)"
+        )
     return config

@@ -2,6 +2,7 @@
 bert_model.ckpt.* (TF1 checkpoint) and vocab.txt), their checks, and the presets of the package
 (``PRESETS``: name -> a function giving its model directory; ``Backbone.from_preset`` reads them).
 """
+
 import os
 
 from gau_keras import checkpoints
@@ -9,8 +10,7 @@ from gau_keras.models.config import read_config
 from gau_keras.tokenizers import load_vocab
 
 #: the small GAU-alpha shipped inside the package (gau_keras/pretrained/gau_alpha_tiny, see its TRAINING.md)
-BUNDLED_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pretrained",
-                           "gau_alpha_tiny")
+BUNDLED_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pretrained", "gau_alpha_tiny")
 
 
 def default_model_dir():
@@ -28,8 +28,10 @@ def model_files(model_dir):
     """
     model_dir = os.fspath(model_dir)
     if os.path.isfile(model_dir):
-        raise ValueError(f"--model-dir {model_dir!r} is a file, not a model directory (bert_config.json, "
-                         f"bert_model.ckpt.*, vocab.txt)")
+        raise ValueError(
+            f"--model-dir {model_dir!r} is a file, not a model directory (bert_config.json, "
+            f"bert_model.ckpt.*, vocab.txt)"
+        )
     if not os.path.isdir(model_dir):
         raise FileNotFoundError(f"model directory {model_dir!r} does not exist")
     config = _config_file(model_dir)
@@ -54,8 +56,10 @@ def _config_file(model_dir):
         return os.path.join(model_dir, candidates[0])
     if not candidates:
         raise FileNotFoundError(f"{model_dir!r} has no bert_config.json (nor config.json, nor another *config*.json)")
-    raise ValueError(f"{model_dir!r} has several config files {candidates} and no bert_config.json: "
-                     f"rename the one of the model to bert_config.json")
+    raise ValueError(
+        f"{model_dir!r} has several config files {candidates} and no bert_config.json: "
+        f"rename the one of the model to bert_config.json"
+    )
 
 
 #: the special tokens every use of a model directory needs ([MASK] too for an MLM head)
@@ -75,16 +79,19 @@ def check_model_dir(model_dir, required_tokens=REQUIRED_TOKENS):
     token_dict = load_vocab(vocab_path)
     size = config.get("vocab_size")
     if size is not None and size != len(token_dict):
-        raise ValueError(f"{vocab_path} has {len(token_dict)} tokens but {config_path} says vocab_size={size}: "
-                         f"the vocab does not belong to this model")
+        raise ValueError(
+            f"{vocab_path} has {len(token_dict)} tokens but {config_path} says vocab_size={size}: "
+            f"the vocab does not belong to this model"
+        )
     missing = [token for token in required_tokens if token not in token_dict]
     if missing:
         raise ValueError(f"{vocab_path} lacks the special token(s) {missing}, which the tokenizer needs")
     reader = checkpoints.CheckpointReader(prefix)
     rows = reader.shapes.get("bert/embeddings/word_embeddings")
     if rows is not None and size is not None and rows[0] != size:
-        raise ValueError(f"checkpoint {prefix!r} has {rows[0]} word-embedding rows but {config_path} says "
-                         f"vocab_size={size}")
+        raise ValueError(
+            f"checkpoint {prefix!r} has {rows[0]} word-embedding rows but {config_path} says vocab_size={size}"
+        )
     return config_path, prefix, vocab_path
 
 

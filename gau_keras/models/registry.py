@@ -3,6 +3,7 @@
 builder, the checkpoint hints and the command lines read (``resolve_model_class``,
 ``model_names``, ``backbone_class``). A leaf: it imports nothing of ``gau_keras.models``.
 """
+
 import types
 
 _MODELS = {}
@@ -15,17 +16,26 @@ MODELS = types.MappingProxyType(_MODELS)
 BACKBONES = types.MappingProxyType(_BACKBONES)
 
 #: the order a command line lists the models in (bert4keras's first); others follow as registered
-LISTING_ORDER = ("bert", "albert", "albert_unshared", "nezha", "roformer", "electra", "gau_alpha", "roformer_v2",
-                 "srupp")
+LISTING_ORDER = (
+    "bert",
+    "albert",
+    "albert_unshared",
+    "nezha",
+    "roformer",
+    "electra",
+    "gau_alpha",
+    "roformer_v2",
+    "srupp",
+)
 
 #: bert4keras's other model names: not implemented here (said so, not "unknown")
-BERT4KERAS_ONLY_MODELS = ("gpt", "gpt2", "gpt2_ml", "t5", "t5_encoder", "t5_decoder", "t5.1.0", "t5.1.1",
-                          "mt5.1.1")
+BERT4KERAS_ONLY_MODELS = ("gpt", "gpt2", "gpt2_ml", "t5", "t5_encoder", "t5_decoder", "t5.1.0", "t5.1.1", "mt5.1.1")
 
 
 def register(name, *aliases):
     """Class decorator: the builder class answers to ``name`` (what command lines list) and
     ``aliases`` (accepted too); a name taken by another class is an error."""
+
     def decorate(cls):
         for key in (name, *aliases):
             if _MODELS.get(key, cls) is not cls:
@@ -33,6 +43,7 @@ def register(name, *aliases):
             _MODELS[key] = cls
         _PRIMARY.setdefault(cls, name)
         return cls
+
     return decorate
 
 
@@ -52,10 +63,11 @@ def model_names(segment_ids=None):
     """One name per registered builder class (the name it registered, not an alias), in
     ``LISTING_ORDER``: what a command line lists (every key of ``MODELS`` is accepted).
     ``segment_ids=True``: only the models that read segment ids (what fine-tuning feeds)."""
+
     def rank(name):
         return LISTING_ORDER.index(name) if name in LISTING_ORDER else len(LISTING_ORDER)
 
-    names = sorted(_PRIMARY.values(), key=rank)     # sorted() is stable: the others as registered
+    names = sorted(_PRIMARY.values(), key=rank)  # sorted() is stable: the others as registered
     return tuple(n for n in names if segment_ids is None or _MODELS[n].takes_segment_ids == segment_ids)
 
 
@@ -64,8 +76,10 @@ def resolve_model_class(model):
     if isinstance(model, str):
         key = model.lower()
         if key not in _MODELS and key.split("_")[0] in BERT4KERAS_ONLY_MODELS:
-            raise ValueError(f"model {model!r}: bert4keras's {key} is not implemented in gau_keras, which has "
-                             f"{sorted(_MODELS)} or a Transformer subclass")
+            raise ValueError(
+                f"model {model!r}: bert4keras's {key} is not implemented in gau_keras, which has "
+                f"{sorted(_MODELS)} or a Transformer subclass"
+            )
         if key not in _MODELS:
             raise ValueError(f"unknown model {model!r}; expected one of {sorted(_MODELS)} or a class")
         return _MODELS[key]

@@ -15,6 +15,7 @@
 Name patterns match Keras 3 variable paths ("layer/kernel"), not bert4keras's
 TF1 names ("layer/kernel:0"). See the modules for the update rules.
 """
+
 from gau_keras.optimizers.adafactor import AdaFactor, AdaFactorV1, AdaFactorV2
 from gau_keras.optimizers.adam import Adam
 from gau_keras.optimizers.base import HookedOptimizer
@@ -34,9 +35,22 @@ from gau_keras.optimizers.lion import Lion, LionV2
 from gau_keras.optimizers.schedules import PiecewiseLinearDecay
 
 __all__ = [
-    "Adam", "AdaFactor", "AdaFactorV1", "AdaFactorV2", "Lion", "LionV2", "LAMB", "PiecewiseLinearDecay",
-    "HookedOptimizer", "DenseAdamW",
-    "extend_with_weight_decay", "extend_with_layer_adaptation", "extend_with_piecewise_linear_lr",
-    "extend_with_gradient_accumulation", "extend_with_lookahead", "extend_with_lazy_optimization",
-    "extend_with_exponential_moving_average", "extend_with_parameter_wise_lr",
+    "Adam",
+    "AdaFactor",
+    "AdaFactorV1",
+    "AdaFactorV2",
+    "Lion",
+    "LionV2",
+    "LAMB",
+    "PiecewiseLinearDecay",
+    "HookedOptimizer",
+    "DenseAdamW",
+    "extend_with_weight_decay",
+    "extend_with_layer_adaptation",
+    "extend_with_piecewise_linear_lr",
+    "extend_with_gradient_accumulation",
+    "extend_with_lookahead",
+    "extend_with_lazy_optimization",
+    "extend_with_exponential_moving_average",
+    "extend_with_parameter_wise_lr",
 ]

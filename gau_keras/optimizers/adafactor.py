@@ -1,4 +1,5 @@
 """bert4keras's AdaFactor: factored second moments, update clipping, parameter scale."""
+
 import keras
 import numpy as np
 from keras import ops
@@ -43,9 +44,20 @@ class AdaFactor(HookedOptimizer):
         **kwargs: Keras's optimizer arguments.
     """
 
-    def __init__(self, learning_rate=1e-3, beta1=0.0, beta2=None, epsilon1=1e-30, epsilon2=1e-3,
-                 multiply_by_parameter_scale=True, clipping_threshold=1.0, min_dim_size_to_factor=128,
-                 exclude_from_parameter_scale=None, name=None, **kwargs):
+    def __init__(
+        self,
+        learning_rate=1e-3,
+        beta1=0.0,
+        beta2=None,
+        epsilon1=1e-30,
+        epsilon2=1e-3,
+        multiply_by_parameter_scale=True,
+        clipping_threshold=1.0,
+        min_dim_size_to_factor=128,
+        exclude_from_parameter_scale=None,
+        name=None,
+        **kwargs,
+    ):
         relative = learning_rate is None
         super().__init__(learning_rate=0.01 if relative else learning_rate, name=name or "AdaFactor", **kwargs)
         self._relative_step = relative
@@ -129,9 +141,13 @@ class AdaFactor(HookedOptimizer):
         config = super().get_config()
         config.update(
             learning_rate=None if self._relative_step else config["learning_rate"],
-            beta1=self.beta1, beta2=self._beta2, epsilon1=self.epsilon1, epsilon2=self.epsilon2,
+            beta1=self.beta1,
+            beta2=self._beta2,
+            epsilon1=self.epsilon1,
+            epsilon2=self.epsilon2,
             multiply_by_parameter_scale=self.multiply_by_parameter_scale,
-            clipping_threshold=self.clipping_threshold, min_dim_size_to_factor=self.min_dim_size_to_factor,
+            clipping_threshold=self.clipping_threshold,
+            min_dim_size_to_factor=self.min_dim_size_to_factor,
             exclude_from_parameter_scale=list(self._scale_exclusions),
         )
         return config

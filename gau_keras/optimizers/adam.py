@@ -1,4 +1,5 @@
 """bert4keras's Adam: optional bias correction, ε outside the square root."""
+
 import keras
 from keras import ops
 
@@ -31,8 +32,9 @@ class Adam(HookedOptimizer):
             `gradient_accumulation_steps`, `loss_scale_factor`, ...).
     """
 
-    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-6, bias_correction=True,
-                 name=None, **kwargs):
+    def __init__(
+        self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-6, bias_correction=True, name=None, **kwargs
+    ):
         super().__init__(learning_rate=learning_rate, name=name or "Adam", **kwargs)
         self.beta_1 = float(beta_1)
         self.beta_2 = float(beta_2)
@@ -59,6 +61,7 @@ class Adam(HookedOptimizer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon,
-                      bias_correction=self.bias_correction)
+        config.update(
+            beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon, bias_correction=self.bias_correction
+        )
         return config

@@ -17,6 +17,7 @@ that mechanism a scoped, per-instance form:
 Each step runs through ``_apply_dense(gradient, variable)``; sparse
 (IndexedSlices) gradients are densified first, repeated rows summed.
 """
+
 import contextlib
 import math
 import re
@@ -92,8 +93,10 @@ class HookedOptimizer(keras.optimizers.Optimizer):
 
     def __init__(self, learning_rate=0.001, name=None, **kwargs):
         if isinstance(learning_rate, (bool, str, bytes)) or learning_rate is None:
-            raise TypeError(f"{type(self).__name__}: learning_rate must be a number or a schedule, "
-                            f"got {type(learning_rate).__name__} {learning_rate!r:.40}")
+            raise TypeError(
+                f"{type(self).__name__}: learning_rate must be a number or a schedule, "
+                f"got {type(learning_rate).__name__} {learning_rate!r:.40}"
+            )
         if isinstance(learning_rate, (int, float, np.integer, np.floating)):
             checked_number(type(self).__name__, "learning_rate", learning_rate, low=0)
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
@@ -187,8 +190,10 @@ class HookedOptimizer(keras.optimizers.Optimizer):
         if not (self.gradient_accumulation_steps and _inside_strategy()):
             return super()._backend_apply_gradients(grads, trainable_variables)
         if self.clipnorm or self.clipvalue or self.global_clipnorm or self.use_ema:
-            raise ValueError(f"{type(self).__name__}: gradient clipping and EMA are not supported together "
-                             "with gradient_accumulation_steps inside a tf.distribute strategy")
+            raise ValueError(
+                f"{type(self).__name__}: gradient clipping and EMA are not supported together "
+                "with gradient_accumulation_steps inside a tf.distribute strategy"
+            )
         self._accumulate_in_update_step = True
         try:
             self._backend_update_step(grads, trainable_variables, self.learning_rate)

@@ -10,6 +10,7 @@ gives. `DenseAdamW` sums the slices into a dense gradient first (the update
 of the moments is dense anyway). gau_keras's own optimizers (bert4keras's
 Adam, LAMB, Lion, AdaFactor and the factories) handle IndexedSlices already.
 """
+
 import keras
 
 from gau_keras.registration import PACKAGE

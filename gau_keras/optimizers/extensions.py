@@ -14,6 +14,7 @@ substrings) are matched against the Keras 3 variable *path*
 ("Transformer-0-FeedForward/kernel:0"): Keras 3's `variable.name` is only
 the leaf ("kernel"). Patterns anchored on ":0" need rewriting.
 """
+
 import keras
 import numpy as np
 from keras import ops
@@ -23,9 +24,14 @@ from gau_keras.optimizers.factory import extension
 from gau_keras.optimizers.schedules import PiecewiseLinearDecay
 
 __all__ = [
-    "extend_with_weight_decay", "extend_with_layer_adaptation", "extend_with_piecewise_linear_lr",
-    "extend_with_gradient_accumulation", "extend_with_lookahead", "extend_with_lazy_optimization",
-    "extend_with_exponential_moving_average", "extend_with_parameter_wise_lr",
+    "extend_with_weight_decay",
+    "extend_with_layer_adaptation",
+    "extend_with_piecewise_linear_lr",
+    "extend_with_gradient_accumulation",
+    "extend_with_lookahead",
+    "extend_with_lazy_optimization",
+    "extend_with_exponential_moving_average",
+    "extend_with_parameter_wise_lr",
 ]
 
 
@@ -51,8 +57,10 @@ def extend_with_weight_decay(BaseOptimizer):
     class WeightDecay(BaseOptimizer):
         def __init__(self, *args, weight_decay_rate=0.01, exclude_from_weight_decay=None, **kwargs):
             if kwargs.get("weight_decay") is not None:
-                raise ValueError("This optimizer applies weight decay inside its update: pass "
-                                 f"`weight_decay_rate`, not `weight_decay` (got {kwargs['weight_decay']!r})")
+                raise ValueError(
+                    "This optimizer applies weight decay inside its update: pass "
+                    f"`weight_decay_rate`, not `weight_decay` (got {kwargs['weight_decay']!r})"
+                )
             kwargs.pop("weight_decay", None)
             super().__init__(*args, **kwargs)
             self.weight_decay_rate = checked_number(type(self).__name__, "weight_decay_rate", weight_decay_rate, 0)
@@ -71,8 +79,9 @@ def extend_with_weight_decay(BaseOptimizer):
             self._decay_excluded_keys |= {self._var_key(v) for v in var_list or ()}
 
         def _do_weight_decay(self, variable):
-            return (self._var_key(variable) not in self._decay_excluded_keys
-                    and not self._matches(variable, self._decay_patterns))
+            return self._var_key(variable) not in self._decay_excluded_keys and not self._matches(
+                variable, self._decay_patterns
+            )
 
         def _apply_dense(self, gradient, variable):
             if not (self.weight_decay_rate and self._do_weight_decay(variable)):
@@ -90,8 +99,10 @@ def extend_with_weight_decay(BaseOptimizer):
             config = super().get_config()
             if config.get("weight_decay") is None:
                 config.pop("weight_decay", None)
-            config.update(weight_decay_rate=self.weight_decay_rate,
-                          exclude_from_weight_decay=[p.pattern for p in self._decay_patterns])
+            config.update(
+                weight_decay_rate=self.weight_decay_rate,
+                exclude_from_weight_decay=[p.pattern for p in self._decay_patterns],
+            )
             return config
 
     return WeightDecay
@@ -109,8 +120,7 @@ def extend_with_layer_adaptation(BaseOptimizer):
     class LayerAdaptation(BaseOptimizer):
         def __init__(self, *args, exclude_from_layer_adaptation=None, **kwargs):
             super().__init__(*args, **kwargs)
-            self._adaptation_patterns = compile_patterns(exclude_from_layer_adaptation,
-                                                         "exclude_from_layer_adaptation")
+            self._adaptation_patterns = compile_patterns(exclude_from_layer_adaptation, "exclude_from_layer_adaptation")
 
         def _apply_dense(self, gradient, variable):
             if self._matches(variable, self._adaptation_patterns):
@@ -221,10 +231,15 @@ def extend_with_lookahead(BaseOptimizer):
     class Lookahead(BaseOptimizer):
         def __init__(self, *args, steps_per_slow_update=5, slow_step_size=0.5, **kwargs):
             super().__init__(*args, **kwargs)
-            if (isinstance(steps_per_slow_update, bool) or not isinstance(steps_per_slow_update, (int, np.integer))
-                    or steps_per_slow_update < 1):
-                raise ValueError(f"{type(self).__name__}: steps_per_slow_update must be an integer >= 1, "
-                                 f"got {steps_per_slow_update!r}")
+            if (
+                isinstance(steps_per_slow_update, bool)
+                or not isinstance(steps_per_slow_update, (int, np.integer))
+                or steps_per_slow_update < 1
+            ):
+                raise ValueError(
+                    f"{type(self).__name__}: steps_per_slow_update must be an integer >= 1, "
+                    f"got {steps_per_slow_update!r}"
+                )
             self.steps_per_slow_update = int(steps_per_slow_update)
             self.slow_step_size = checked_number(type(self).__name__, "slow_step_size", slow_step_size, 0, 1)
 

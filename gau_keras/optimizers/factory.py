@@ -9,6 +9,7 @@ name ``"gau_keras>ExtendedOptimizer"`` and a config entry ``extended_from``
 compiled with e.g. an ``AdamWLR`` loads in a process that never called the
 factories (bert4keras needs them called again first).
 """
+
 import functools
 
 import keras
@@ -33,8 +34,10 @@ class _ExtendedOptimizerLoader:
             raise ValueError(f"An optimizer config saved as {LOADER_NAME!r} lacks its `extended_from` entry")
         base = keras.saving.get_registered_object(spec["base"], custom_objects=custom_objects)
         if base is None:
-            raise ValueError(f"Cannot rebuild the optimizer: its base class {spec['base']!r} is not registered "
-                             "(import the module that defines it first)")
+            raise ValueError(
+                f"Cannot rebuild the optimizer: its base class {spec['base']!r} is not registered "
+                "(import the module that defines it first)"
+            )
         for key, name in spec["extensions"]:
             if key not in _FACTORIES:
                 raise ValueError(f"Cannot rebuild the optimizer: unknown extension {key!r}")
@@ -68,15 +71,20 @@ def extension(key):
         @functools.wraps(make)
         def factory(BaseOptimizer, name=None):
             if not (isinstance(BaseOptimizer, type) and issubclass(BaseOptimizer, HookedOptimizer)):
-                raise TypeError(f"extend_with_{key}: `BaseOptimizer` must be a gau_keras optimizer class "
-                                f"(Adam, AdaFactor, Lion, LAMB or an extended one), got {BaseOptimizer!r}")
+                raise TypeError(
+                    f"extend_with_{key}: `BaseOptimizer` must be a gau_keras optimizer class "
+                    f"(Adam, AdaFactor, Lion, LAMB or an extended one), got {BaseOptimizer!r}"
+                )
             if name is not None and not (isinstance(name, str) and name.isidentifier()):
                 raise ValueError(f"extend_with_{key}: `name` must be a class name, got {name!r}")
-            applied = {k for klass in BaseOptimizer.__mro__
-                       for k, _ in (klass.__dict__.get("_extension_spec") or ("", ()))[1]}
+            applied = {
+                k for klass in BaseOptimizer.__mro__ for k, _ in (klass.__dict__.get("_extension_spec") or ("", ()))[1]
+            }
             if key == "weight_decay" and key in applied:
-                raise ValueError(f"extend_with_{key}: {BaseOptimizer.__name__} already applies weight decay; "
-                                 f"a second extension would decay every weight twice per step")
+                raise ValueError(
+                    f"extend_with_{key}: {BaseOptimizer.__name__} already applies weight decay; "
+                    f"a second extension would decay every weight twice per step"
+                )
             cache_key = (key, BaseOptimizer, name)
             if cache_key not in _CLASSES:
                 cls = make(BaseOptimizer)

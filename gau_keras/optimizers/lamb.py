@@ -1,4 +1,5 @@
 """LAMB: bert4keras's Adam with weight decay inside layer adaptation, as GAU-α pretrains."""
+
 import keras
 
 from gau_keras.optimizers.adam import Adam
@@ -57,11 +58,28 @@ class LAMB(extend_with_layer_adaptation(extend_with_weight_decay(Adam))):
         ...            gradient_accumulation_steps=4)
     """
 
-    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-6, weight_decay_rate=0.0,
-                 bias_correction=False, exclude_from_weight_decay=None, exclude_from_layer_adaptation=None,
-                 name=None, **kwargs):
-        super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
-                         bias_correction=bias_correction, weight_decay_rate=weight_decay_rate,
-                         exclude_from_weight_decay=exclude_from_weight_decay,
-                         exclude_from_layer_adaptation=exclude_from_layer_adaptation,
-                         name=name or "LAMB", **kwargs)
+    def __init__(
+        self,
+        learning_rate=0.001,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-6,
+        weight_decay_rate=0.0,
+        bias_correction=False,
+        exclude_from_weight_decay=None,
+        exclude_from_layer_adaptation=None,
+        name=None,
+        **kwargs,
+    ):
+        super().__init__(
+            learning_rate=learning_rate,
+            beta_1=beta_1,
+            beta_2=beta_2,
+            epsilon=epsilon,
+            bias_correction=bias_correction,
+            weight_decay_rate=weight_decay_rate,
+            exclude_from_weight_decay=exclude_from_weight_decay,
+            exclude_from_layer_adaptation=exclude_from_layer_adaptation,
+            name=name or "LAMB",
+            **kwargs,
+        )

@@ -1,4 +1,5 @@
 """bert4keras's Lion (sign of an interpolated momentum)."""
+
 import keras
 from keras import ops
 

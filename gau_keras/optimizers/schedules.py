@@ -1,4 +1,5 @@
 """The piecewise-linear learning-rate schedule (GAU-α's, bert4keras's `piecewise_linear`)."""
+
 import keras
 from keras import ops
 

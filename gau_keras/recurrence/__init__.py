@@ -22,6 +22,7 @@ with those three.  ``common`` holds what they share, free of any backend (the
 Both directions of a bidirectional layer run at once (direction 1 reversed in
 time).  float16/bfloat16 are computed in float32, float64 stays float64.
 """
+
 import importlib
 
 import keras
@@ -39,8 +40,9 @@ def backend_module(backend=None):
     """The recurrence module of ``backend`` (default: ``keras.backend.backend()``)."""
     name = backend or keras.backend.backend()
     if name not in BACKENDS:
-        raise NotImplementedError(f"sru_recurrence: no implementation for the Keras backend {name!r} "
-                                  f"(available: {', '.join(BACKENDS)})")
+        raise NotImplementedError(
+            f"sru_recurrence: no implementation for the Keras backend {name!r} (available: {', '.join(BACKENDS)})"
+        )
     return importlib.import_module(BACKENDS[name])
 
 
@@ -55,8 +57,18 @@ def kernel_choice(dtype="float32", implementation=None):
     return backend_module().kernel_choice(dtype, implementation)
 
 
-def sru_recurrence(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,
-                   dropout_mask=None, bidirectional=False, implementation=None):
+def sru_recurrence(
+    U,
+    x,
+    weight_c,
+    bias,
+    c0=None,
+    mask_pad=None,
+    scale_x=None,
+    dropout_mask=None,
+    bidirectional=False,
+    implementation=None,
+):
     """The SRU elementwise recurrence with a hand-written gradient, on the Keras backend in use.
 
     Args:
@@ -78,14 +90,32 @@ def sru_recurrence(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,
         are computed in float32, float64 in float64.
     """
     return backend_module().sru_recurrence(
-        U, x, weight_c, bias, c0=c0, mask_pad=mask_pad, scale_x=scale_x, dropout_mask=dropout_mask,
-        bidirectional=bidirectional, implementation=implementation)
+        U,
+        x,
+        weight_c,
+        bias,
+        c0=c0,
+        mask_pad=mask_pad,
+        scale_x=scale_x,
+        dropout_mask=dropout_mask,
+        bidirectional=bidirectional,
+        implementation=implementation,
+    )
 
 
-def sru_recurrence_autodiff(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,
-                            dropout_mask=None, bidirectional=False):
+def sru_recurrence_autodiff(
+    U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None, dropout_mask=None, bidirectional=False
+):
     """Same contract as ``sru_recurrence``, written the straightforward way (every
     gate inside the loop) and differentiated by the backend's autodiff."""
     return backend_module().sru_recurrence_autodiff(
-        U, x, weight_c, bias, c0=c0, mask_pad=mask_pad, scale_x=scale_x, dropout_mask=dropout_mask,
-        bidirectional=bidirectional)
+        U,
+        x,
+        weight_c,
+        bias,
+        c0=c0,
+        mask_pad=mask_pad,
+        scale_x=scale_x,
+        dropout_mask=dropout_mask,
+        bidirectional=bidirectional,
+    )

@@ -5,6 +5,7 @@ Shapes (docs/srupp.md): U [B, L, dirs·d·k] with the k values of one hidden
 unit adjacent and the directions laid out [dir0 block | dir1 block]; x
 [B, L, d_in]; weight_c and bias [2·dirs·d] laid out [2, dirs, d].
 """
+
 import functools
 import warnings
 from typing import NamedTuple
@@ -27,6 +28,7 @@ def _shape(t):
 
 class Layout(NamedTuple):
     """Static sizes of a call: directions, hidden size d, and k (3: skip from x, 4: from U)."""
+
     dirs: int
     d: int
     k: int
@@ -47,19 +49,21 @@ class Layout(NamedTuple):
             raise ValueError(f"sru_recurrence: x must be [B, L, d_in], got shape {x.shape}")
         n_c = w_shape[-1] if w_shape else None
         if w_shape is None or len(w_shape) != 1 or n_c is None or n_c % (2 * dirs):
-            raise ValueError(f"sru_recurrence: weight_c must be [2*dirs*d] (dirs={dirs}), "
-                             f"got shape {weight_c.shape}")
+            raise ValueError(f"sru_recurrence: weight_c must be [2*dirs*d] (dirs={dirs}), got shape {weight_c.shape}")
         if b_shape != w_shape:
             raise ValueError(f"sru_recurrence: bias shape {bias.shape} must equal weight_c shape {weight_c.shape}")
         d = n_c // (2 * dirs)
         width = U_shape[-1]
         if width is None or width % (dirs * d) or width // (dirs * d) not in (3, 4):
-            raise ValueError(f"sru_recurrence: U's last dimension ({width}) must be dirs*d*k with "
-                             f"dirs*d={dirs * d} (from weight_c) and k in (3, 4)")
+            raise ValueError(
+                f"sru_recurrence: U's last dimension ({width}) must be dirs*d*k with "
+                f"dirs*d={dirs * d} (from weight_c) and k in (3, 4)"
+            )
         k = width // (dirs * d)
         if k == 3 and x_shape[-1] != dirs * d:
-            raise ValueError(f"sru_recurrence: with k=3 x's last dimension ({x_shape[-1]}) must equal "
-                             f"dirs*d={dirs * d}")
+            raise ValueError(
+                f"sru_recurrence: with k=3 x's last dimension ({x_shape[-1]}) must equal dirs*d={dirs * d}"
+            )
         return cls(dirs, d, k)
 
 

@@ -10,6 +10,7 @@
 
 Free of any backend.
 """
+
 import contextlib
 import os
 import pathlib

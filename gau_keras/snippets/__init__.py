@@ -12,6 +12,7 @@ Importing this package does not import TensorFlow or Keras; the few parts that
 need them (``to_dataset``, ``last_token``, ``forfit`` under ``fit``) import them
 when used.
 """
+
 from gau_keras import uniout
 from gau_keras.snippets.arrays import orthogonally_resize, sequence_padding, softmax, to_array
 from gau_keras.snippets.data_generator import DataGenerator
@@ -37,10 +38,31 @@ from gau_keras.snippets.text import (
 )
 
 __all__ = [
-    "AutoRegressiveDecoder", "DataGenerator", "ViterbiDecoder", "WebServing", "basestring",
-    "convert_to_str", "convert_to_unicode", "delete_arguments", "insert_arguments", "is_one_of",
-    "is_py2", "is_string", "longest_common_subsequence", "longest_common_substring",
-    "lowercase_and_normalize", "open", "orthogonally_resize", "parallel_apply",
-    "parallel_apply_generator", "sequence_padding", "softmax", "strQ2B", "string_matching",
-    "text_segmentate", "to_array", "truncate_sequences", "uniout",
+    "AutoRegressiveDecoder",
+    "DataGenerator",
+    "ViterbiDecoder",
+    "WebServing",
+    "basestring",
+    "convert_to_str",
+    "convert_to_unicode",
+    "delete_arguments",
+    "insert_arguments",
+    "is_one_of",
+    "is_py2",
+    "is_string",
+    "longest_common_subsequence",
+    "longest_common_substring",
+    "lowercase_and_normalize",
+    "open",
+    "orthogonally_resize",
+    "parallel_apply",
+    "parallel_apply_generator",
+    "sequence_padding",
+    "softmax",
+    "strQ2B",
+    "string_matching",
+    "text_segmentate",
+    "to_array",
+    "truncate_sequences",
+    "uniout",
 ]

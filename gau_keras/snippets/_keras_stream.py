@@ -5,6 +5,7 @@ take as their data adapter, reading converted batches declared by rank only.
 This is the one place that uses Keras's data-adapter internals (``keras.src``);
 ``data_generator`` falls back to a plain generator when they cannot be imported.
 """
+
 from keras.src.trainers.data_adapters import data_adapter_utils
 from keras.src.trainers.data_adapters.data_adapter import DataAdapter
 from keras.src.trainers.data_adapters.generator_data_adapter import GeneratorDataAdapter

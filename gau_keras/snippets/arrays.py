@@ -1,5 +1,6 @@
 """Numpy helpers of bert4keras's snippets: batch conversion, padding,
 softmax and the window-repeating resize of weight matrices."""
+
 import numpy as np
 
 _PAD_MODES = ("post", "pre")
@@ -37,19 +38,24 @@ def sequence_padding(inputs, length=None, value=0, seq_dims=1, mode="post"):
     shapes = [_regular_shape(x, i) for i, x in enumerate(inputs)]
     for i, shape in enumerate(shapes):
         if len(shape) < seq_dims:
-            raise ValueError(f"sequence_padding: seq_dims={seq_dims} but sequence {i} has only {len(shape)} "
-                             f"axes (shape {shape})")
+            raise ValueError(
+                f"sequence_padding: seq_dims={seq_dims} but sequence {i} has only {len(shape)} axes (shape {shape})"
+            )
         if shape[seq_dims:] != shapes[0][seq_dims:]:
-            raise ValueError(f"sequence_padding: the axes after the first {seq_dims} must agree; sequence {i} "
-                             f"has shape {shape}, sequence 0 {shapes[0]}")
+            raise ValueError(
+                f"sequence_padding: the axes after the first {seq_dims} must agree; sequence {i} "
+                f"has shape {shape}, sequence 0 {shapes[0]}"
+            )
     if length is None:
         length = np.max([shape[:seq_dims] for shape in shapes], axis=0)
-    elif np.ndim(length) == 0:          # an int, a numpy integer or a 0-d array
+    elif np.ndim(length) == 0:  # an int, a numpy integer or a 0-d array
         length = [length.item() if isinstance(length, np.ndarray) else length]
-    if len(length) < seq_dims or any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0
-                                     for n in length[:seq_dims]):
-        raise ValueError(f"sequence_padding: length must be None, an integer >= 0 or {seq_dims} of them, "
-                         f"got {length!r}")
+    if len(length) < seq_dims or any(
+        isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 for n in length[:seq_dims]
+    ):
+        raise ValueError(
+            f"sequence_padding: length must be None, an integer >= 0 or {seq_dims} of them, got {length!r}"
+        )
     cut = tuple(slice(None, length[axis]) for axis in range(seq_dims))
     cut = cut if seq_dims > 1 else cut[0]
 
@@ -71,8 +77,10 @@ def _regular_shape(x, index):
     try:
         return np.shape(np.asarray(x))
     except ValueError:
-        raise ValueError(f"sequence_padding: sequence {index} is ragged (its inner lists differ in length, so "
-                         f"it is no array); pad its inner lists to one length first") from None
+        raise ValueError(
+            f"sequence_padding: sequence {index} is ragged (its inner lists differ in length, so "
+            f"it is no array); pad its inner lists to one length first"
+        ) from None
 
 
 def softmax(x, axis=-1):
@@ -91,18 +99,18 @@ def orthogonally_resize(a, new_shape, window=2):
     narrower one.
     """
     if a.ndim != len(new_shape):
-        raise ValueError(f"orthogonally_resize: new_shape {tuple(new_shape)} must have {a.ndim} axes "
-                         f"like a (shape {a.shape})")
+        raise ValueError(
+            f"orthogonally_resize: new_shape {tuple(new_shape)} must have {a.ndim} axes like a (shape {a.shape})"
+        )
     norm = np.linalg.norm(a)
     for axis, (old, new) in enumerate(zip(a.shape, new_shape)):
         repeats = -(-new // old)
         if old == new or repeats <= 1:
             continue
         if old % window:
-            raise ValueError(f"orthogonally_resize: axis {axis} has length {old}, not a multiple of "
-                             f"window={window}")
-        blocks = a.reshape(a.shape[:axis] + (old // window, window) + a.shape[axis + 1:])
+            raise ValueError(f"orthogonally_resize: axis {axis} has length {old}, not a multiple of window={window}")
+        blocks = a.reshape(a.shape[:axis] + (old // window, window) + a.shape[axis + 1 :])
         blocks = np.repeat(blocks, repeats, axis=axis)
-        a = blocks.reshape(a.shape[:axis] + (old * repeats,) + a.shape[axis + 1:])
+        a = blocks.reshape(a.shape[:axis] + (old * repeats,) + a.shape[axis + 1 :])
     a = a[tuple(slice(None, n) for n in new_shape)]
     return a / np.linalg.norm(a) * norm

@@ -26,6 +26,7 @@ that ``forfit`` / ``fortest`` absorb, so the code above works unchanged:
 Iterated directly (``next(gen.forfit())``) they yield the batches exactly as
 ``__iter__`` makes them, as in bert4keras.
 """
+
 import inspect
 import types
 
@@ -62,8 +63,10 @@ class DataGenerator:
 
     def __len__(self):
         if self.steps is None:
-            raise TypeError(f"{type(self).__name__}: its data has no length, so neither has the generator; "
-                            f"give fit a steps_per_epoch")
+            raise TypeError(
+                f"{type(self).__name__}: its data has no length, so neither has the generator; "
+                f"give fit a steps_per_epoch"
+            )
         return self.steps
 
     def sample(self, random=False):
@@ -124,8 +127,10 @@ class DataGenerator:
                 raise ValueError(f"{type(self).__name__}.__iter__ yielded no batch (is its data empty?)")
 
     def _one_shot_message(self):
-        return (f"{type(self).__name__}: its data is a one-shot iterator ({type(self.data).__name__}), used up by "
-                f"the first pass; give a list (or an iterable that can be read again) to read it again")
+        return (
+            f"{type(self).__name__}: its data is a one-shot iterator ({type(self.data).__name__}), used up by "
+            f"the first pass; give a list (or an iterable that can be read again) to read it again"
+        )
 
     def forfit(self, random=True):
         """Endless batches for ``model.fit`` (shuffled by default); see the module notes."""
@@ -208,8 +213,7 @@ def _conform(value, types):
         return {k: _conform(value[k], types[k]) for k in types}
     if isinstance(types, (list, tuple)):
         if len(value) != len(types):
-            raise ValueError(f"to_dataset: a sample has {len(value)} parts where types has {len(types)}: "
-                             f"{types!r}")
+            raise ValueError(f"to_dataset: a sample has {len(value)} parts where types has {len(types)}: {types!r}")
         return tuple(_conform(v, t) for v, t in zip(value, types))
     return value
 
@@ -246,6 +250,6 @@ def _keras_batches(batches, convert):
     """An iterator over ``batches`` that ``fit``/``predict`` also read as converted batches."""
     try:
         from gau_keras.snippets._keras_stream import KerasBatches
-    except ImportError:      # a Keras without the data-adapter internals: plain converted batches
+    except ImportError:  # a Keras without the data-adapter internals: plain converted batches
         return (convert(b) for b in batches)
     return KerasBatches(batches, convert)

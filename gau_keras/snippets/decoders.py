@@ -13,6 +13,7 @@
 All numpy; the search draws with numpy's global RNG in the same order as
 bert4keras, so a seeded run gives bert4keras's samples.
 """
+
 import functools
 import numbers
 
@@ -45,15 +46,21 @@ class ViterbiDecoder:
     def __init__(self, trans, starts=None, ends=None):
         shape = np.shape(trans)
         if len(shape) != 2 or shape[0] != shape[1] or shape[0] == 0:
-            raise ValueError(f"ViterbiDecoder: trans must be a square [num_labels, num_labels] matrix, "
-                             f"got shape {shape}")
+            raise ValueError(
+                f"ViterbiDecoder: trans must be a square [num_labels, num_labels] matrix, got shape {shape}"
+            )
         if np.isnan(np.asarray(trans, dtype=float)).any():
             raise ValueError("ViterbiDecoder: trans holds NaN")
         self.trans = trans
         self.num_labels = len(trans)
         for name, labels in (("starts", starts), ("ends", ends)):
-            outside = [] if labels is None else [
-                label for label in labels if not isinstance(label, (int, np.integer)) or not 0 <= label < len(trans)]
+            outside = (
+                []
+                if labels is None
+                else [
+                    label for label in labels if not isinstance(label, (int, np.integer)) or not 0 <= label < len(trans)
+                ]
+            )
             if outside:
                 raise ValueError(f"ViterbiDecoder: {name} names no label of the {len(trans)}: {outside}")
         every = range(self.num_labels)
@@ -68,20 +75,24 @@ class ViterbiDecoder:
         """
         nodes = np.array(nodes, dtype=np.result_type(np.asarray(nodes).dtype, np.float32))
         if nodes.ndim != 2 or nodes.shape[1] != self.num_labels:
-            raise ValueError(f"ViterbiDecoder.decode: nodes must be [seq_len, {self.num_labels}] "
-                             f"(the labels of trans), got shape {nodes.shape}")
+            raise ValueError(
+                f"ViterbiDecoder.decode: nodes must be [seq_len, {self.num_labels}] "
+                f"(the labels of trans), got shape {nodes.shape}"
+            )
         if len(nodes) == 0:
             return np.zeros(0, dtype=int)
         if np.isnan(nodes).any():
-            raise ValueError(f"ViterbiDecoder.decode: nodes hold NaN at steps "
-                             f"{np.flatnonzero(np.isnan(nodes).any(axis=1)).tolist()[:8]}")
+            raise ValueError(
+                f"ViterbiDecoder.decode: nodes hold NaN at steps "
+                f"{np.flatnonzero(np.isnan(nodes).any(axis=1)).tolist()[:8]}"
+            )
         nodes[0, self.non_starts] -= np.inf
         nodes[-1, self.non_ends] -= np.inf
         labels = np.arange(self.num_labels)[None]
-        scores = nodes[0][:, None]                      # best score of a path ending in each label
-        paths = labels                                  # [steps so far, num_labels]: those paths
+        scores = nodes[0][:, None]  # best score of a path ending in each label
+        paths = labels  # [steps so far, num_labels]: those paths
         for step_scores in nodes[1:]:
-            totals = scores + self.trans + step_scores[None]    # [from, to]
+            totals = scores + self.trans + step_scores[None]  # [from, to]
             best_from = totals.argmax(0)
             scores = totals.max(0)[:, None]
             paths = np.concatenate([paths[:, best_from], labels], 0)
@@ -104,7 +115,7 @@ class AutoRegressiveDecoder:
         _check_int("minlen", minlen, 0)
         self.start_id, self.end_id = start_id, end_id
         self.maxlen, self.minlen = maxlen, minlen
-        self.models = {}        # last_token's cache: model -> its last-position model
+        self.models = {}  # last_token's cache: model -> its last-position model
         start = [] if start_id is None else [start_id]
         self.first_output_ids = np.array([start], dtype=int)
 
@@ -133,8 +144,10 @@ class AutoRegressiveDecoder:
                 scores = np.asarray(scores)
                 if np.isnan(scores).any():
                     rows = np.flatnonzero(np.isnan(scores).reshape(len(scores), -1).any(axis=1)).tolist()
-                    raise ValueError(f"{type(self).__name__}.predict returned NaN scores (rows {rows[:8]}) "
-                                     f"after {np.shape(output_ids)[1]} output ids; decoding stops here")
+                    raise ValueError(
+                        f"{type(self).__name__}.predict returned NaN scores (rows {rows[:8]}) "
+                        f"after {np.shape(output_ids)[1]} output ids; decoding stops here"
+                    )
                 if default_rtype == "logits":
                     probas = softmax(scores / temperature)
                 elif temperature != 1:
@@ -161,8 +174,9 @@ class AutoRegressiveDecoder:
             import keras
 
             # the sequence mask (if any) does not apply to the one position kept
-            outputs = [keras.layers.Lambda(lambda x: x[:, -1], mask=lambda x, mask: None)(output)
-                       for output in model.outputs]
+            outputs = [
+                keras.layers.Lambda(lambda x: x[:, -1], mask=lambda x, mask: None)(output) for output in model.outputs
+            ]
             self.models[model] = _QuietModel(model.inputs, outputs)
         return self.models[model]
 
@@ -173,8 +187,9 @@ class AutoRegressiveDecoder:
         [rows, steps], returns the scores of the next id [rows, vocab] (and the
         states, with ``use_states=True``).
         """
-        raise NotImplementedError(f"{type(self).__name__} must define predict (decorated with "
-                                  f"AutoRegressiveDecoder.wraps)")
+        raise NotImplementedError(
+            f"{type(self).__name__} must define predict (decorated with AutoRegressiveDecoder.wraps)"
+        )
 
     def beam_search(self, inputs, topk, states=None, temperature=1, min_ends=1):
         """The best sequence found by beam search with ``topk`` beams.
@@ -199,9 +214,9 @@ class AutoRegressiveDecoder:
         for step in range(self.maxlen):
             scores, states = self.predict(inputs, output_ids, states, temperature, "logits")
             if step == 0:
-                topk = min(topk, scores.shape[1])        # no more beams than ids
+                topk = min(topk, scores.shape[1])  # no more beams than ids
                 inputs = [np.repeat(i, topk, axis=0) for i in inputs]
-            scores = output_scores.reshape((-1, 1)) + scores         # [beams, vocab] running totals
+            scores = output_scores.reshape((-1, 1)) + scores  # [beams, vocab] running totals
             flat = scores.argpartition(-topk, axis=None)[-topk:]
             beams, ids = flat // scores.shape[1], flat % scores.shape[1]
             output_ids = np.concatenate([output_ids[beams], ids.reshape((-1, 1))], 1)
@@ -214,7 +229,7 @@ class AutoRegressiveDecoder:
             if ended[best] and end_counts[best] >= min_ends:
                 return output_ids[best]
             live = ~ended | (end_counts < min_ends)
-            if not live.all():                   # drop the finished beams that are not best
+            if not live.all():  # drop the finished beams that are not best
                 inputs = [i[live] for i in inputs]
                 output_ids, output_scores = output_ids[live], output_scores[live]
                 topk = live.sum()
@@ -272,9 +287,9 @@ class AutoRegressiveDecoder:
 
 def _sample(probas, topk=None, topp=None):
     """One id per row of ``probas`` [rows, vocab], drawn with np.random.choice: [rows, 1]."""
-    candidates = []                          # index maps back to vocabulary ids, innermost last
+    candidates = []  # index maps back to vocabulary ids, innermost last
     if topk is not None:
-        topk = min(topk, probas.shape[1])        # a topk beyond the vocabulary: every id
+        topk = min(topk, probas.shape[1])  # a topk beyond the vocabulary: every id
         top = probas.argpartition(-topk, axis=1)[:, -topk:]
         probas = np.take_along_axis(probas, top, axis=1)
         probas = probas / probas.sum(axis=1, keepdims=True)
@@ -283,7 +298,7 @@ def _sample(probas, topk=None, topp=None):
         order = probas.argsort(axis=1)[:, ::-1]
         probas = np.take_along_axis(probas, order, axis=1)
         reached = np.cumsum(probas, axis=1) >= topp
-        beyond = np.roll(reached, 1, axis=1)     # past the first position that reaches topp
+        beyond = np.roll(reached, 1, axis=1)  # past the first position that reaches topp
         beyond[:, 0] = False
         probas[beyond] = 0
         probas = probas / probas.sum(axis=1, keepdims=True)
@@ -301,15 +316,17 @@ def _quiet_model_class():
         """A functional model whose ``predict`` calls it batch by batch, eagerly and silently."""
 
         def predict(self, x, batch_size=None, verbose=0, **kwargs):
-            if kwargs:                      # steps, callbacks, ...: Keras's own predict
+            if kwargs:  # steps, callbacks, ...: Keras's own predict
                 return super().predict(x, batch_size=batch_size, verbose=verbose, **kwargs)
             rows = len(keras.tree.flatten(x)[0])
             size = batch_size or 32
-            chunks = [self(keras.tree.map_structure(lambda a, s=start: np.asarray(a)[s:s + size], x),
-                           training=False)
-                      for start in range(0, rows, size)]
+            chunks = [
+                self(keras.tree.map_structure(lambda a, s=start: np.asarray(a)[s : s + size], x), training=False)
+                for start in range(0, rows, size)
+            ]
             return keras.tree.map_structure(
-                lambda *parts: np.concatenate([keras.ops.convert_to_numpy(p) for p in parts]), *chunks)
+                lambda *parts: np.concatenate([keras.ops.convert_to_numpy(p) for p in parts]), *chunks
+            )
 
     return QuietModel
 

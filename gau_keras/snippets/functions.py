@@ -1,5 +1,6 @@
 """Decorators that add or forbid keyword arguments of a method (bert4keras
 uses them on layers' and optimizers' ``__init__``)."""
+
 import functools
 
 
@@ -9,6 +10,7 @@ def insert_arguments(**arguments):
     Each ``name=default`` becomes ``self.name`` (the caller's value when given,
     taken out of the keyword arguments before the method runs, else the default).
     """
+
     def decorator(method):
         @functools.wraps(method)
         def wrapper(self, *args, **kwargs):
@@ -23,6 +25,7 @@ def insert_arguments(**arguments):
 
 def delete_arguments(*arguments):
     """Makes a method refuse the keyword arguments named (a TypeError naming the class)."""
+
     def decorator(method):
         @functools.wraps(method)
         def wrapper(self, *args, **kwargs):

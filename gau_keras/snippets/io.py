@@ -7,6 +7,7 @@
 ``indexable="corpus.idx"`` stores those offsets as JSON in that file (and reads
 them from it next time instead of scanning again).
 """
+
 import builtins
 import json
 import os
@@ -15,7 +16,7 @@ import sys
 from gau_keras.snippets.text import convert_to_str, convert_to_unicode, is_string
 
 
-class open:   # bert4keras's name: scripts import it in place of the built-in
+class open:  # bert4keras's name: scripts import it in place of the built-in
     """A file object with bert4keras's extras (line index, ``next``).
 
     Args:

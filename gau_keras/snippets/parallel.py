@@ -9,6 +9,7 @@ unpicklable result, or a worker that dies) is raised in the caller at once
 instead of leaving it waiting for a result that never comes, and the workers
 are stopped when the generator finishes, fails or is closed early.
 """
+
 import multiprocessing
 import pickle
 import queue
@@ -17,8 +18,8 @@ import traceback
 
 import numpy as np
 
-_POLL_SECONDS = 0.05    # how often a waiting side checks for stop / dead workers
-_JOIN_SECONDS = 2.0     # grace time for a worker to exit before it is terminated
+_POLL_SECONDS = 0.05  # how often a waiting side checks for stop / dead workers
+_JOIN_SECONDS = 2.0  # grace time for a worker to exit before it is terminated
 _NO_SEED = object()
 
 
@@ -32,7 +33,7 @@ class _RemoteTraceback(Exception):
 def _worker_seeds(random_seeds, workers):
     """The numpy seed of each worker (``_NO_SEED``: leave its state as inherited)."""
     if random_seeds is True:
-        return [None] * workers             # None: fresh OS entropy, so forked workers differ
+        return [None] * workers  # None: fresh OS entropy, so forked workers differ
     if random_seeds is None or random_seeds is False:
         return [_NO_SEED] * workers
     seeds = list(random_seeds)
@@ -64,13 +65,13 @@ def _work(func, seed, tasks, results, stop, portable):
             message = (index, func(item), None)
             if portable:
                 message = pickle.dumps(message)
-        except BaseException as error:   # reported to the caller, which re-raises it
+        except BaseException as error:  # reported to the caller, which re-raises it
             message = _failure(index, error, portable)
             if portable:
                 message = pickle.dumps(message)
         results.put(message)
     if portable:
-        results.cancel_join_thread()       # stopping: unread results may be dropped
+        results.cancel_join_thread()  # stopping: unread results may be dropped
 
 
 class _Workers:
@@ -90,8 +91,7 @@ class _Workers:
             start = lambda **kw: context.Process(daemon=True, **kw)
         self.workers = []
         for seed in seeds:
-            worker = start(target=_work, args=(func, seed, self.tasks, self.results, self.stop,
-                                                self.portable))
+            worker = start(target=_work, args=(func, seed, self.tasks, self.results, self.stop, self.portable))
             worker.start()
             self.workers.append(worker)
         self.outstanding = 0
@@ -103,8 +103,10 @@ class _Workers:
             try:
                 task = pickle.dumps(task)
             except Exception as e:
-                raise TypeError(f"parallel_apply_generator: item {index} cannot be sent to a worker "
-                                f"process (not picklable: {e}); use dummy=True for threads") from e
+                raise TypeError(
+                    f"parallel_apply_generator: item {index} cannot be sent to a worker "
+                    f"process (not picklable: {e}); use dummy=True for threads"
+                ) from e
         try:
             self.tasks.put(task, timeout=_POLL_SECONDS)
         except queue.Full:
@@ -133,8 +135,10 @@ class _Workers:
         for worker in self.workers:
             if not worker.is_alive():
                 code = getattr(worker, "exitcode", None)
-                raise RuntimeError(f"parallel_apply_generator: a worker ({worker.name}) died "
-                                   f"(exit code {code}) with {self.outstanding} item(s) pending")
+                raise RuntimeError(
+                    f"parallel_apply_generator: a worker ({worker.name}) died "
+                    f"(exit code {code}) with {self.outstanding} item(s) pending"
+                )
 
     @staticmethod
     def _raise(index, error, text):
@@ -201,8 +205,9 @@ def _ready(pool):
         yield message
 
 
-def parallel_apply(func, iterable, workers, max_queue_size, callback=None, dummy=False, random_seeds=True,
-                   unordered=True):
+def parallel_apply(
+    func, iterable, workers, max_queue_size, callback=None, dummy=False, random_seeds=True, unordered=True
+):
     """``parallel_apply_generator`` collected.
 
     Without ``callback``: the list of results, in arrival order, or in input

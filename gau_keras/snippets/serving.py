@@ -17,6 +17,7 @@ Calls of the functions are serialised (models are not safe to call from several 
 once). It listens on 127.0.0.1 unless told otherwise; ``host='0.0.0.0'`` exposes it on every
 interface, **without authentication**: put it behind a proxy that authenticates before that.
 """
+
 import email.parser
 import email.policy
 import json
@@ -32,11 +33,11 @@ import numpy as np
 LOG = logging.getLogger("gau_keras.serving")
 
 #: the default request-body limit (bytes)
-MAX_BODY = 4 * 2 ** 20
+MAX_BODY = 4 * 2**20
 #: after refusing a request (e.g. a body over the limit, refused from its Content-Length before it is read), what the
 #: client still sends is read and thrown away, up to these many bytes and seconds, so that it sees the answer and
 #: not a connection reset while it is sending; a client silent for ``channel_timeout`` is closed sooner
-DRAIN_BYTES, DRAIN_SECONDS = 2 ** 28, 10
+DRAIN_BYTES, DRAIN_SECONDS = 2**28, 10
 _METHODS = ("GET", "POST")
 _FORM = "application/x-www-form-urlencoded"
 _BOTTLE_SERVERS = ("paste", "waitress", "auto")
@@ -56,20 +57,37 @@ class WebServing:
         connection_limit, backlog: the most connections served at once, and queued.
     """
 
-    def __init__(self, host="127.0.0.1", port=8000, server="paste", max_body=MAX_BODY, threads=4,
-                 channel_timeout=30, connection_limit=100, backlog=1024):
+    def __init__(
+        self,
+        host="127.0.0.1",
+        port=8000,
+        server="paste",
+        max_body=MAX_BODY,
+        threads=4,
+        channel_timeout=30,
+        connection_limit=100,
+        backlog=1024,
+    ):
         if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
             raise ValueError(f"WebServing: port must be an integer in [0, 65535], got {port!r}")
-        for name, value in (("max_body", max_body), ("threads", threads), ("connection_limit", connection_limit),
-                            ("backlog", backlog)):
+        for name, value in (
+            ("max_body", max_body),
+            ("threads", threads),
+            ("connection_limit", connection_limit),
+            ("backlog", backlog),
+        ):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"WebServing: {name} must be a positive integer, got {value!r}")
         if not isinstance(channel_timeout, int) or isinstance(channel_timeout, bool) or channel_timeout < 1:
-            raise ValueError(f"WebServing: channel_timeout must be a whole number of seconds >= 1, "
-                             f"got {channel_timeout!r}")
+            raise ValueError(
+                f"WebServing: channel_timeout must be a whole number of seconds >= 1, got {channel_timeout!r}"
+            )
         if server not in _BOTTLE_SERVERS:
-            warnings.warn(f"WebServing: server={server!r} names a bottle server; gau_keras serves with "
-                          f"waitress whatever the name", stacklevel=2)
+            warnings.warn(
+                f"WebServing: server={server!r} names a bottle server; gau_keras serves with "
+                f"waitress whatever the name",
+                stacklevel=2,
+            )
         self.host, self.port, self.server = host, port, server
         self.max_body, self.threads, self.channel_timeout = max_body, threads, channel_timeout
         self.connection_limit, self.backlog = connection_limit, backlog
@@ -88,6 +106,7 @@ class WebServing:
                 turns the field's value (text, or a JSON value) into the argument.
             method: 'GET' (fields from the query string) or 'POST' (from a form or JSON body).
         """
+
         def handler(fields):
             kwargs = {}
             for name, (convert, required) in arguments.items():
@@ -126,12 +145,20 @@ class WebServing:
         from waitress import create_server
 
         self.httpd = create_server(
-            _Application(self.routes, self.max_body), host=self.host, port=self.port, threads=self.threads,
-            channel_timeout=self.channel_timeout, connection_limit=self.connection_limit, backlog=self.backlog,
-            cleanup_interval=max(1, int(self.channel_timeout // 2)),      # when idle channels are looked at
+            _Application(self.routes, self.max_body),
+            host=self.host,
+            port=self.port,
+            threads=self.threads,
+            channel_timeout=self.channel_timeout,
+            connection_limit=self.connection_limit,
+            backlog=self.backlog,
+            cleanup_interval=max(1, int(self.channel_timeout // 2)),  # when idle channels are looked at
             # waitress refuses a body of this size or more, from its Content-Length before reading it
-            max_request_body_size=self.max_body + 1, expose_tracebacks=False, ident="gau_keras",
-            asyncore_loop_timeout=0.2)
+            max_request_body_size=self.max_body + 1,
+            expose_tracebacks=False,
+            ident="gau_keras",
+            asyncore_loop_timeout=0.2,
+        )
         _answer_errors_in_json(self.httpd)
         self.port = int(getattr(self.httpd, "effective_port", None) or self.httpd.effective_listen[0][1])
         httpd = self.httpd
@@ -143,7 +170,7 @@ class WebServing:
         finally:
             with self._stop_lock:
                 self.httpd = None
-            for channel in list(httpd._map.values()):     # the listening socket too (Ctrl-C left it open)
+            for channel in list(httpd._map.values()):  # the listening socket too (Ctrl-C left it open)
                 channel.close()
             httpd.task_dispatcher.shutdown(timeout=5)
 
@@ -165,8 +192,12 @@ def _jsonable(value):
 
 
 def _answer(code, desc, data=None):
-    return json.dumps({"code": code, "desc": desc, "data": {} if data is None else data},
-                      ensure_ascii=False, allow_nan=False, default=_jsonable)
+    return json.dumps(
+        {"code": code, "desc": desc, "data": {} if data is None else data},
+        ensure_ascii=False,
+        allow_nan=False,
+        default=_jsonable,
+    )
 
 
 class _Refused(Exception):
@@ -189,12 +220,13 @@ class _Application:
             status, text = "200 OK", self._serve(environ, method, path)
         except _Refused as refused:
             status, text = refused.status, _answer(1, refused.desc)
-        except Exception:   # a bug of ours: logged, answered without the details
+        except Exception:  # a bug of ours: logged, answered without the details
             LOG.exception("WebServing: %s %s failed", method, path)
             status, text = "500 Internal Server Error", _answer(2, "internal error (logged on the server)")
         body = text.encode("utf-8")
-        start_response(status, [("Content-Type", "application/json; charset=utf-8"),
-                                ("Content-Length", str(len(body)))])
+        start_response(
+            status, [("Content-Type", "application/json; charset=utf-8"), ("Content-Length", str(len(body)))]
+        )
         return [body]
 
     def _serve(self, environ, method, path):
@@ -213,8 +245,10 @@ class _Application:
             if not length.isdigit():
                 raise _Refused("400 Bad Request", f"invalid Content-Length {length!r}")
             if int(length) > self.max_body:
-                raise _Refused("413 Request Entity Too Large",
-                               f"the body of {int(length)} bytes is over the limit of {self.max_body} bytes")
+                raise _Refused(
+                    "413 Request Entity Too Large",
+                    f"the body of {int(length)} bytes is over the limit of {self.max_body} bytes",
+                )
         body = environ["wsgi.input"].read(self.max_body + 1)
         if len(body) > self.max_body:
             raise _Refused("413 Request Entity Too Large", f"the body is over the limit of {self.max_body} bytes")
@@ -256,10 +290,10 @@ def _body_fields(content_type, body):
             raise _Refused("400 Bad Request", f"the JSON body must be an object, got {type(fields).__name__}")
         return fields
     if kind in (_FORM, ""):
-        return _last_values(urllib.parse.parse_qsl(_decoded(body, "utf-8", "the form body"),
-                                                   keep_blank_values=True))
-    raise _Refused("415 Unsupported Media Type",
-                   f"content type {kind!r}: send {_FORM}, multipart/form-data or application/json")
+        return _last_values(urllib.parse.parse_qsl(_decoded(body, "utf-8", "the form body"), keep_blank_values=True))
+    raise _Refused(
+        "415 Unsupported Media Type", f"content type {kind!r}: send {_FORM}, multipart/form-data or application/json"
+    )
 
 
 def _no_constant(name):
@@ -268,7 +302,8 @@ def _no_constant(name):
 
 def _multipart_fields(content_type, body):
     message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
-        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body)
+        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body
+    )
     if not message.is_multipart():
         raise _Refused("400 Bad Request", "a multipart/form-data body without a valid boundary")
     fields = {}
@@ -276,8 +311,9 @@ def _multipart_fields(content_type, body):
         name = part.get_param("name", header="content-disposition")
         if name is not None and part.get_filename() is None:
             # browsers send UTF-8 parts without a charset (email's default would be ASCII)
-            fields[name] = _decoded(part.get_payload(decode=True) or b"", part.get_content_charset() or "utf-8",
-                                    f"form field {name!r}")
+            fields[name] = _decoded(
+                part.get_payload(decode=True) or b"", part.get_content_charset() or "utf-8", f"form field {name!r}"
+            )
     return fields
 
 
@@ -292,12 +328,20 @@ def _answer_errors_in_json(httpd):
     class JsonErrorTask(ErrorTask):
         def execute(self):
             error = self.request.error
-            desc = (f"the body is over the limit of {self.channel.adj.max_request_body_size - 1} bytes"
-                    if error.code == 413 else f"{error.reason}: {error.body}")
+            desc = (
+                f"the body is over the limit of {self.channel.adj.max_request_body_size - 1} bytes"
+                if error.code == 413
+                else f"{error.reason}: {error.body}"
+            )
             body = _answer(1, desc).encode("utf-8")
             self.status = f"{error.code} {error.reason}"
-            self.response_headers.extend([("Content-Type", "application/json; charset=utf-8"),
-                                          ("Content-Length", str(len(body))), ("Connection", "close")])
+            self.response_headers.extend(
+                [
+                    ("Content-Type", "application/json; charset=utf-8"),
+                    ("Content-Length", str(len(body))),
+                    ("Connection", "close"),
+                ]
+            )
             self.set_close_on_finish()
             self.content_length = len(body)
             self.write(body)
@@ -323,12 +367,12 @@ def _answer_errors_in_json(httpd):
             if self.drain_until is None:
                 return super().handle_read()
             try:
-                data = self.socket.recv(2 ** 18)
+                data = self.socket.recv(2**18)
             except BlockingIOError:
                 return
             except OSError:
                 data = b""
-            self.drained, self.last_activity = self.drained + len(data), time.time()   # silence: channel_timeout
+            self.drained, self.last_activity = self.drained + len(data), time.time()  # silence: channel_timeout
             if not data or self.drained > DRAIN_BYTES or time.monotonic() > self.drain_until:
                 super().handle_close()
 

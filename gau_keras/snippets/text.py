@@ -3,6 +3,7 @@ keyword matching, sentence splitting and the two longest-common-part searches.
 ``lowercase_and_normalize`` and ``truncate_sequences`` are the tokenizer's own
 (``gau_keras.tokenizers``), re-exported under bert4keras's snippets names.
 """
+
 import re
 
 import numpy as np
@@ -30,6 +31,7 @@ def strQ2B(ustring):
     U+3000 (ideographic space) becomes a plain space, U+FF01..U+FF5E shift down
     to ASCII ``!``..``~``; everything else is kept.
     """
+
     def half(ch):
         code = ord(ch)
         if code == _FULL_WIDTH_SPACE:
@@ -96,7 +98,7 @@ def longest_common_substring(source, target):
     scanning ``source`` then ``target`` in order; ``(0, (0, 0, 0, 0))`` if none.
     """
     best, span = 0, (0, 0, 0, 0)
-    previous = [0] * (len(target) + 1)     # run lengths ending at the previous source item
+    previous = [0] * (len(target) + 1)  # run lengths ending at the previous source item
     for i, s_item in enumerate(source, 1):
         current = [0] * (len(target) + 1)
         for j, t_item in enumerate(target, 1):

@@ -18,6 +18,7 @@ and falls back to older ones with a warning naming the file.
 
 Design notes: docs/pretraining.md (The run directory).
 """
+
 import json
 import math
 import os
@@ -87,11 +88,12 @@ class RunLock:
         check_writable_dir(directory, self.option)
         while self._fd is None:
             fd = self._open()
-            if self._locked(fd):     # else another run removed the file in between: open the new one
+            if self._locked(fd):  # else another run removed the file in between: open the new one
                 self._fd = fd
         os.ftruncate(self._fd, 0)
-        os.write(self._fd, f"pid {os.getpid()} on {socket.gethostname()} since "
-                           f"{time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+        os.write(
+            self._fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}".encode()
+        )
         os.fsync(self._fd)
         return self
 
@@ -131,8 +133,10 @@ class RunLock:
         except BlockingIOError:
             holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
             os.close(fd)
-            raise RunDirError(f"run directory {os.path.dirname(self.path)} is in use by {holder} (lock file "
-                              f"{self.path}); wait for that run to end or give another {self.option}") from None
+            raise RunDirError(
+                f"run directory {os.path.dirname(self.path)} is in use by {holder} (lock file "
+                f"{self.path}); wait for that run to end or give another {self.option}"
+            ) from None
         try:
             current = os.stat(self.path, follow_symlinks=False)
         except FileNotFoundError:
@@ -153,7 +157,7 @@ class RunLock:
                 os.unlink(self.path)
             except OSError as e:
                 warn(f"could not remove the lock file {self.path} ({e.strerror or e})")
-            os.close(self._fd)     # closing drops the flock
+            os.close(self._fd)  # closing drops the flock
             self._fd = None
 
 
@@ -179,6 +183,7 @@ def save_atomically(save, path):
 
 def write_text(path, text):
     """Writes ``text`` to ``path`` atomically (`save_atomically`)."""
+
     def save(temporary):
         with tf.io.gfile.GFile(temporary, "w") as f:
             f.write(text)
@@ -227,16 +232,21 @@ def orbax_steps(directory):
     for name in tf.io.gfile.listdir(directory):
         name = name.rstrip("/")
         path = os.path.join(directory, name)
-        if (ORBAX_STEP_RE.match(name) and tf.io.gfile.isdir(path)
-                and (is_local(path) or tf.io.gfile.exists(os.path.join(path, ORBAX_COMMIT)))):
+        if (
+            ORBAX_STEP_RE.match(name)
+            and tf.io.gfile.isdir(path)
+            and (is_local(path) or tf.io.gfile.exists(os.path.join(path, ORBAX_COMMIT)))
+        ):
             found.append((int(name), path))
     return [path for _, path in sorted(found)]
 
 
 def checkpoint_updates(directory):
     """``{backend: [update, ...]}`` of the checkpoints in ``directory``, oldest first."""
-    return {"tensorflow": [checkpoint_number(p) for p in scan_checkpoints(directory)],
-            "jax": [int(os.path.basename(p)) for p in orbax_steps(directory)]}
+    return {
+        "tensorflow": [checkpoint_number(p) for p in scan_checkpoints(directory)],
+        "jax": [int(os.path.basename(p)) for p in orbax_steps(directory)],
+    }
 
 
 def newest_update(output_dir):
@@ -251,18 +261,21 @@ def refuse_other_format(directory, backend):
     other = next(name for name in FORMATS if name != backend)
     found = checkpoint_updates(directory)[other]
     if found:
-        raise RunDirError(f"{directory} holds {FORMATS[other]} up to update {found[-1]}, written under "
-                         f"KERAS_BACKEND={other}; resume the run there, or pass --restart to move them aside and "
-                         f"start from update 0 under KERAS_BACKEND={backend}")
+        raise RunDirError(
+            f"{directory} holds {FORMATS[other]} up to update {found[-1]}, written under "
+            f"KERAS_BACKEND={other}; resume the run there, or pass --restart to move them aside and "
+            f"start from update 0 under KERAS_BACKEND={backend}"
+        )
 
 
 def disk_full(update, directory, kept):
     """The error of a checkpoint that did not fit on the disk (``kept``: the
     checkpoints left, oldest first): a `RunDirError`."""
-    raise RunDirError(f"cannot write checkpoint {update} to {directory}: no space left on device; "
-                     + (f"the previous checkpoint {os.path.basename(kept[-1])} is kept" if kept
-                        else "no earlier checkpoint exists")
-                     + "; free some space and start the run again to resume") from None
+    raise RunDirError(
+        f"cannot write checkpoint {update} to {directory}: no space left on device; "
+        + (f"the previous checkpoint {os.path.basename(kept[-1])} is kept" if kept else "no earlier checkpoint exists")
+        + "; free some space and start the run again to resume"
+    ) from None
 
 
 def _state_file_problem(directory, prefixes):
@@ -289,8 +302,11 @@ def _state_file_problem(directory, prefixes):
 def write_state_file(directory, prefixes):
     """Rewrites the state file so that it lists ``prefixes`` (newest last)."""
     tf.compat.v1.train.update_checkpoint_state(
-        directory, prefixes[-1], all_model_checkpoint_paths=prefixes,
-        all_model_checkpoint_timestamps=[time.time()] * len(prefixes))
+        directory,
+        prefixes[-1],
+        all_model_checkpoint_paths=prefixes,
+        all_model_checkpoint_timestamps=[time.time()] * len(prefixes),
+    )
 
 
 def _move_aside(prefix, folder):
@@ -332,8 +348,7 @@ def restore_newest(checkpoint, directory, repair=True):
         except RESTORE_ERRORS as e:
             detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             if repair:
-                warn(f"checkpoint {prefix} does not restore ({type(e).__name__}: {detail}); "
-                     f"trying the previous one")
+                warn(f"checkpoint {prefix} does not restore ({type(e).__name__}: {detail}); trying the previous one")
             failed.append(prefix)
             continue
         if repair:
@@ -343,16 +358,19 @@ def restore_newest(checkpoint, directory, repair=True):
             if problem or failed:
                 write_state_file(directory, [p for p in prefixes if p not in failed])
         return prefix
-    raise CheckpointError(f"none of the {len(prefixes)} checkpoints in {directory} restores (newest "
-                     f"{prefixes[-1]}); fix or remove them, or pass --restart to move them aside and "
-                     f"start from update 0")
+    raise CheckpointError(
+        f"none of the {len(prefixes)} checkpoints in {directory} restores (newest "
+        f"{prefixes[-1]}); fix or remove them, or pass --restart to move them aside and "
+        f"start from update 0"
+    )
 
 
 def move_previous_run(output_dir):
     """--restart: moves checkpoints/, logs/, log.jsonl and export/ into
     ``restarted-<time>/`` (nothing is deleted); returns that folder or None."""
-    names = [n for n in ("checkpoints", "logs", "log.jsonl", "export")
-             if tf.io.gfile.exists(os.path.join(output_dir, n))]
+    names = [
+        n for n in ("checkpoints", "logs", "log.jsonl", "export") if tf.io.gfile.exists(os.path.join(output_dir, n))
+    ]
     if not names:
         return None
     target = os.path.join(output_dir, time.strftime("restarted-%Y%m%d-%H%M%S"))

@@ -3,6 +3,7 @@
 No timing is asserted: the quick run only has to produce a well-formed table
 of positive numbers.
 """
+
 import importlib.util
 import json
 import os
@@ -37,14 +38,26 @@ def _table_rows(stdout):
 
 
 def test_quick_run_prints_a_table_of_ratios():
-    result = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--lengths", "64"],
-                            capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--lengths", "64"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO_ROOT,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     rows = _table_rows(result.stdout)
     assert [(row["L"], row["mode"]) for row in rows] == [("64", "train"), ("64", "infer")]
     for row in rows:
-        for column in ("GAU-α ms", "RoFormerV2 ms", "time GAU/RoF", "FLOPs GAU/RoF", "GAU-α MiB",
-                       "RoFormerV2 MiB", "mem GAU/RoF"):
+        for column in (
+            "GAU-α ms",
+            "RoFormerV2 ms",
+            "time GAU/RoF",
+            "FLOPs GAU/RoF",
+            "GAU-α MiB",
+            "RoFormerV2 MiB",
+            "mem GAU/RoF",
+        ):
             assert float(row[column]) > 0, (column, row)
         for column in ("GAU-α MFU", "RoFormerV2 MFU"):
             assert row[column].endswith("%") and float(row[column][:-1]) > 0, (column, row)
@@ -52,11 +65,17 @@ def test_quick_run_prints_a_table_of_ratios():
 
 
 def test_bad_options_are_rejected_by_name():
-    result = subprocess.run([sys.executable, str(SCRIPT), "--modes", "train,fly"],
-                            capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--modes", "train,fly"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+    )
     assert result.returncode != 0 and "--modes" in result.stderr
-    result = subprocess.run([sys.executable, str(SCRIPT), "--lengths", "128,x"],
-                            capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--lengths", "128,x"], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT
+    )
     assert result.returncode != 0 and "--lengths" in result.stderr
 
 
@@ -76,8 +95,8 @@ def test_model_flops_match_the_documented_formula(bench):
     length, batch = 1000, 3
     gau = bench.model_flops("gau_alpha", bench.FULL_SIZES, batch, length, "infer")
     rof = bench.model_flops("roformer_v2", bench.FULL_SIZES, batch, length, "infer")
-    assert gau == batch * (14_548_992 * length + 6656 * length ** 2)
-    assert rof == batch * (14_155_776 * length + 3072 * length ** 2)
+    assert gau == batch * (14_548_992 * length + 6656 * length**2)
+    assert rof == batch * (14_155_776 * length + 3072 * length**2)
     assert bench.model_flops("gau_alpha", bench.FULL_SIZES, batch, length, "train") == 3 * gau
 
 
@@ -91,36 +110,51 @@ def test_markdown_table(common):
 
 def test_memory_probe_sees_a_tensor_allocated_after_reset(common):
     import tensorflow as tf
+
     probe = common.MemoryProbe("CPU:0")
     probe.reset()
     x = tf.ones((1024, 1024)) + 1.0  # 4 MiB result
     peak = probe.peak_above_baseline()
     del x
-    assert 4 * 2 ** 20 <= peak < 64 * 2 ** 20
+    assert 4 * 2**20 <= peak < 64 * 2**20
 
 
 def test_memory_probe_rss_fallback_sees_a_numpy_buffer(common):
     probe = common.MemoryProbe("CPU:0")
     probe.method = "rss"
     probe.reset()
-    buffer = np.ones(2 ** 21)  # 16 MiB, touched
+    buffer = np.ones(2**21)  # 16 MiB, touched
     peak = probe.peak_above_baseline()
     del buffer
-    assert peak >= 15 * 2 ** 20
+    assert peak >= 15 * 2**20
 
 
 def _run_quick(name, *args, env=None):
-    result = subprocess.run([sys.executable, str(BENCHMARKS / name), *args], capture_output=True, text=True,
-                            timeout=900, cwd=REPO_ROOT, env=env)
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO_ROOT,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     return result.stdout
 
 
 def test_pretrain_throughput_quick_prints_loop_and_bare_ratios(tmp_path):
     jax = importlib.util.find_spec("jax") is not None
-    stdout = _run_quick("pretrain_throughput.py", "--quick", "--configs", "pretrain/configs/tiny.json",
-                        "--xla", "off", "--backends", "tensorflow,jax" if jax else "tensorflow",
-                        env=dict(os.environ, TMPDIR=str(tmp_path)))
+    stdout = _run_quick(
+        "pretrain_throughput.py",
+        "--quick",
+        "--configs",
+        "pretrain/configs/tiny.json",
+        "--xla",
+        "off",
+        "--backends",
+        "tensorflow,jax" if jax else "tensorflow",
+        env=dict(os.environ, TMPDIR=str(tmp_path)),
+    )
     assert not list(tmp_path.glob("pretrain_throughput_*")), "the workers' synthetic data is left behind"
     tables = stdout.split("\n\n")
     pretraining = _table_rows(next(t for t in tables if "loop / bare" in t))
@@ -129,7 +163,9 @@ def test_pretrain_throughput_quick_prints_loop_and_bare_ratios(tmp_path):
     if jax:
         backends = _table_rows(next(t for t in tables if "JAX / TensorFlow" in t))
         assert [(row["JAX"], row["TensorFlow"]) for row in backends] == [
-            ("jax bare (jit)", "bare, xla off"), ("jax loop (jit)", "loop, xla off")]
+            ("jax bare (jit)", "bare, xla off"),
+            ("jax loop (jit)", "loop, xla off"),
+        ]
         assert all(float(row["JAX / TensorFlow"]) > 0 for row in backends)
     finetuning = _table_rows(next(t for t in tables if "fit / bare" in t))
     assert [row["variant"] for row in finetuning] == ["fit, xla off"] and float(finetuning[0]["s/step"]) > 0
@@ -149,14 +185,24 @@ def test_mlm_quality_reports_the_probes(tmp_path):
 
 
 def test_encoders_quick_run_prints_every_model_against_bert():
-    result = subprocess.run([sys.executable, str(BENCHMARKS / "encoders.py"), "--quick", "--modes", "train"],
-                            capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "encoders.py"), "--quick", "--modes", "train"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO_ROOT,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     rows = {row["model"]: row for row in _table_rows(result.stdout)}
     assert {"GAU-α", "RoFormerV2", "RoFormer", "BERT"} <= set(rows)
     assert float(rows["BERT"]["time / BERT"]) == 1.0
     for row in rows.values():
         assert row["batch×L"] == "2×32" and float(row["ms"]) > 0 and float(row["peak MiB"]) > 0, row
-    bad = subprocess.run([sys.executable, str(BENCHMARKS / "encoders.py"), "--shapes", "8x"],
-                         capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    bad = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "encoders.py"), "--shapes", "8x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+    )
     assert bad.returncode != 0 and "--shapes" in bad.stderr

@@ -1,4 +1,5 @@
 """benchmarks/gpu_train_step.py on this CPU at tiny sizes (a smoke test: no timing is asserted)."""
+
 import json
 import subprocess
 import sys
@@ -13,8 +14,13 @@ SCRIPT = REPO_ROOT / "benchmarks" / "gpu_train_step.py"
 @pytest.mark.jax_only
 def test_tiny_run_reports_every_model_and_length(tmp_path):
     lines = tmp_path / "steps.jsonl"
-    run = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--rounds", "1", "--steps", "1", "--json", str(lines)],
-                         capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    run = subprocess.run(
+        [sys.executable, str(SCRIPT), "--tiny", "--rounds", "1", "--steps", "1", "--json", str(lines)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO_ROOT,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     records = [json.loads(line) for line in lines.read_text().splitlines()]
     models = ("RoFormerV2", "GAU-α", "GAU-α plain JAX")
@@ -26,13 +32,20 @@ def test_tiny_run_reports_every_model_and_length(tmp_path):
     assert "| 32 (2) | GAU-α plain JAX |" in run.stdout and "GAU-α / plain JAX time" in run.stdout
 
 
-@pytest.mark.parametrize("argv, flag", [(["--lengths", "100"], "--lengths"), (["--tokens", "0"], "--tokens"),
-                                        (["--hidden", "30", "--heads", "4"], "--hidden"),
-                                        (["--dtype", "float16"], "--dtype"),
-                                        (["--trace", "t", "--compile-only"], "--trace")])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--lengths", "100"], "--lengths"),
+        (["--tokens", "0"], "--tokens"),
+        (["--hidden", "30", "--heads", "4"], "--hidden"),
+        (["--dtype", "float16"], "--dtype"),
+        (["--trace", "t", "--compile-only"], "--trace"),
+    ],
+)
 def test_bad_options_are_refused_by_name(argv, flag):
-    run = subprocess.run([sys.executable, str(SCRIPT), "--tiny", *argv], capture_output=True, text=True, timeout=120,
-                         cwd=REPO_ROOT)
+    run = subprocess.run(
+        [sys.executable, str(SCRIPT), "--tiny", *argv], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT
+    )
     assert run.returncode == 2 and flag in run.stderr, run.stderr
 
 
@@ -61,8 +74,26 @@ def test_trace_gives_a_per_op_table_that_accounts_for_the_step(tmp_path):
     on a GPU image, where TensorFlow is not installed: nothing on the way may import it."""
     env = without_tensorflow_env(tmp_path)
     traces = tmp_path / "traces"
-    run = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--lengths", "32", "--rounds", "1", "--steps", "1",
-                          "--trace", str(traces)], capture_output=True, text=True, timeout=600, cwd=REPO_ROOT, env=env)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--tiny",
+            "--lengths",
+            "32",
+            "--rounds",
+            "1",
+            "--steps",
+            "1",
+            "--trace",
+            str(traces),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO_ROOT,
+        env=env,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     assert {p.name for p in traces.iterdir()} >= {"GAU-α-L32", "RoFormerV2-L32"}
     sections = run.stdout.split("### ")[1:]
@@ -70,7 +101,9 @@ def test_trace_gives_a_per_op_table_that_accounts_for_the_step(tmp_path):
     assert any(t.startswith("GAU-α, L 32 (batch 2)") for t in titles), titles
     gau = next(s for s in sections if s.startswith("GAU-α, L 32"))
     assert "| matrix product |" in gau and "GatedAttentionUnit" in gau and "(backward)" in gau, gau
-    categories = {line.split("|")[1].strip(): int(line.rsplit("|", 2)[-2].strip().rstrip("%"))
-                  for line in gau.split("| share |")[1].split("\n\n")[0].splitlines()[2:]}
-    assert categories.get("?", 0) <= 2, categories     # (almost) every profiled instruction found in the program
+    categories = {
+        line.split("|")[1].strip(): int(line.rsplit("|", 2)[-2].strip().rstrip("%"))
+        for line in gau.split("| share |")[1].split("\n\n")[0].splitlines()[2:]
+    }
+    assert categories.get("?", 0) <= 2, categories  # (almost) every profiled instruction found in the program
     assert categories["matrix product"] >= 20, categories

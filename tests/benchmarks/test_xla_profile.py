@@ -1,4 +1,5 @@
 """benchmarks/xla_profile.py: attributing profiled XLA instructions, on a GPU-shaped compiled program."""
+
 import sys
 
 from tests.conftest import REPO_ROOT
@@ -40,16 +41,22 @@ ENTRY %main.9 (Arg_0.1: bf16[8,512,768]) -> (bf16[8,512,3200], f32[768], f32[768
 def test_instructions_are_attributed_to_category_pass_and_model_code():
     known = xla_profile.instructions(GPU_HLO)
     products = xla_profile.fusions_with_products(GPU_HLO)
-    assert products == {"gemm_fusion.3"}            # not fused_adam, whose header ends in a long tuple
+    assert products == {"gemm_fusion.3"}  # not fused_adam, whose header ends in a long tuple
 
     def attribute(op):
         opcode, detail, op_name = known[op]
         return (xla_profile.category(opcode, detail, op in products), *xla_profile.source(op_name))
 
-    assert attribute("gemm_fusion.3") == ("matrix product", "forward",
-                                          "Transformer-*-GatedAttentionUnit/i_dense/dot_general")
-    assert attribute("loop_fusion.7") == ("element-wise / reduction fusion", "backward",
-                                          "Transformer-*-GatedAttentionUnit/i_dense/silu")
+    assert attribute("gemm_fusion.3") == (
+        "matrix product",
+        "forward",
+        "Transformer-*-GatedAttentionUnit/i_dense/dot_general",
+    )
+    assert attribute("loop_fusion.7") == (
+        "element-wise / reduction fusion",
+        "backward",
+        "Transformer-*-GatedAttentionUnit/i_dense/silu",
+    )
     assert attribute("custom-call.4")[:2] == ("fused attention", "forward")
     assert attribute("cublas-gemm.5") == ("matrix product", "?", "(no op_name)")
     assert attribute("copy.6") == ("layout and dtype", "update", "adam/mul")
@@ -59,9 +66,11 @@ def test_instructions_are_attributed_to_category_pass_and_model_code():
 
 
 def test_table_shares_add_up_by_category():
-    rows = [{"op": "a", "category": "matrix product", "pass": "forward", "source": "x", "ms": 3.0},
-            {"op": "b", "category": "matrix product", "pass": "backward", "source": "x", "ms": 1.0},
-            {"op": "c", "category": "layout and dtype", "pass": "update", "source": "y", "ms": 4.0}]
+    rows = [
+        {"op": "a", "category": "matrix product", "pass": "forward", "source": "x", "ms": 3.0},
+        {"op": "b", "category": "matrix product", "pass": "backward", "source": "x", "ms": 1.0},
+        {"op": "c", "category": "layout and dtype", "pass": "update", "source": "y", "ms": 4.0},
+    ]
     text = xla_profile.table(rows, "t")
     assert text.startswith("### t: 8 ms a step summed over 3 instructions")
     assert "| matrix product | 4 | 50% |" in text and "| layout and dtype | 4 | 50% |" in text

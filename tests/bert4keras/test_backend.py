@@ -7,6 +7,7 @@ Then the Keras 3 specifics: variables and values, the training phase inside
 fit / predict, search_layer on a built model, recompute_grad's gradients,
 set_gelu, K.gradients / K.function, the random functions.
 """
+
 import json
 
 import keras
@@ -20,7 +21,7 @@ from gau_keras.backend import K
 from tests.model_utils import TINY
 from tests.reference.harness import run_bert4keras_code
 
-pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+pytestmark = pytest.mark.both_backends  # also runs in the JAX pass (tests/conftest.py)
 
 
 def _inputs():
@@ -35,73 +36,150 @@ def _inputs():
     logits6 = f(2, 6)
     logits6[1, 2] = -np.inf
     return {
-        "x": f(2, 5, 4), "y": f(2, 4, 3), "w": f(4, 3), "v2": f(2, 4), "u2": f(2, 4), "x4": f(2, 3, 5, 4),
-        "scores": f(2, 3, 5, 5), "s3": f(2, 5, 5), "m": mask,
-        "causal": np.tril(np.ones((1, 1, 5, 5), bool)), "fbias": f(2, 1, 5, 5),
-        "probs": probs / probs.sum(-1, keepdims=True), "labels": labels, "labels3": labels[..., None],
+        "x": f(2, 5, 4),
+        "y": f(2, 4, 3),
+        "w": f(4, 3),
+        "v2": f(2, 4),
+        "u2": f(2, 4),
+        "x4": f(2, 3, 5, 4),
+        "scores": f(2, 3, 5, 5),
+        "s3": f(2, 5, 5),
+        "m": mask,
+        "causal": np.tril(np.ones((1, 1, 5, 5), bool)),
+        "fbias": f(2, 1, 5, 5),
+        "probs": probs / probs.sum(-1, keepdims=True),
+        "labels": labels,
+        "labels3": labels[..., None],
         "onehot": np.eye(4, dtype="float32")[labels],
         "bprobs": np.concatenate([rng.random((2, 3)), [[0.0, 1.0, 0.5], [1.0, 0.0, 1e-9]]]).astype("float32"),
         "btargets": (rng.random((4, 3)) < 0.5).astype("float32"),
-        "multi": multi, "logits6": logits6,
-        "pos_ids": np.array([[1, 3, 6], [5, 4, 0]], "int32"), "pos_pad": np.array([[1, 3, 0], [4, 0, 0]], "int32"),
-        "positions": np.arange(5, dtype="float32")[None], "q": f(2, 5, 8), "k": f(2, 5, 8), "q4": f(2, 5, 3, 8),
+        "multi": multi,
+        "logits6": logits6,
+        "pos_ids": np.array([[1, 3, 6], [5, 4, 0]], "int32"),
+        "pos_pad": np.array([[1, 3, 0], [4, 0, 0]], "int32"),
+        "positions": np.arange(5, dtype="float32")[None],
+        "q": f(2, 5, 8),
+        "k": f(2, 5, 8),
+        "q4": f(2, 5, 3, 8),
         "t": np.array([0, 250, 1000, 1500, 2000, 2600, 4000], "float32"),
-        "idx": np.array([[4, 0, 2], [1, 1, 3]], "int32"), "cond2": np.array([[True, False, True, True, False],
-                                                                           [False, True, True, False, True]]),
-        "neg": np.array([-1.0, 0.0, 0.25, 4.0], "float32"), "halves": np.array([-2.5, -0.5, 0.5, 1.5, 2.5], "float32"),
+        "idx": np.array([[4, 0, 2], [1, 1, 3]], "int32"),
+        "cond2": np.array([[True, False, True, True, False], [False, True, True, False, True]]),
+        "neg": np.array([-1.0, 0.0, 0.25, 4.0], "float32"),
+        "halves": np.array([-2.5, -0.5, 0.5, 1.5, 2.5], "float32"),
     }
 
 
 #: name -> expression, evaluated with K / B (the backend module), np, and the inputs as tensors
 CASES = {
     # reductions and elementwise
-    "sum": "K.sum(x, axis=1)", "sum_keep": "K.sum(x, axis=[0, 2], keepdims=True)", "mean": "K.mean(x, 1)",
-    "mean_bool": "K.mean(K.greater(x, 0))", "prod": "K.prod(x, axis=-1)", "std": "K.std(x, axis=1)",
-    "var": "K.var(x, axis=2, keepdims=True)", "max": "K.max(x, 1)", "min": "K.min(x, axis=-1, keepdims=True)",
-    "any": "K.any(K.greater(x, 1.0), axis=1)", "all": "K.all(K.greater(x, -2.0), axis=-1)",
-    "argmax": "K.cast(K.argmax(x), 'int32')", "argmin": "K.cast(K.argmin(x, axis=1), 'int32')",
-    "logsumexp": "K.logsumexp(x, axis=-1)", "cumsum": "K.cumsum(x, axis=1)", "cumprod": "K.cumprod(x, 2)",
-    "softmax": "K.softmax(x)", "softmax_axis": "K.softmax(x, axis=1)", "exp": "K.exp(x)", "log": "K.log(K.abs(x))",
-    "sqrt_neg": "K.sqrt(neg)", "square": "K.square(x)", "abs": "K.abs(x)", "sign": "K.sign(x)",
-    "round": "K.round(halves)", "pow": "K.pow(x, 3)", "clip": "K.clip(x, -0.5, 0.7)",
-    "clip_inverted": "K.clip(x, 0.5, 0.1)", "maximum": "K.maximum(x, 0.2)", "minimum": "K.minimum(x, q[..., :4])",
-    "equal": "K.equal(labels, 2)", "not_equal": "K.not_equal(labels, 2)", "greater": "K.greater(x, 0.1)",
-    "greater_equal": "K.greater_equal(labels, 2)", "less": "K.less(x, 0.1)", "less_equal": "K.less_equal(labels, 2)",
-    "l2_normalize": "K.l2_normalize(x, axis=-1)", "l2_normalize_all": "K.l2_normalize(x)",
-    "relu": "K.relu(x)", "relu_args": "K.relu(x, alpha=0.1, max_value=0.8, threshold=0.2)", "elu": "K.elu(x, 0.5)",
-    "sigmoid": "K.sigmoid(x)", "hard_sigmoid": "K.hard_sigmoid(x * 4)", "tanh": "K.tanh(x)",
-    "softplus": "K.softplus(x)", "softsign": "K.softsign(x)", "sin": "K.sin(x)", "cos": "K.cos(x)",
-    "cast": "K.cast(labels, 'float32') / 3", "zeros_like": "K.zeros_like(x)", "ones_like": "K.ones_like(labels)",
-    "one_hot": "K.one_hot(labels, 4)", "stop_gradient": "K.stop_gradient(x)",
+    "sum": "K.sum(x, axis=1)",
+    "sum_keep": "K.sum(x, axis=[0, 2], keepdims=True)",
+    "mean": "K.mean(x, 1)",
+    "mean_bool": "K.mean(K.greater(x, 0))",
+    "prod": "K.prod(x, axis=-1)",
+    "std": "K.std(x, axis=1)",
+    "var": "K.var(x, axis=2, keepdims=True)",
+    "max": "K.max(x, 1)",
+    "min": "K.min(x, axis=-1, keepdims=True)",
+    "any": "K.any(K.greater(x, 1.0), axis=1)",
+    "all": "K.all(K.greater(x, -2.0), axis=-1)",
+    "argmax": "K.cast(K.argmax(x), 'int32')",
+    "argmin": "K.cast(K.argmin(x, axis=1), 'int32')",
+    "logsumexp": "K.logsumexp(x, axis=-1)",
+    "cumsum": "K.cumsum(x, axis=1)",
+    "cumprod": "K.cumprod(x, 2)",
+    "softmax": "K.softmax(x)",
+    "softmax_axis": "K.softmax(x, axis=1)",
+    "exp": "K.exp(x)",
+    "log": "K.log(K.abs(x))",
+    "sqrt_neg": "K.sqrt(neg)",
+    "square": "K.square(x)",
+    "abs": "K.abs(x)",
+    "sign": "K.sign(x)",
+    "round": "K.round(halves)",
+    "pow": "K.pow(x, 3)",
+    "clip": "K.clip(x, -0.5, 0.7)",
+    "clip_inverted": "K.clip(x, 0.5, 0.1)",
+    "maximum": "K.maximum(x, 0.2)",
+    "minimum": "K.minimum(x, q[..., :4])",
+    "equal": "K.equal(labels, 2)",
+    "not_equal": "K.not_equal(labels, 2)",
+    "greater": "K.greater(x, 0.1)",
+    "greater_equal": "K.greater_equal(labels, 2)",
+    "less": "K.less(x, 0.1)",
+    "less_equal": "K.less_equal(labels, 2)",
+    "l2_normalize": "K.l2_normalize(x, axis=-1)",
+    "l2_normalize_all": "K.l2_normalize(x)",
+    "relu": "K.relu(x)",
+    "relu_args": "K.relu(x, alpha=0.1, max_value=0.8, threshold=0.2)",
+    "elu": "K.elu(x, 0.5)",
+    "sigmoid": "K.sigmoid(x)",
+    "hard_sigmoid": "K.hard_sigmoid(x * 4)",
+    "tanh": "K.tanh(x)",
+    "softplus": "K.softplus(x)",
+    "softsign": "K.softsign(x)",
+    "sin": "K.sin(x)",
+    "cos": "K.cos(x)",
+    "cast": "K.cast(labels, 'float32') / 3",
+    "zeros_like": "K.zeros_like(x)",
+    "ones_like": "K.ones_like(labels)",
+    "one_hot": "K.one_hot(labels, 4)",
+    "stop_gradient": "K.stop_gradient(x)",
     # shapes
-    "concatenate": "K.concatenate([x, q[..., :4]], axis=1)", "concatenate_last": "K.concatenate([x, x])",
-    "stack": "K.stack([x, q[..., :4]], axis=2)", "expand_dims": "K.expand_dims(x, 1)",
-    "squeeze": "K.squeeze(labels3, -1)", "permute": "K.permute_dimensions(x4, (0, 2, 1, 3))",
-    "transpose": "K.transpose(x)", "tile": "K.tile(x, [1, 2, 3])", "tile_int": "K.tile(neg, 3)",
-    "repeat_elements": "K.repeat_elements(x, 2, axis=1)", "repeat": "K.repeat(v2, 3)",
-    "arange": "K.arange(5)", "arange_float": "K.arange(1, 7, 2, dtype='float32')", "arange_negative": "K.arange(-3)",
-    "gather": "K.gather(w, labels)", "reshape": "K.reshape(x, (2, -1))", "reshape_axis": "K.reshape(q, (2, -1), -1)",
-    "reshape_two_axes": "K.reshape(x4, (3, 1), 1, (2, 2), 3)", "flatten": "K.flatten(x)",
-    "flatten_tail": "K.flatten(x4, -2)", "flatten_middle": "K.flatten(x4, 1, 3)",
+    "concatenate": "K.concatenate([x, q[..., :4]], axis=1)",
+    "concatenate_last": "K.concatenate([x, x])",
+    "stack": "K.stack([x, q[..., :4]], axis=2)",
+    "expand_dims": "K.expand_dims(x, 1)",
+    "squeeze": "K.squeeze(labels3, -1)",
+    "permute": "K.permute_dimensions(x4, (0, 2, 1, 3))",
+    "transpose": "K.transpose(x)",
+    "tile": "K.tile(x, [1, 2, 3])",
+    "tile_int": "K.tile(neg, 3)",
+    "repeat_elements": "K.repeat_elements(x, 2, axis=1)",
+    "repeat": "K.repeat(v2, 3)",
+    "arange": "K.arange(5)",
+    "arange_float": "K.arange(1, 7, 2, dtype='float32')",
+    "arange_negative": "K.arange(-3)",
+    "gather": "K.gather(w, labels)",
+    "reshape": "K.reshape(x, (2, -1))",
+    "reshape_axis": "K.reshape(q, (2, -1), -1)",
+    "reshape_two_axes": "K.reshape(x4, (3, 1), 1, (2, 2), 3)",
+    "flatten": "K.flatten(x)",
+    "flatten_tail": "K.flatten(x4, -2)",
+    "flatten_middle": "K.flatten(x4, 1, 3)",
     "batch_flatten": "K.batch_flatten(x4)",
-    "temporal_padding": "K.temporal_padding(x, (1, 2))", "shape": "K.shape(x)", "int_shape": "K.int_shape(x4)",
-    "ndim": "K.ndim(x4)", "dtype": "K.dtype(labels)", "count_params": "K.count_params(w)",
-    "cast_to_floatx": "K.cast_to_floatx(np.array([1, 2]))", "constant_shape": "K.constant(2.5, shape=(2, 3))",
+    "temporal_padding": "K.temporal_padding(x, (1, 2))",
+    "shape": "K.shape(x)",
+    "int_shape": "K.int_shape(x4)",
+    "ndim": "K.ndim(x4)",
+    "dtype": "K.dtype(labels)",
+    "count_params": "K.count_params(w)",
+    "cast_to_floatx": "K.cast_to_floatx(np.array([1, 2]))",
+    "constant_shape": "K.constant(2.5, shape=(2, 3))",
     "constant_list": "K.constant([1, 2, 3, 4], dtype='int32', shape=[2, 2])",
     # products
-    "dot2": "K.dot(v2, w)", "dot3": "K.dot(x, w)", "dot3x3": "K.dot(x, y)",
-    "batch_dot_default": "K.batch_dot(x, y)", "batch_dot_2d": "K.batch_dot(v2, u2)",
-    "batch_dot_2d_axes": "K.batch_dot(v2, u2, axes=1)", "batch_dot_3x2": "K.batch_dot(x, v2)",
-    "batch_dot_axes": "K.batch_dot(x, x, axes=[2, 2])", "batch_dot_axes_1": "K.batch_dot(x, q, axes=(1, 1))",
+    "dot2": "K.dot(v2, w)",
+    "dot3": "K.dot(x, w)",
+    "dot3x3": "K.dot(x, y)",
+    "batch_dot_default": "K.batch_dot(x, y)",
+    "batch_dot_2d": "K.batch_dot(v2, u2)",
+    "batch_dot_2d_axes": "K.batch_dot(v2, u2, axes=1)",
+    "batch_dot_3x2": "K.batch_dot(x, v2)",
+    "batch_dot_axes": "K.batch_dot(x, x, axes=[2, 2])",
+    "batch_dot_axes_1": "K.batch_dot(x, q, axes=(1, 1))",
     "batch_dot_4d": "K.batch_dot(x4, x4, axes=[3, 3])",
     # control flow
-    "switch": "K.switch(cond2, x, -x)", "switch_same_rank": "K.switch(K.greater(x, 0), x, x * 10)",
-    "where_scalars": "K.where(K.greater(x, 0), x, 0)", "where_both_scalars": "K.where(cond2, 1, -1)",
-    "where_broadcast": "K.where(K.cast(m[:, :, None], 'bool'), x, -x)", "where_int_cond": "K.where(m, labels, 7)",
+    "switch": "K.switch(cond2, x, -x)",
+    "switch_same_rank": "K.switch(K.greater(x, 0), x, x * 10)",
+    "where_scalars": "K.where(K.greater(x, 0), x, 0)",
+    "where_both_scalars": "K.where(cond2, 1, -1)",
+    "where_broadcast": "K.where(K.cast(m[:, :, None], 'bool'), x, -x)",
+    "where_int_cond": "K.where(m, labels, 7)",
     # losses
-    "cce": "K.categorical_crossentropy(onehot, probs)", "cce_logits": "K.categorical_crossentropy(onehot, x, True)",
+    "cce": "K.categorical_crossentropy(onehot, probs)",
+    "cce_logits": "K.categorical_crossentropy(onehot, x, True)",
     "cce_axis": "K.categorical_crossentropy(K.permute_dimensions(onehot, (0, 2, 1)), "
-                "K.permute_dimensions(x, (0, 2, 1)), from_logits=True, axis=1)",
+    "K.permute_dimensions(x, (0, 2, 1)), from_logits=True, axis=1)",
     "scce": "K.sparse_categorical_crossentropy(labels, probs)",
     "scce_logits": "K.sparse_categorical_crossentropy(labels, x, from_logits=True)",
     "scce_target3": "K.sparse_categorical_crossentropy(labels3, x, from_logits=True)",
@@ -111,15 +189,20 @@ CASES = {
     "bce": "K.binary_crossentropy(btargets, bprobs)",
     "bce_logits": "K.binary_crossentropy(btargets, bprobs * 4 - 2, True)",
     # bert4keras's backend functions
-    "gelu_erf": "B.gelu_erf(x)", "gelu_tanh": "B.gelu_tanh(x)", "swish": "B.swish(x)",
-    "leaky_relu": "B.leaky_relu(x)", "leaky_relu_alpha": "B.leaky_relu(x, alpha=0.05)",
+    "gelu_erf": "B.gelu_erf(x)",
+    "gelu_tanh": "B.gelu_tanh(x)",
+    "swish": "B.swish(x)",
+    "leaky_relu": "B.leaky_relu(x)",
+    "leaky_relu_alpha": "B.leaky_relu(x, alpha=0.05)",
     "piecewise": "B.piecewise_linear(t, {1000: 1, 2000: 0.1})",
     "piecewise_not_from_zero": "B.piecewise_linear(t, {500: 0.5, 1500: 2.0, 3000: 1.0}, from_zero=False)",
     "piecewise_zero_knot": "B.piecewise_linear(t, {0: 0.2, 2000: 1.0})",
     "piecewise_scalar": "B.piecewise_linear(1200, {1000: 1, 2000: 0.5})",
-    "align": "B.align(m, [0, 2], 4)", "align_default_ndim": "B.align(m, [0, 2])",
+    "align": "B.align(m, [0, 2], 4)",
+    "align_default_ndim": "B.align(m, [0, 2])",
     "align_negative": "B.align(m, [0, -1], 3)",
-    "seqmask": "B.sequence_masking(x, m)", "seqmask_value": "B.sequence_masking(x, m, -np.inf, 1)",
+    "seqmask": "B.sequence_masking(x, m)",
+    "seqmask_value": "B.sequence_masking(x, m, -np.inf, 1)",
     "seqmask_axes": "B.sequence_masking(s3, m, -1e12, [1, 2])",
     "seqmask_negative_axis": "B.sequence_masking(s3, m, 5.0, -1)",
     "seqmask_return": "B.sequence_masking(scores, m, -1e12, -1, causal, return_mask=True)",
@@ -127,13 +210,16 @@ CASES = {
     "seqmask_bias_only": "B.sequence_masking(scores, None, -1e12, None, causal, True)",
     "seqmask_float_bias_only": "B.sequence_masking(scores, None, 0, None, fbias)",
     "seqmask_none": "B.sequence_masking(x)",
-    "batch_gather": "B.batch_gather(x, idx)", "batch_gather_float_idx": "B.batch_gather(x, K.cast(idx, 'float32'))",
+    "batch_gather": "B.batch_gather(x, idx)",
+    "batch_gather_float_idx": "B.batch_gather(x, K.cast(idx, 'float32'))",
     "batch_gather_1d": "B.batch_gather(w, labels[0])",
     "batch_gather_deep": "B.batch_gather(x4, K.cast(K.greater(x4[..., 0], 0), 'int32')[..., :2])",
-    "pool1d_max": "B.pool1d(x, 2)", "pool1d_avg": "B.pool1d(x, 3, strides=2, padding='same', pool_mode='avg')",
+    "pool1d_max": "B.pool1d(x, 2)",
+    "pool1d_avg": "B.pool1d(x, 3, strides=2, padding='same', pool_mode='avg')",
     "divisible_padding": "B.divisible_temporal_padding(x, 3)",
     "divisible_padding_exact": "B.divisible_temporal_padding(x, 5)",
-    "rms": "B.root_mean_square(x)", "rms_axis": "B.root_mean_square(x, axis=-1, keepdims=True)",
+    "rms": "B.root_mean_square(x)",
+    "rms_axis": "B.root_mean_square(x, axis=-1, keepdims=True)",
     "sinusoidal": "B.sinusoidal_embeddings(positions, 8)",
     "sinusoidal_base": "B.sinusoidal_embeddings(K.cast(labels, 'float32'), 6, 100)",
     "sinusoidal_init": "B.Sinusoidal()((7, 6))",
@@ -146,14 +232,16 @@ CASES = {
     "smlcce_mask_zero": "B.sparse_multilabel_categorical_crossentropy(pos_pad, logits6, mask_zero=True)",
 }
 for _method in ("softmax", "squared_relu", "softmax_plus"):
-    CASES.update({
-        f"attn_{_method}": f"B.attention_normalize(scores, m, method='{_method}')",
-        f"attn_{_method}_causal": f"B.attention_normalize(scores, m, -1, '{_method}', causal)",
-        f"attn_{_method}_bias_only": f"B.attention_normalize(scores, None, -1, '{_method}', causal)",
-        f"attn_{_method}_float_bias": f"B.attention_normalize(scores, m, -1, '{_method}', fbias)",
-        f"attn_{_method}_plain": f"B.attention_normalize(scores, method='{_method}')",
-        f"attn_{_method}_axis": f"B.attention_normalize(scores, m, 2, '{_method}')",
-    })
+    CASES.update(
+        {
+            f"attn_{_method}": f"B.attention_normalize(scores, m, method='{_method}')",
+            f"attn_{_method}_causal": f"B.attention_normalize(scores, m, -1, '{_method}', causal)",
+            f"attn_{_method}_bias_only": f"B.attention_normalize(scores, None, -1, '{_method}', causal)",
+            f"attn_{_method}_float_bias": f"B.attention_normalize(scores, m, -1, '{_method}', fbias)",
+            f"attn_{_method}_plain": f"B.attention_normalize(scores, method='{_method}')",
+            f"attn_{_method}_axis": f"B.attention_normalize(scores, m, 2, '{_method}')",
+        }
+    )
 
 _EVALUATE = """
 def _evaluate(K, B, to_tensor):
@@ -172,10 +260,14 @@ def _evaluate(K, B, to_tensor):
     return results
 """
 
-REFERENCE = "CASES = %s\n" + _EVALUATE + """
+REFERENCE = (
+    "CASES = %s\n"
+    + _EVALUATE
+    + """
 import bert4keras.backend
 outputs.update(_evaluate(bert4keras.backend.K, bert4keras.backend, tf.constant))
 """
+)
 
 
 @pytest.fixture(scope="module")
@@ -280,7 +372,7 @@ def test_in_train_phase_follows_fit_and_predict():
 
 def test_in_train_phase_arguments():
     x, alt = K.constant([1.0, 2.0]), K.constant([3.0, 4.0])
-    assert list(K.eval(K.in_train_phase(x, alt))) == [3.0, 4.0]          # no phase outside calls: the alternative
+    assert list(K.eval(K.in_train_phase(x, alt))) == [3.0, 4.0]  # no phase outside calls: the alternative
     assert list(K.eval(K.in_train_phase(x, alt, training=True))) == [1.0, 2.0]
     assert list(K.eval(K.in_train_phase(lambda: x, lambda: alt, training=0))) == [3.0, 4.0]
     assert list(K.eval(K.in_train_phase(x, alt, training=K.constant([True, False], dtype="bool")))) == [1.0, 4.0]
@@ -314,8 +406,9 @@ def test_random_functions():
     draws = K.eval(K.random_binomial((20000,), p=0.3))
     assert draws.dtype == np.float32 and set(np.unique(draws)) == {0.0, 1.0}
     assert abs(draws.mean() - 0.3) < 0.02
-    np.testing.assert_array_equal(K.eval(K.random_binomial((50,), 0.5, seed=3)),
-                                  K.eval(K.random_bernoulli((50,), 0.5, seed=3)))
+    np.testing.assert_array_equal(
+        K.eval(K.random_binomial((50,), 0.5, seed=3)), K.eval(K.random_bernoulli((50,), 0.5, seed=3))
+    )
     assert not np.array_equal(K.eval(K.random_binomial((50,), 0.5)), K.eval(K.random_binomial((50,), 0.5)))
     assert np.all(K.eval(K.random_binomial((5,), p=0.0)) == 0) and np.all(K.eval(K.random_binomial((5,), 1.0)) == 1)
     uniform = K.eval(K.random_uniform((1000,), -2.0, -1.0, seed=1))
@@ -428,7 +521,7 @@ def test_set_gelu_switches_the_activation_name_of_our_layers_not_keras(tmp_path)
             B.set_gelu("sigmoid")
     finally:
         B.set_gelu("erf")
-    loaded = keras.saving.load_model(tmp_path / "tanh.keras")        # keeps the tanh GELU it was built with
+    loaded = keras.saving.load_model(tmp_path / "tanh.keras")  # keeps the tanh GELU it was built with
     assert loaded.layers[0].activation == [B.gelu_tanh]
     assert FeedForward(4, activation="gelu").activation == [keras.activations.gelu]
     assert B.keras.activations.get("gelu") is keras.activations.get("gelu") is keras.activations.gelu
@@ -472,14 +565,17 @@ def test_module_names():
     assert issubclass(B.keras.Model, keras.Model) and B.keras.models.Model is B.keras.Model
     assert B.is_tf_keras is True and backend_tf is tensorflow
     assert do_recompute in (True, False) and isinstance(B.get_available_gpus(), list)
-    assert keras.saving.get_custom_objects()["multilabel_categorical_crossentropy"] is \
-        B.multilabel_categorical_crossentropy
+    assert (
+        keras.saving.get_custom_objects()["multilabel_categorical_crossentropy"]
+        is B.multilabel_categorical_crossentropy
+    )
     assert K.floatx() == "float32" and K.epsilon() == pytest.approx(1e-7) and K.backend() == keras.backend.backend()
     assert K.is_tensor(K.constant(1.0)) and not K.is_tensor(np.ones(2)) and K.is_keras_tensor(keras.Input((2,)))
     assert B.symbolic(len) is len and K.symbolic(len) is len
 
 
 # ---------------------------------------------------------------- bad input (issue 36)
+
 
 def test_a_mask_of_another_length_or_batch_is_named():
     x = np.zeros((2, 5, 3), "float32")
@@ -498,8 +594,9 @@ def test_a_mask_of_another_length_or_batch_is_named():
 
 def test_batch_gather_refuses_fractional_indices():
     params = np.arange(12, dtype="float32").reshape(2, 6)
-    np.testing.assert_array_equal(keras.ops.convert_to_numpy(B.batch_gather(params, np.array([[1.0], [2.0]]))),
-                                  [[1], [8]])                          # whole floats are indices, as in bert4keras
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(B.batch_gather(params, np.array([[1.0], [2.0]]))), [[1], [8]]
+    )  # whole floats are indices, as in bert4keras
     with pytest.raises(ValueError, match="batch_gather: indices must be whole numbers, got float64 values such as 1.5"):
         B.batch_gather(params, np.array([[1.5], [2.0]]))
 
@@ -513,6 +610,7 @@ def test_one_mask_for_the_whole_batch_broadcasts():
 def test_shape_items_reshape_inside_a_compiled_loss():
     """``K.reshape(x, (K.shape(x)[0], -1))`` in a loss that Keras compiles (a jit on JAX, where K.shape
     gives concrete sizes)."""
+
     def flat_mse(y_true, y_pred):
         y_pred = K.reshape(y_pred, (K.shape(y_pred)[0], -1))
         return K.mean(K.square(K.reshape(y_true, (K.shape(y_true)[0], -1)) - y_pred))

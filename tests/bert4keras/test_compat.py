@@ -3,6 +3,7 @@ whole-model files under bert4keras-era names, ``get_output_at``), and that Keras
 left as it is (issue 35, items 2 and 4). The scripts that use all this as users write it:
 tests/bert4keras_scripts/ (keras2_calls, shared_layer_outputs, layer_surgery, unilm_seq2seq).
 """
+
 import json
 import os
 import subprocess
@@ -40,7 +41,7 @@ def batch(n=6, seed=0):
 
 # ---------------------------------------------------------------- Keras itself is not touched
 
-PLAIN_RUN = textwrap.dedent('''
+PLAIN_RUN = textwrap.dedent("""
     import json, sys
     import numpy as np
     if sys.argv[1] != "without":
@@ -66,7 +67,7 @@ PLAIN_RUN = textwrap.dedent('''
                                   "get_output_at": hasattr(keras.layers.Dense, "get_output_at"),
                                   "methods": [getattr(keras.Model, name).__module__ for name in
                                               ("train_step", "test_step", "compute_metrics", "compute_loss")]}))
-''')
+""")
 
 
 def test_a_plain_keras_model_behaves_as_without_gau_keras():
@@ -75,11 +76,13 @@ def test_a_plain_keras_model_behaves_as_without_gau_keras():
     model still trains to the same losses and logs."""
     results = {}
     for flag in ("with", "without", "with-compat-layers"):
-        run = subprocess.run([sys.executable, "-c", PLAIN_RUN, flag], capture_output=True, text=True, timeout=300,
-                             cwd=REPO_ROOT)
+        run = subprocess.run(
+            [sys.executable, "-c", PLAIN_RUN, flag], capture_output=True, text=True, timeout=300, cwd=REPO_ROOT
+        )
         assert run.returncode == 0, run.stderr[-3000:]
-        results[flag] = json.loads(next(line for line in run.stdout.splitlines()
-                                        if line.startswith("RESULT "))[len("RESULT "):])
+        results[flag] = json.loads(
+            next(line for line in run.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT ") :]
+        )
     assert results["with"] == results["without"]
     compat = results.pop("with-compat-layers")
     assert compat["logs"] == results["without"]["logs"], (compat["logs"], results["without"]["logs"])
@@ -114,18 +117,19 @@ def test_imports_from_keras_port_with_one_substitution():
 
 # ---------------------------------------------------------------- data as Keras 2 took it
 
+
 def test_nested_lists_are_read_as_keras2_read_them():
     assert [a.shape for a in as_arrays([[[1, 2, 3]], [[0, 0, 1]]], 2)] == [(1, 3), (1, 3)]
     assert as_arrays([[1, 2], [3, 4]], 1).shape == (2, 2)
     arrays = [np.ones((2, 3)), np.zeros((2, 3))]
-    assert all(a is b for a, b in zip(as_arrays(arrays, 2), arrays))   # arrays pass through untouched
+    assert all(a is b for a, b in zip(as_arrays(arrays, 2), arrays))  # arrays pass through untouched
     assert as_arrays({"a": [1]}, 2) == {"a": [1]}
     model = tiny_model()
     x, _ = batch(1)
     nested = model.predict([x[0].tolist(), x[1].tolist()], verbose=0)
     np.testing.assert_array_equal(nested, model.predict(x, verbose=0))
     plain = tiny_model(keras.Model)
-    with pytest.raises(ValueError, match="Unrecognized data type"):   # Keras 3 itself refuses them
+    with pytest.raises(ValueError, match="Unrecognized data type"):  # Keras 3 itself refuses them
         plain.predict([x[0].tolist(), x[1].tolist()], verbose=0)
 
 
@@ -140,13 +144,14 @@ def test_y_true_meets_the_loss_in_the_outputs_dtype():
     model.compile(keras.optimizers.SGD(0.1), loss)
     x, y = batch()
     model.train_on_batch(x, y.astype("float64"))
-    model.train_on_batch([a.tolist() for a in x], y.tolist())   # nested lists, numbers of float64
+    model.train_on_batch([a.tolist() for a in x], y.tolist())  # nested lists, numbers of float64
     assert seen and set(seen) == {"float32"}
 
 
 def test_y_true_meets_a_metric_function_in_the_outputs_dtype():
     """A GlobalPointer-style F1 multiplies y_true by a float32 prediction; a generator's float64
     targets (sequence_padding's) reach it as float32, as in Keras 2; a plain keras.Model is unchanged."""
+
     def pointer_f1(y_true, y_pred):
         y_pred = K.cast(K.greater(y_pred, 0.3), K.floatx())
         return 2 * K.sum(y_true * y_pred) / (K.sum(y_true + y_pred) + K.epsilon())
@@ -164,8 +169,11 @@ def test_y_true_meets_a_metric_function_in_the_outputs_dtype():
     assert np.isfinite(logs["pointer_f1"][0]) and np.isfinite(scores[1])
     seen = []
     plain = tiny_model(keras.Model)
-    plain.compile(keras.optimizers.SGD(0.1), "categorical_crossentropy",
-                  metrics=[lambda t, p: seen.append(keras.backend.standardize_dtype(t.dtype)) or K.mean(p)])
+    plain.compile(
+        keras.optimizers.SGD(0.1),
+        "categorical_crossentropy",
+        metrics=[lambda t, p: seen.append(keras.backend.standardize_dtype(t.dtype)) or K.mean(p)],
+    )
     plain.evaluate(batches(tuple), steps=1, verbose=0)
     assert set(seen) == {"float64" if keras.backend.backend() == "tensorflow" else "float32"}  # JAX: no x64
 
@@ -177,11 +185,12 @@ def test_nested_lists_of_numpy_scalars_and_arrays_are_read_as_keras2_read_them(l
     pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Reshape((-1, 1))(Add()([a, b])))
     model = Model([a, b, c], keras.layers.Dense(2)(keras.layers.Concatenate()([pooled, c])))
     token_ids, segment_ids = [2, 5, 7], [0, 0, 1]
-    expected = model.predict([np.array([token_ids]), np.array([segment_ids]), np.array([[float(label)]])],
-                             verbose=0)
-    for x in ([[token_ids], [segment_ids], [[label]]],
-              [[np.array(token_ids)], [np.int64(segment_ids)], [[label]]],   # mixed lists and arrays
-              [np.array([token_ids]), [list(map(np.int64, segment_ids))], [np.array([label])]]):
+    expected = model.predict([np.array([token_ids]), np.array([segment_ids]), np.array([[float(label)]])], verbose=0)
+    for x in (
+        [[token_ids], [segment_ids], [[label]]],
+        [[np.array(token_ids)], [np.int64(segment_ids)], [[label]]],  # mixed lists and arrays
+        [np.array([token_ids]), [list(map(np.int64, segment_ids))], [np.array([label])]],
+    ):
         np.testing.assert_allclose(model.predict(x, verbose=0), expected, rtol=1e-6)
         np.testing.assert_allclose(model.predict_on_batch(x), expected, rtol=1e-5)
     model.compile("sgd", "mse")
@@ -194,7 +203,7 @@ def test_generator_methods_equal_fit_evaluate_predict_and_warn_about_workers():
     def batches():
         while True:
             for i in (0, 4):
-                yield [x[0][i:i + 4], x[1][i:i + 4]], y[i:i + 4]
+                yield [x[0][i : i + 4], x[1][i : i + 4]], y[i : i + 4]
 
     results = []
     for keras2_call in (True, False):
@@ -220,6 +229,7 @@ def test_generator_methods_equal_fit_evaluate_predict_and_warn_about_workers():
 
 # ---------------------------------------------------------------- whole-model files
 
+
 @pytest.mark.parametrize("name", ["best_model.model", "model.h5", "model.keras"])
 def test_save_and_load_under_bert4keras_era_names(tmp_path, name):
     model = tiny_model()
@@ -242,8 +252,11 @@ def test_an_empty_or_truncated_model_file_is_named_as_such(tmp_path):
     (tmp_path / "empty.keras").write_bytes(b"")
     (tmp_path / "best_model.model").write_bytes(b"")
     (tmp_path / "half.keras").write_bytes(data[: len(data) // 2])
-    for name, problem in (("empty.keras", "the file is empty"), ("best_model.model", "the file is empty"),
-                          ("half.keras", "")):
+    for name, problem in (
+        ("empty.keras", "the file is empty"),
+        ("best_model.model", "the file is empty"),
+        ("half.keras", ""),
+    ):
         path = str(tmp_path / name)
         with pytest.raises(ValueError, match=f"load_model: {path} is not a .keras archive, or truncated.*{problem}"):
             keras2.models.load_model(path)
@@ -270,7 +283,7 @@ def test_weights_under_bert4keras_era_names_and_keras2_files(tmp_path):
     from keras.src.legacy.saving import legacy_h5_format  # to write a file as Keras 2 wrote it
 
     model = tiny_model()
-    model.save_weights(str(tmp_path / "best_model.weights"))   # bert4keras's examples' name
+    model.save_weights(str(tmp_path / "best_model.weights"))  # bert4keras's examples' name
     other = tiny_model()
     other.load_weights(str(tmp_path / "best_model.weights"))
     for a, b in zip(other.get_weights(), model.get_weights()):
@@ -282,7 +295,7 @@ def test_weights_under_bert4keras_era_names_and_keras2_files(tmp_path):
     np.testing.assert_array_equal(third.get_weights()[0], model.get_weights()[0])
     with pytest.raises(ValueError, match=r"by_name=True\): Keras 3 loads weights by layer structure only"):
         third.load_weights(str(tmp_path / "keras2.weights"), by_name=True)
-    other.save_weights(str(tmp_path / "best_model.h5"))       # an .h5 name, Keras 3's weights inside
+    other.save_weights(str(tmp_path / "best_model.h5"))  # an .h5 name, Keras 3's weights inside
     third.load_weights(str(tmp_path / "best_model.h5"))
     np.testing.assert_array_equal(third.get_weights()[-1], other.get_weights()[-1])
     assert sorted(os.listdir(tmp_path)) == ["best_model.h5", "best_model.weights", "keras2.weights"]
@@ -291,6 +304,7 @@ def test_weights_under_bert4keras_era_names_and_keras2_files(tmp_path):
 
 
 # ---------------------------------------------------------------- layers' calls
+
 
 def test_get_output_at_on_a_layer_applied_twice():
     model = tiny_model()
@@ -309,6 +323,7 @@ def test_get_output_at_on_a_layer_applied_twice():
 
 # ---------------------------------------------------------------- what Keras 3 cannot do
 
+
 def test_keras2_training_internals_name_the_porting_section():
     model = tiny_model()
     model.compile("adam", "categorical_crossentropy")
@@ -317,21 +332,21 @@ def test_keras2_training_internals_name_the_porting_section():
     assert PORTING in str(error.value)
     with pytest.raises(NotImplementedError, match="model.total_loss"):
         model.total_loss  # noqa: B018
-    assert not hasattr(model, "total_loss")        # an AttributeError too
+    assert not hasattr(model, "total_loss")  # an AttributeError too
 
-    def train_function(inputs):     # a user's replacement, as bert4keras's adversarial example writes it
+    def train_function(inputs):  # a user's replacement, as bert4keras's adversarial example writes it
         return inputs
 
     with pytest.raises(NotImplementedError, match="would be ignored by Keras 3's fit"):
         model.train_function = train_function
-    model.train_on_batch(*batch())          # Keras's own train_function is still made and used
+    model.train_on_batch(*batch())  # Keras's own train_function is still made and used
     with pytest.raises(RuntimeError, match="no global learning phase.*Porting from bert4keras"):
         K.set_learning_phase(0)
     with pytest.raises(RuntimeError, match="Porting from bert4keras"):
         K.gradients(K.constant(1.0), [K.variable(1.0)])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        model.train_function = None          # Keras resets it this way: allowed
+        model.train_function = None  # Keras resets it this way: allowed
 
 
 def _masked_model():
@@ -343,6 +358,7 @@ def _masked_model():
 def test_function_metrics_count_as_keras2_counted_them():
     """A metric that reduces to a number counts with its batch's mask total (Keras 2: (1·1 + 3·9) / 10);
     a per-token metric is weighted by the mask; metric names are Keras's."""
+
     def batch_label(y_true, y_pred):
         return K.mean(y_true)
 
@@ -354,7 +370,7 @@ def test_function_metrics_count_as_keras2_counted_them():
     x = np.zeros((2, 10))
     x[0, 0], x[1, :9] = 5, 5
     y = np.stack([np.full((10, 1), 1.0), np.full((10, 1), 3.0)])
-    y[1, 9] = 100.0                       # a padded position: left out of the per-token mean
+    y[1, 9] = 100.0  # a padded position: left out of the per-token mean
     logs = model.evaluate(x, y, batch_size=1, verbose=0, return_dict=True)
     assert logs["batch_label"] == pytest.approx((1 * 1 + (3 * 9 + 100) / 10 * 9) / 10, rel=1e-5)
     assert logs["per_token"] == pytest.approx((1 + 3 * 9) / 10, rel=1e-5)

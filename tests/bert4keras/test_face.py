@@ -6,6 +6,7 @@ layer names of ``gau_keras.layers``). Building every layer and model, training t
 Loss layers through the face and switching ``set_gelu`` leave ``keras.Model``, ``keras.layers.Layer``
 and Keras's activation and serialization tables the objects they were. Both backends.
 """
+
 import warnings
 
 import keras
@@ -26,8 +27,15 @@ from tests.model_utils import TINY
 
 pytestmark = pytest.mark.both_backends
 
-SRUPP = dict(vocab_size=23, hidden_size=8, num_hidden_layers=2, proj_size=4, num_attention_heads=2,
-             attention_every_n_layers=2, embedding_size=6)
+SRUPP = dict(
+    vocab_size=23,
+    hidden_size=8,
+    num_hidden_layers=2,
+    proj_size=4,
+    num_attention_heads=2,
+    attention_every_n_layers=2,
+    embedding_size=6,
+)
 #: every model the builder knows, with a tiny config
 CONFIGS = {**TINY, "srupp": SRUPP}
 
@@ -37,8 +45,10 @@ def _snapshot():
     activation table and its serialization tables, as {what: {name: object}}."""
     classes = {cls for cls in keras.Model.__mro__ + keras.layers.Layer.__mro__ if cls.__module__.startswith("keras")}
     # (Python makes a class's empty __annotations__ when something first reads it)
-    tables = {f"{cls.__module__}.{cls.__qualname__}": {k: v for k, v in vars(cls).items() if k != "__annotations__"}
-              for cls in classes}
+    tables = {
+        f"{cls.__module__}.{cls.__qualname__}": {k: v for k, v in vars(cls).items() if k != "__annotations__"}
+        for cls in classes
+    }
     tables["activations"] = dict(keras_activations.ALL_OBJECTS_DICT)
     tables["custom objects"] = dict(object_registration.GLOBAL_CUSTOM_OBJECTS)
     tables["custom names"] = {id(k): v for k, v in object_registration.GLOBAL_CUSTOM_NAMES.items()}
@@ -87,7 +97,7 @@ RECIPES = {
     "GlobalMaxPooling1D": ({}, [_floats(B_, L, H)]),
     "GlobalPointer": ({"heads": 2, "head_size": 4}, [_floats(B_, L, H)]),
     "LayerNormalization": ({}, [_floats(B_, L, H)]),
-    "Loss": ({}, [_floats(B_, L, H)]),                 # built as its subclass MeanLoss
+    "Loss": ({}, [_floats(B_, L, H)]),  # built as its subclass MeanLoss
     "MaximumEntropyMarkovModel": ({}, [_floats(B_, L, 4)]),
     "MultiHeadAttention": ({"heads": 2, "head_size": 4}, [_floats(B_, L, H)] * 3),
     "PositionEmbedding": ({"input_dim": 10, "output_dim": H}, [_floats(B_, L, H)]),
@@ -109,8 +119,12 @@ CONCRETE = {"Loss": MeanLoss}
 def _registered_layers():
     """Every layer class registered under gau_keras> (as tests/test_harness.py finds them)."""
     for name, obj in sorted(keras.saving.get_custom_objects().items()):
-        if name.startswith(f"{PACKAGE}>") and isinstance(obj, type) and issubclass(obj, keras.layers.Layer) \
-                and not issubclass(obj, keras.Model):
+        if (
+            name.startswith(f"{PACKAGE}>")
+            and isinstance(obj, type)
+            and issubclass(obj, keras.layers.Layer)
+            and not issubclass(obj, keras.Model)
+        ):
             yield obj
 
 
@@ -121,15 +135,14 @@ def _build_every_layer(rng):
         layer = CONCRETE.get(cls.__name__, cls)(**init)
         inputs = [keras.Input(a.shape[1:], dtype=str(a.dtype)) for a in arrays]
         model = keras.Model(inputs, layer(inputs if len(inputs) > 1 else inputs[0]))
-        model(arrays if len(arrays) > 1 else arrays[0])     # and run (its batch sizes may differ)
+        model(arrays if len(arrays) > 1 else arrays[0])  # and run (its batch sizes may differ)
 
 
 def _build_every_model():
     for name, config in CONFIGS.items():
         backbone_class(resolve_model_class(name))(**config)
         build_transformer_model(model=name, **config)
-    build_transformer_model(model=extend_with_language_model(resolve_model_class("roformer_v2")),
-                            **TINY["roformer_v2"])
+    build_transformer_model(model=extend_with_language_model(resolve_model_class("roformer_v2")), **TINY["roformer_v2"])
 
 
 class _Doubled(Loss):
@@ -171,7 +184,7 @@ def test_nothing_process_wide_changes(rng):
     try:
         B.set_gelu("tanh")
         assert gau_keras.layers.FeedForward(4, activation="gelu").activation == [B.gelu_tanh]
-        bert = build_transformer_model(model="bert", with_mlm=True, **TINY["bert"])     # hidden_act 'gelu'
+        bert = build_transformer_model(model="bert", with_mlm=True, **TINY["bert"])  # hidden_act 'gelu'
         assert bert.get_layer("MLM-Dense").activation is B.gelu_tanh
         assert bert.get_layer("Transformer-0-FeedForward").activation == [B.gelu_tanh]
         _assert_same(before, _snapshot())
@@ -191,8 +204,7 @@ def test_the_core_is_plain_keras_and_the_entry_points_add_keras2_calls(tmp_path)
     face = build_transformer_model(model="gau_alpha", **TINY["gau_alpha"])
     assert isinstance(face, Keras2Mixin) and isinstance(face, type(core)) and type(face).__name__ == type(core).__name__
     assert hasattr(face, "fit_generator") and face.get_layer("Embedding-Token").get_output_at(0) is not None
-    lm = build_transformer_model(model="roformer_v2", application="lm", return_keras_model=False,
-                                 **TINY["roformer_v2"])
+    lm = build_transformer_model(model="roformer_v2", application="lm", return_keras_model=False, **TINY["roformer_v2"])
     assert isinstance(lm.model, Keras2Mixin)
     ids = np.array([[2, 5, 7, 3]])
     inputs = [ids, np.zeros_like(ids)]

@@ -1,6 +1,7 @@
 """The private Keras (``keras.src``) names gau_keras relies on, one test each: when a Keras release
 moves one, this fails with the name and the place that uses it instead of a user's script failing
 somewhere deep. The list and the Keras versions it holds for: docs/architecture.md, "Keras internals"."""
+
 import importlib
 
 import keras
@@ -10,11 +11,17 @@ pytestmark = pytest.mark.both_backends
 
 #: (module, attribute, the gau_keras code that uses it)
 INTERNALS = [
-    ("keras.src.backend.common.global_state", "get_global_attribute",
-     "bert4keras/keras2_backend.py: K.learning_phase / in a layer's call"),
+    (
+        "keras.src.backend.common.global_state",
+        "get_global_attribute",
+        "bert4keras/keras2_backend.py: K.learning_phase / in a layer's call",
+    ),
     ("keras.src.backend.common.stateless_scope", "in_stateless_scope", "bert4keras/keras2_backend.py: K.get_value"),
-    ("keras.src.backend.common.stateless_scope", "get_stateless_scope",
-     "bert4keras/jax_training.py: weight-reading metrics on JAX"),
+    (
+        "keras.src.backend.common.stateless_scope",
+        "get_stateless_scope",
+        "bert4keras/jax_training.py: weight-reading metrics on JAX",
+    ),
     ("keras.src.backend.common.symbolic_scope", "in_symbolic_scope", "bert4keras/keras2_backend.py: K.get_value"),
     ("keras.src.backend", "rnn", "bert4keras/keras2_backend.py: K.rnn"),
     ("keras.src.backend", "get_keras_mask", "bert4keras/model.py: Keras2FunctionMetric"),
@@ -31,8 +38,10 @@ INTERNALS = [
 
 @pytest.mark.parametrize("module, name, user", INTERNALS, ids=[f"{m}.{n}" for m, n, _ in INTERNALS])
 def test_the_private_keras_names_we_use_are_there(module, name, user):
-    message = (f"Keras {keras.__version__} has no {module}.{name}, which gau_keras/{user} uses: "
-               f"pin keras to a version that has it (requirements.txt) or port that code")
+    message = (
+        f"Keras {keras.__version__} has no {module}.{name}, which gau_keras/{user} uses: "
+        f"pin keras to a version that has it (requirements.txt) or port that code"
+    )
     try:
         found = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as error:

@@ -8,6 +8,7 @@ Both directions of checkpoint compatibility, with tiny random weights:
 The batch has right and left padding, a sequence with fewer than 16 real tokens
 (softmax_plus's floor matters) and 520-token rows (> 512 and > max_position_embeddings).
 """
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -23,17 +24,32 @@ APPLICATIONS = ("encoder", "lm", "unilm")
 
 CONFIGS = {
     "gau_alpha": {
-        "vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 1,
-        "intermediate_size": 64, "attention_key_size": 16, "hidden_act": "swish",
-        "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
-        "max_position_embeddings": 16, "type_vocab_size": 2,
+        "vocab_size": 100,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 1,
+        "intermediate_size": 64,
+        "attention_key_size": 16,
+        "hidden_act": "swish",
+        "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1,
+        "max_position_embeddings": 16,
+        "type_vocab_size": 2,
     },
     "roformer_v2": {
-        "vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-        "intermediate_size": 64, "hidden_act": "relu", "hidden_dropout_prob": 0.1,
-        "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 16, "type_vocab_size": 2,
+        "vocab_size": 100,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "hidden_act": "relu",
+        "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1,
+        "max_position_embeddings": 16,
+        "type_vocab_size": 2,
     },
 }
+
 
 def batch(length=520, seed=0):
     """token_ids, segment_ids [4, length]: short right-padded (5 real tokens), left-padded
@@ -62,8 +78,10 @@ def our_outputs(transformer, model, token_ids, segment_ids):
 
     net = transformer.model
     head = net.get_layer("Output-MLM-Activation")
-    probe = keras.Model(net.inputs, [net.get_layer(last_hidden_layer(model, transformer.num_hidden_layers)).output,
-                                     head.input, head.output])
+    probe = keras.Model(
+        net.inputs,
+        [net.get_layer(last_hidden_layer(model, transformer.num_hidden_layers)).output, head.input, head.output],
+    )
     values = probe([token_ids, segment_ids], training=False)
     return dict(zip(("hidden", "mlm_logits", "mlm_output"), (keras.ops.convert_to_numpy(v) for v in values)))
 
@@ -73,10 +91,8 @@ def assert_parity(ours, reference, label):
     print(f"{label}: max|diff| " + ", ".join(f"{k}={v:.2e}" for k, v in diffs.items()))
     assert np.isfinite(reference["hidden"]).all(), f"{label}: the reference produced non-finite values"
     np.testing.assert_allclose(ours["hidden"], reference["hidden"], rtol=0, atol=HIDDEN_ATOL, err_msg=label)
-    np.testing.assert_allclose(ours["mlm_logits"], reference["mlm_logits"], rtol=0, atol=LOGITS_ATOL,
-                               err_msg=label)
-    np.testing.assert_allclose(ours["mlm_output"], reference["mlm_output"], rtol=0, atol=PROBS_ATOL,
-                               err_msg=label)
+    np.testing.assert_allclose(ours["mlm_logits"], reference["mlm_logits"], rtol=0, atol=LOGITS_ATOL, err_msg=label)
+    np.testing.assert_allclose(ours["mlm_output"], reference["mlm_output"], rtol=0, atol=PROBS_ATOL, err_msg=label)
 
 
 @pytest.fixture(scope="module")
@@ -90,30 +106,44 @@ def bert4keras_checkpoints(tmp_path_factory):
             config_path = write_config(str(directory), CONFIGS[model])
             ckpt = directory / "bert4keras" / "bert_model.ckpt"
             token_ids, segment_ids = batch()
-            outputs = run_bert4keras(config_path, model, init_random=True, save_checkpoint=ckpt,
-                                     token_ids=token_ids, segment_ids=segment_ids, with_mlm=True,
-                                     application=list(APPLICATIONS))
+            outputs = run_bert4keras(
+                config_path,
+                model,
+                init_random=True,
+                save_checkpoint=ckpt,
+                token_ids=token_ids,
+                segment_ids=segment_ids,
+                with_mlm=True,
+                application=list(APPLICATIONS),
+            )
             cache[model] = config_path, str(ckpt), outputs
         return cache[model]
 
     return get
 
 
-@pytest.mark.parametrize("model, application", [
-    ("gau_alpha", "encoder"),
-    pytest.param("gau_alpha", "lm"),
-    pytest.param("gau_alpha", "unilm"),
-    ("roformer_v2", "encoder"),
-    ("roformer_v2", "lm"),
-    ("roformer_v2", "unilm"),
-])
+@pytest.mark.parametrize(
+    "model, application",
+    [
+        ("gau_alpha", "encoder"),
+        pytest.param("gau_alpha", "lm"),
+        pytest.param("gau_alpha", "unilm"),
+        ("roformer_v2", "encoder"),
+        ("roformer_v2", "lm"),
+        ("roformer_v2", "unilm"),
+    ],
+)
 def test_loads_bert4keras_checkpoint_and_matches_outputs(bert4keras_checkpoints, model, application):
     config_path, ckpt, reference = bert4keras_checkpoints(model)
-    transformer = build_transformer_model(config_path, ckpt, model=model, application=application,
-                                          with_mlm=True, return_keras_model=False)
+    transformer = build_transformer_model(
+        config_path, ckpt, model=model, application=application, with_mlm=True, return_keras_model=False
+    )
     token_ids, segment_ids = batch()
-    assert_parity(our_outputs(transformer, model, token_ids, segment_ids), reference[application],
-                  f"{model}/{application} (bert4keras checkpoint)")
+    assert_parity(
+        our_outputs(transformer, model, token_ids, segment_ids),
+        reference[application],
+        f"{model}/{application} (bert4keras checkpoint)",
+    )
 
 
 @pytest.mark.parametrize("model, min_len", [("gau_alpha", 1), ("roformer_v2", None)])
@@ -124,24 +154,34 @@ def test_bert4keras_loads_our_checkpoint_and_matches_outputs(tmp_path, bert4kera
     has n = 1, where the two bert4keras versions themselves disagree."""
     config_path, _, _ = bert4keras_checkpoints(model)
     overrides = {} if min_len is None else {"softmax_plus_min_len": min_len}
-    transformer = build_transformer_model(config_path, model=model, with_mlm=True, return_keras_model=False,
-                                          **overrides)
+    transformer = build_transformer_model(
+        config_path, model=model, with_mlm=True, return_keras_model=False, **overrides
+    )
     rng = np.random.default_rng(7)
     for weight in transformer.model.weights:
         weight.assign(weight.numpy() + rng.normal(scale=0.05, size=weight.shape).astype(weight.dtype))
     ckpt = transformer.save_weights_as_checkpoint(str(tmp_path / "ours" / "bert_model.ckpt"))
     token_ids, segment_ids = batch()
-    reference = run_bert4keras(config_path, model, checkpoint=ckpt, token_ids=token_ids,
-                               segment_ids=segment_ids, with_mlm=True, softmax_plus_min_len=min_len)
-    assert_parity(our_outputs(transformer, model, token_ids, segment_ids), reference,
-                  f"{model} (our checkpoint, softmax_plus_min_len={min_len or 16})")
+    reference = run_bert4keras(
+        config_path,
+        model,
+        checkpoint=ckpt,
+        token_ids=token_ids,
+        segment_ids=segment_ids,
+        with_mlm=True,
+        softmax_plus_min_len=min_len,
+    )
+    assert_parity(
+        our_outputs(transformer, model, token_ids, segment_ids),
+        reference,
+        f"{model} (our checkpoint, softmax_plus_min_len={min_len or 16})",
+    )
 
 
 @pytest.mark.parametrize("model", sorted(CONFIGS))
 def test_our_checkpoint_has_bert4keras_names_and_shapes(tmp_path, bert4keras_checkpoints, model):
     config_path, b4k_ckpt, _ = bert4keras_checkpoints(model)
-    transformer = build_transformer_model(config_path, b4k_ckpt, model=model, with_mlm=True,
-                                          return_keras_model=False)
+    transformer = build_transformer_model(config_path, b4k_ckpt, model=model, with_mlm=True, return_keras_model=False)
     ours = transformer.save_weights_as_checkpoint(str(tmp_path / "bert_model.ckpt"))
     assert dict(tf.train.list_variables(ours)) == dict(tf.train.list_variables(b4k_ckpt))
     ours_reader, b4k_reader = tf.train.load_checkpoint(ours), tf.train.load_checkpoint(b4k_ckpt)

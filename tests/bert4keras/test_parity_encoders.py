@@ -33,6 +33,7 @@ right-padded row, a left-padded two-segment row, a full row and a right-padded
 two-segment row. Its tokens are real Chinese text tokenized with the 12000-token vocab
 of ../shared/data (or $GAU_KERAS_DATA) when it is there, random ids otherwise.
 """
+
 import dataclasses
 import json
 import os
@@ -50,39 +51,49 @@ HIDDEN_ATOL, PROBS_ATOL, LOGITS_ATOL = 1e-5, 1e-5, 1e-4
 #: vocab-wide outputs ([B, L, V], V >= VOCAB_WIDE) are compared on every VOCAB_STRIDE-th column
 #: (the softmax still runs over the whole vocab): this keeps the cached reference results small
 VOCAB_WIDE, VOCAB_STRIDE = 1000, 16
-NOISE = 0.05            # scale of the seeded noise put on every weight
+NOISE = 0.05  # scale of the seeded noise put on every weight
 SEED = 20240607
 LENGTH, LONG_LENGTH = 40, 80
 COND_WIDTH = 8
 VOCAB = 12000
-SPECIAL_IDS = (0, 100, 101, 102, 103)     # [PAD] [UNK] [CLS] [SEP] [MASK] of the shared vocab
+SPECIAL_IDS = (0, 100, 101, 102, 103)  # [PAD] [UNK] [CLS] [SEP] [MASK] of the shared vocab
 
 BASE_CONFIG = {
-    "vocab_size": VOCAB, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "intermediate_size": 64, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
-    "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 64, "type_vocab_size": 2,
+    "vocab_size": VOCAB,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 64,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": 64,
+    "type_vocab_size": 2,
 }
 #: ALBERT and ELECTRA configs carry an embedding_size (the released ones do too)
 SMALL_EMBEDDING = {"embedding_size": 16}
 
-SHARED_DATA = pathlib.Path(os.environ.get("GAU_KERAS_DATA",
-                                          pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"))
+SHARED_DATA = pathlib.Path(
+    os.environ.get("GAU_KERAS_DATA", pathlib.Path(__file__).resolve().parents[3] / "shared" / "data")
+)
 
 
 # ----------------------------------------------------------------------------- cases
 
+
 @dataclasses.dataclass
 class Case:
     """One model build, the same on both sides."""
-    group: str                      # bert4keras subprocess it runs in
-    name: str                       # what it checks
+
+    group: str  # bert4keras subprocess it runs in
+    name: str  # what it checks
     model: str
-    options: dict = dataclasses.field(default_factory=dict)   # build_transformer_model keywords
+    options: dict = dataclasses.field(default_factory=dict)  # build_transformer_model keywords
     application: str = "encoder"
-    config: dict = dataclasses.field(default_factory=dict)    # overrides of BASE_CONFIG
-    feeds: tuple = ("token_ids", "segment_ids")              # arrays fed to the model inputs, in order
-    cond: int = 0                   # width of the layer_norm_cond Input (0: no conditional layer norm)
-    source: str = None              # model whose checkpoint this one loads (None: its own)
+    config: dict = dataclasses.field(default_factory=dict)  # overrides of BASE_CONFIG
+    feeds: tuple = ("token_ids", "segment_ids")  # arrays fed to the model inputs, in order
+    cond: int = 0  # width of the layer_norm_cond Input (0: no conditional layer norm)
+    source: str = None  # model whose checkpoint this one loads (None: its own)
 
     @property
     def key(self):
@@ -103,9 +114,16 @@ class Case:
 
     def literal(self):
         """The case as plain literals for the bert4keras snippet."""
-        return {"key": self.key, "model": self.model, "options": self.options, "application": self.application,
-                "config": self.full_config, "feeds": list(self.feeds), "cond": self.cond,
-                "source": None if self.source is None else [self.source, self.source_options]}
+        return {
+            "key": self.key,
+            "model": self.model,
+            "options": self.options,
+            "application": self.application,
+            "config": self.full_config,
+            "feeds": list(self.feeds),
+            "cond": self.cond,
+            "source": None if self.source is None else [self.source, self.source_options],
+        }
 
 
 #: items of compound_tokens: a plain list (equal weights) and an (ids, weights) pair
@@ -124,30 +142,64 @@ def forward_cases():
         Case("bert", "nsp_implies_pool", "bert", {"with_nsp": True}),
         Case("bert", "pool_only", "bert", {"with_pool": True}),
         Case("bert", "pool_linear_mlm_linear", "bert", {"with_pool": "linear", "with_mlm": "linear"}),
-        Case("bert", "hierarchical", "bert", {"hierarchical_position": True},
-             config={"max_position_embeddings": 16}),
-        Case("bert", "hierarchical_0.3_long", "bert", {"hierarchical_position": 0.3, "with_pool": True},
-             config={"max_position_embeddings": 32}, feeds=("long_token_ids", "long_segment_ids")),
-        Case("bert", "custom_position_ids", "bert", {"custom_position_ids": True, "with_pool": True},
-             feeds=("token_ids", "segment_ids", "position_ids")),
-        Case("bert", "segment_vocab_size_0", "bert", {"segment_vocab_size": 0, "with_pool": True},
-             feeds=("token_ids",)),
+        Case("bert", "hierarchical", "bert", {"hierarchical_position": True}, config={"max_position_embeddings": 16}),
+        Case(
+            "bert",
+            "hierarchical_0.3_long",
+            "bert",
+            {"hierarchical_position": 0.3, "with_pool": True},
+            config={"max_position_embeddings": 32},
+            feeds=("long_token_ids", "long_segment_ids"),
+        ),
+        Case(
+            "bert",
+            "custom_position_ids",
+            "bert",
+            {"custom_position_ids": True, "with_pool": True},
+            feeds=("token_ids", "segment_ids", "position_ids"),
+        ),
+        Case(
+            "bert", "segment_vocab_size_0", "bert", {"segment_vocab_size": 0, "with_pool": True}, feeds=("token_ids",)
+        ),
         Case("bert", "shared_segment_embeddings", "bert", {"shared_segment_embeddings": True}),
         Case("bert", "embedding_size_16_mlm", "bert", {"embedding_size": 16, "with_mlm": True}),
         Case("bert", "head_size_12_key_size_6", "bert", {"attention_head_size": 12, "attention_key_size": 6}),
-        Case("bert", "keep_tokens_mlm", "bert", {"keep_tokens": keep, "with_mlm": True},
-             feeds=("keep_token_ids", "segment_ids"), source="bert"),
-        Case("bert", "compound_tokens_mlm", "bert", {"compound_tokens": COMPOUND, "with_mlm": True},
-             feeds=("compound_token_ids", "segment_ids"), source="bert"),
-        Case("bert", "keep_and_compound_mlm", "bert",
-             {"keep_tokens": keep, "compound_tokens": KEPT_COMPOUND, "with_mlm": True},
-             feeds=("keep_compound_token_ids", "segment_ids"), source="bert"),
+        Case(
+            "bert",
+            "keep_tokens_mlm",
+            "bert",
+            {"keep_tokens": keep, "with_mlm": True},
+            feeds=("keep_token_ids", "segment_ids"),
+            source="bert",
+        ),
+        Case(
+            "bert",
+            "compound_tokens_mlm",
+            "bert",
+            {"compound_tokens": COMPOUND, "with_mlm": True},
+            feeds=("compound_token_ids", "segment_ids"),
+            source="bert",
+        ),
+        Case(
+            "bert",
+            "keep_and_compound_mlm",
+            "bert",
+            {"keep_tokens": keep, "compound_tokens": KEPT_COMPOUND, "with_mlm": True},
+            feeds=("keep_compound_token_ids", "segment_ids"),
+            source="bert",
+        ),
         Case("bert", "residual_attention_scores", "bert", {"residual_attention_scores": True, "with_pool": True}),
-        Case("bert", "cond_ln_mlm", "bert", dict(COND_MLM), feeds=("token_ids", "segment_ids", "cond"),
-             cond=COND_WIDTH),
-        Case("bert", "cond_ln_hidden_tanh_pool", "bert",
-             {"with_pool": True, "layer_norm_cond_hidden_size": 16, "layer_norm_cond_hidden_act": "tanh"},
-             feeds=("token_ids", "segment_ids", "cond"), cond=COND_WIDTH),
+        Case(
+            "bert", "cond_ln_mlm", "bert", dict(COND_MLM), feeds=("token_ids", "segment_ids", "cond"), cond=COND_WIDTH
+        ),
+        Case(
+            "bert",
+            "cond_ln_hidden_tanh_pool",
+            "bert",
+            {"with_pool": True, "layer_norm_cond_hidden_size": 16, "layer_norm_cond_hidden_act": "tanh"},
+            feeds=("token_ids", "segment_ids", "cond"),
+            cond=COND_WIDTH,
+        ),
         Case("bert", "prefix_heads", "bert", {"prefix": "Enc-", **HEADS}),
         Case("bert", "lm", "bert", application="lm"),
         Case("bert", "lm_mlm_linear", "bert", {"with_mlm": "linear"}, application="lm"),
@@ -162,18 +214,39 @@ def forward_cases():
         Case("albert", "default", "albert", config=SMALL_EMBEDDING),
         Case("albert", "pool_nsp_mlm", "albert", dict(HEADS), config=SMALL_EMBEDDING),
         Case("albert", "no_embedding_size", "albert", {"with_mlm": True}),
-        Case("albert", "residual_attention_scores", "albert", {"residual_attention_scores": True},
-             config=SMALL_EMBEDDING),
-        Case("albert", "cond_ln_hidden_mlm", "albert", {"with_mlm": True, "layer_norm_cond_hidden_size": 4},
-             config=SMALL_EMBEDDING, feeds=("token_ids", "segment_ids", "cond"), cond=COND_WIDTH),
-        Case("albert", "keep_tokens_mlm", "albert", {"keep_tokens": keep, "with_mlm": True},
-             config=SMALL_EMBEDDING, feeds=("keep_token_ids", "segment_ids"), source="albert"),
+        Case(
+            "albert", "residual_attention_scores", "albert", {"residual_attention_scores": True}, config=SMALL_EMBEDDING
+        ),
+        Case(
+            "albert",
+            "cond_ln_hidden_mlm",
+            "albert",
+            {"with_mlm": True, "layer_norm_cond_hidden_size": 4},
+            config=SMALL_EMBEDDING,
+            feeds=("token_ids", "segment_ids", "cond"),
+            cond=COND_WIDTH,
+        ),
+        Case(
+            "albert",
+            "keep_tokens_mlm",
+            "albert",
+            {"keep_tokens": keep, "with_mlm": True},
+            config=SMALL_EMBEDDING,
+            feeds=("keep_token_ids", "segment_ids"),
+            source="albert",
+        ),
         Case("albert", "lm", "albert", config=SMALL_EMBEDDING, application="lm"),
         Case("albert", "unilm", "albert", config=SMALL_EMBEDDING, application="unilm"),
         # albert_unshared reads the (shared) ALBERT checkpoint into every layer
         Case("albert", "from_albert", "albert_unshared", config=SMALL_EMBEDDING, source="albert"),
-        Case("albert", "from_albert_pool_mlm", "albert_unshared", {"with_pool": True, "with_mlm": True},
-             config=SMALL_EMBEDDING, source="albert"),
+        Case(
+            "albert",
+            "from_albert_pool_mlm",
+            "albert_unshared",
+            {"with_pool": True, "with_mlm": True},
+            config=SMALL_EMBEDDING,
+            source="albert",
+        ),
     ]
     nezha = [
         # 80 tokens: relative distances beyond NEZHA's clip at 64
@@ -186,8 +259,14 @@ def forward_cases():
         # attention output (head_size wide), so NEZHA cannot have them differ
         Case("nezha", "head_size_12", "nezha", {"attention_head_size": 12}),
         Case("nezha", "residual_attention_scores", "nezha", {"residual_attention_scores": True}),
-        Case("nezha", "cond_ln", "nezha", {"with_pool": True}, feeds=("token_ids", "segment_ids", "cond"),
-             cond=COND_WIDTH),
+        Case(
+            "nezha",
+            "cond_ln",
+            "nezha",
+            {"with_pool": True},
+            feeds=("token_ids", "segment_ids", "cond"),
+            cond=COND_WIDTH,
+        ),
         Case("nezha", "lm", "nezha", application="lm"),
         Case("nezha", "unilm", "nezha", application="unilm"),
     ]
@@ -196,13 +275,24 @@ def forward_cases():
         Case("roformer", "pool_nsp_mlm", "roformer", dict(HEADS)),
         # (roformer with custom_position_ids needs segment ids: bert4keras reads the
         # position ids as its third input, self.inputs[2])
-        Case("roformer", "custom_position_ids", "roformer", {"custom_position_ids": True, "with_mlm": True},
-             feeds=("token_ids", "segment_ids", "position_ids")),
+        Case(
+            "roformer",
+            "custom_position_ids",
+            "roformer",
+            {"custom_position_ids": True, "with_mlm": True},
+            feeds=("token_ids", "segment_ids", "position_ids"),
+        ),
         Case("roformer", "head_size_12_key_size_6", "roformer", {"attention_head_size": 12, "attention_key_size": 6}),
         Case("roformer", "segment_vocab_size_0", "roformer", {"segment_vocab_size": 0}, feeds=("token_ids",)),
         Case("roformer", "residual_attention_scores", "roformer", {"residual_attention_scores": True}),
-        Case("roformer", "cond_ln_hidden", "roformer", {"layer_norm_cond_hidden_size": 16},
-             feeds=("token_ids", "segment_ids", "cond"), cond=COND_WIDTH),
+        Case(
+            "roformer",
+            "cond_ln_hidden",
+            "roformer",
+            {"layer_norm_cond_hidden_size": 16},
+            feeds=("token_ids", "segment_ids", "cond"),
+            cond=COND_WIDTH,
+        ),
         Case("roformer", "lm", "roformer", application="lm"),
         Case("roformer", "unilm", "roformer", application="unilm"),
     ]
@@ -211,12 +301,23 @@ def forward_cases():
         Case("electra", "discriminator", "electra", {"with_discriminator": True}, config=SMALL_EMBEDDING),
         Case("electra", "discriminator_linear", "electra", {"with_discriminator": "linear"}),
         Case("electra", "no_embedding_size", "electra"),
-        Case("electra", "compound_tokens", "electra", {"compound_tokens": COMPOUND, "with_discriminator": True},
-             config=SMALL_EMBEDDING, feeds=("compound_token_ids", "segment_ids"), source="electra"),
-        Case("electra", "hierarchical_custom_position_ids", "electra",
-             {"hierarchical_position": True, "custom_position_ids": True},
-             config={**SMALL_EMBEDDING, "max_position_embeddings": 16},
-             feeds=("token_ids", "segment_ids", "position_ids")),
+        Case(
+            "electra",
+            "compound_tokens",
+            "electra",
+            {"compound_tokens": COMPOUND, "with_discriminator": True},
+            config=SMALL_EMBEDDING,
+            feeds=("compound_token_ids", "segment_ids"),
+            source="electra",
+        ),
+        Case(
+            "electra",
+            "hierarchical_custom_position_ids",
+            "electra",
+            {"hierarchical_position": True, "custom_position_ids": True},
+            config={**SMALL_EMBEDDING, "max_position_embeddings": 16},
+            feeds=("token_ids", "segment_ids", "position_ids"),
+        ),
     ]
     return bert + albert + nezha + roformer + electra
 
@@ -230,8 +331,7 @@ def reverse_cases():
         Case("reverse", "default", "albert", config=SMALL_EMBEDDING),
         Case("reverse", "pool_nsp_mlm", "albert", dict(HEADS), config=SMALL_EMBEDDING),
         Case("reverse", "default", "albert_unshared", config=SMALL_EMBEDDING),
-        Case("reverse", "pool_mlm", "albert_unshared", {"with_pool": True, "with_mlm": True},
-             config=SMALL_EMBEDDING),
+        Case("reverse", "pool_mlm", "albert_unshared", {"with_pool": True, "with_mlm": True}, config=SMALL_EMBEDDING),
         Case("reverse", "default", "nezha"),
         Case("reverse", "pool_nsp_mlm", "nezha", dict(HEADS)),
         Case("reverse", "default", "roformer"),
@@ -242,6 +342,7 @@ def reverse_cases():
 
 
 # ----------------------------------------------------------------------------- inputs
+
 
 def _real_texts():
     """A few Chinese documents of the shared corpus, or None when it is absent."""
@@ -262,6 +363,7 @@ def _real_texts():
 def _rows(length, rng, texts, tokenizer):
     """[(token_ids, segment_ids)] of the four rows (unpadded), then where each goes."""
     if tokenizer is None:
+
         def encode(n_first, n_second=0):
             ids = [101] + rng.integers(104, VOCAB, n_first).tolist() + [102]
             segments = [0] * len(ids)
@@ -269,14 +371,16 @@ def _rows(length, rng, texts, tokenizer):
                 ids += rng.integers(104, VOCAB, n_second).tolist() + [102]
                 segments += [1] * (n_second + 1)
             return ids, segments
-        return [encode(6), encode(length // 3, length // 3), encode(length - 2),
-                encode(length // 2 - 4, length // 3)]
+
+        return [encode(6), encode(length // 3, length // 3), encode(length - 2), encode(length // 2 - 4, length // 3)]
     short = texts[:4]
-    longer = ["，".join(texts[4 + 6 * i:10 + 6 * i]) for i in range(2)]    # 6 titles: > 80 tokens
-    return [tokenizer.encode(short[0], maxlen=8),
-            tokenizer.encode(short[1], short[2], maxlen=(2 * length) // 3),
-            tokenizer.encode(longer[0], maxlen=length),
-            tokenizer.encode(short[3], longer[1], maxlen=length - 4)]
+    longer = ["，".join(texts[4 + 6 * i : 10 + 6 * i]) for i in range(2)]  # 6 titles: > 80 tokens
+    return [
+        tokenizer.encode(short[0], maxlen=8),
+        tokenizer.encode(short[1], short[2], maxlen=(2 * length) // 3),
+        tokenizer.encode(longer[0], maxlen=length),
+        tokenizer.encode(short[3], longer[1], maxlen=length - 4),
+    ]
 
 
 _INPUTS = {}
@@ -299,7 +403,7 @@ def batch_inputs():
         position_ids = np.zeros((4, length), np.int32)
         for row, (ids, segments) in enumerate(_rows(length, rng, texts, tokenizer)):
             ids, segments = ids[:length], segments[:length]
-            where = slice(length - len(ids), length) if row == 1 else slice(0, len(ids))   # row 1 left-padded
+            where = slice(length - len(ids), length) if row == 1 else slice(0, len(ids))  # row 1 left-padded
             token_ids[row, where], segment_ids[row, where] = ids, segments
         if length == LENGTH:
             # custom position ids: plain, counted from the first real token, reversed,
@@ -435,7 +539,7 @@ def encode(name):
     return name.replace("/", "~")
 '''
 
-FORWARD_LOOP = r'''
+FORWARD_LOOP = r"""
 for index, case in enumerate(CASES):
     key, seed = case["key"], SEED + index
     rng = np.random.RandomState(seed)
@@ -458,7 +562,7 @@ for index, case in enumerate(CASES):
         for name, value in saved.items():
             outputs["%s|saved_value|%s" % (key, encode(name))] = value
     record(key, case, transformer)
-'''
+"""
 
 REVERSE_LOOP = r'''
 def write_checkpoint(path, values):
@@ -482,7 +586,7 @@ for index, case in enumerate(CASES):
     record(key, case, transformer)
 '''
 
-ELECTRA_REFUSALS = r'''
+ELECTRA_REFUSALS = r"""
 refusals = []
 for label, options, application in [("with_pool", {"with_pool": True}, "encoder"),
                                      ("with_mlm", {"with_mlm": True}, "encoder"),
@@ -495,12 +599,24 @@ for label, options, application in [("with_pool", {"with_pool": True}, "encoder"
     except Exception as e:
         refusals.append("%s %s" % (label, type(e).__name__))
 outputs["refusals"] = np.array(refusals)
-'''
+"""
 
 
 def _snippet(cases, loop, tail=""):
-    return (SNIPPET_PRELUDE % {"cases": [c.literal() for c in cases], "seed": SEED, "noise": NOISE,
-                               "vocab_wide": VOCAB_WIDE, "vocab_stride": VOCAB_STRIDE}) + loop + tail
+    return (
+        (
+            SNIPPET_PRELUDE
+            % {
+                "cases": [c.literal() for c in cases],
+                "seed": SEED,
+                "noise": NOISE,
+                "vocab_wide": VOCAB_WIDE,
+                "vocab_stride": VOCAB_STRIDE,
+            }
+        )
+        + loop
+        + tail
+    )
 
 
 def _split(results):
@@ -508,7 +624,7 @@ def _split(results):
     split = {}
     for name, value in results.items():
         key, _, item = name.partition("|")
-        if not item:    # not a case's: under '_'
+        if not item:  # not a case's: under '_'
             key, item = "_", key
         split.setdefault(key, {})[item] = value
     return split
@@ -527,12 +643,14 @@ def reference(group):
         cases = [c for c in forward_cases() if c.group == group]
         arrays = {k: v for k, v in batch_inputs().items() if k != "real_text"}
         tail = ELECTRA_REFUSALS if group == "electra" else ""
-        _REFERENCE[group] = _split(run_bert4keras_code(_snippet(cases, FORWARD_LOOP, tail), arrays, graph=True,
-                                                       seed=SEED, timeout=1200))
+        _REFERENCE[group] = _split(
+            run_bert4keras_code(_snippet(cases, FORWARD_LOOP, tail), arrays, graph=True, seed=SEED, timeout=1200)
+        )
     return _REFERENCE[group]
 
 
 # ----------------------------------------------------------------------------- our side
+
 
 def our_build(case, checkpoint=None, config=None):
     import keras
@@ -541,8 +659,14 @@ def our_build(case, checkpoint=None, config=None):
     if case.cond:
         cond = keras.Input(shape=(case.cond,), name="Input-Condition")
         options.update(layer_norm_cond=cond, additional_input_layers=cond)
-    return build_transformer_model(case.full_config if config is None else config, checkpoint, model=case.model,
-                                   application=case.application, return_keras_model=False, **options)
+    return build_transformer_model(
+        case.full_config if config is None else config,
+        checkpoint,
+        model=case.model,
+        application=case.application,
+        return_keras_model=False,
+        **options,
+    )
 
 
 def our_outputs(transformer, case):
@@ -590,6 +714,7 @@ def set_conditional_weights(transformer, ref):
 
 # ----------------------------------------------------------------------------- comparison
 
+
 def _activation_atol(activation):
     """A head's output: probabilities (softmax/sigmoid/tanh) 1e-5, a 'linear' one is logits."""
     return LOGITS_ATOL if activation == "linear" else PROBS_ATOL
@@ -597,7 +722,7 @@ def _activation_atol(activation):
 
 def output_atol(case, layer_name):
     """Tolerance of a model output, from the bert4keras layer that produces it."""
-    name = layer_name[len(case.prefix):] if layer_name.startswith(case.prefix) else layer_name
+    name = layer_name[len(case.prefix) :] if layer_name.startswith(case.prefix) else layer_name
     options = case.options
     if name == "MLM-Activation":
         with_mlm = options.get("with_mlm") or True
@@ -606,10 +731,10 @@ def output_atol(case, layer_name):
         return _activation_atol("tanh" if options.get("with_pool", True) is True else options["with_pool"])
     if name == "Discriminator-Prediction":
         return _activation_atol("sigmoid" if options["with_discriminator"] is True else options["with_discriminator"])
-    return HIDDEN_ATOL      # hidden states, NSP probabilities
+    return HIDDEN_ATOL  # hidden states, NSP probabilities
 
 
-PARITY = []     # rows of the table printed at the end of the module
+PARITY = []  # rows of the table printed at the end of the module
 
 
 def compare(case, ours, ref, direction):
@@ -633,8 +758,13 @@ def compare(case, ours, ref, direction):
         if mine.shape != expected.shape:
             problems.append(f"{item}: shape {mine.shape}, bert4keras {expected.shape}")
             continue
-        atol = (LOGITS_ATOL if item == "mlm_logits" else HIDDEN_ATOL if item == "hidden"
-                else output_atol(case, output_layers[int(item[3:])]))
+        atol = (
+            LOGITS_ATOL
+            if item == "mlm_logits"
+            else HIDDEN_ATOL
+            if item == "hidden"
+            else output_atol(case, output_layers[int(item[3:])])
+        )
         diff = float(np.abs(mine.astype(np.float64) - expected).max())
         label = item if not item.startswith("out") else f"{item}:{output_layers[int(item[3:])]}"
         diffs[label] = diff
@@ -657,7 +787,7 @@ def loaded_from_bert4keras(case, tmp_dir):
     ref = reference(case.group)[case.key]
     variables = {_decode(k[4:]): v for k, v in ref.items() if k.startswith("var|")}
     index = [c.key for c in forward_cases()].index(case.key)
-    if index % 2:   # through a file we write (and a config file), or the dict itself
+    if index % 2:  # through a file we write (and a config file), or the dict itself
         from gau_keras.checkpoints import save_checkpoint
         from tests.model_utils import write_config
 
@@ -694,12 +824,15 @@ def test_saves_bert4keras_checkpoint_names_shapes_values(case, tmp_path):
         # i > 0 as '<name>_<i>' (TF uniquifies the duplicate names in its graph); its own
         # loader never reads those copies. We write each name once (and refuse to save
         # layers that differ): the copies must hold the same values as the name itself.
-        copies = {name for name in expected if name.rpartition("_")[0] in expected
-                  and name.rpartition("_")[2].isdigit()}
+        copies = {
+            name for name in expected if name.rpartition("_")[0] in expected and name.rpartition("_")[2].isdigit()
+        }
         assert copies, "bert4keras's albert_unshared checkpoint had no per-layer copies"
         for name in copies:
-            np.testing.assert_array_equal(ref["saved_value|" + name.replace("/", "~")],
-                                          ref["saved_value|" + name.rpartition("_")[0].replace("/", "~")])
+            np.testing.assert_array_equal(
+                ref["saved_value|" + name.replace("/", "~")],
+                ref["saved_value|" + name.rpartition("_")[0].replace("/", "~")],
+            )
             del expected[name]
     got = {name: json.dumps(list(value.shape)) for name, value in ours.items()}
     missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
@@ -708,7 +841,7 @@ def test_saves_bert4keras_checkpoint_names_shapes_values(case, tmp_path):
     assert not wrong, f"{case.key}: shapes (ours, bert4keras) differ: {wrong}"
     prefix = "saved_value|" if case.source is not None else "var|"
     for item, value in ref.items():
-        name = _decode(item[len(prefix):])
+        name = _decode(item[len(prefix) :])
         if item.startswith(prefix) and name in expected:
             np.testing.assert_allclose(ours[name], value, rtol=0, atol=1e-7, err_msg=f"{case.key}: {name}")
 
@@ -718,8 +851,9 @@ def test_layer_names_and_output_order(case, tmp_path):
     transformer, _, ref = loaded_from_bert4keras(case, str(tmp_path))
     net = transformer.model
     ours, theirs = {layer.name for layer in net.layers}, {str(n) for n in ref["layers"]}
-    assert ours == theirs, (f"{case.key}: layers only bert4keras has {sorted(theirs - ours)}, "
-                            f"only we have {sorted(ours - theirs)}")
+    assert ours == theirs, (
+        f"{case.key}: layers only bert4keras has {sorted(theirs - ours)}, only we have {sorted(ours - theirs)}"
+    )
     assert list(net.output_names) == [str(n) for n in ref["output_layers"]]
 
 
@@ -764,15 +898,14 @@ def reverse_results(tmp_dir):
             if case.model == "albert_unshared":
                 _tie_unshared_layers(transformer)
             variables = our_checkpoint(transformer, os.path.join(tmp_dir, case.key))
-        except Exception as e:      # reported by this case's test, the others still run
+        except Exception as e:  # reported by this case's test, the others still run
             _REVERSE[case.key] = (None, e)
             continue
         ours[case.key] = our_outputs(transformer, case)
         arrays.update({f"{case.key}|var|{name.replace('/', '~')}": v for name, v in variables.items()})
         built.append(case)
     if built:
-        refs = _split(run_bert4keras_code(_snippet(built, REVERSE_LOOP), arrays, graph=True, seed=SEED,
-                                          timeout=1200))
+        refs = _split(run_bert4keras_code(_snippet(built, REVERSE_LOOP), arrays, graph=True, seed=SEED, timeout=1200))
         for case in built:
             _REVERSE[case.key] = (ours[case.key], refs[case.key])
     return _REVERSE
@@ -789,12 +922,14 @@ def test_bert4keras_loads_our_checkpoint_and_matches_outputs(case, tmp_path_fact
 
 # ----------------------------------------------------------------------------- bad input
 
+
 def test_electra_refuses_pool_mlm_and_lm_as_bert4keras_does():
     refusals = dict(line.split(" ") for line in reference("electra")["_"]["refusals"].tolist())
     config = dict(BASE_CONFIG)
     # bert4keras: TypeError from delete_arguments for with_pool/with_mlm, ValueError for lm/unilm
-    assert refusals == {"with_pool": "TypeError", "with_mlm": "TypeError", "lm": "ValueError",
-                            "unilm": "ValueError"}, refusals
+    assert refusals == {"with_pool": "TypeError", "with_mlm": "TypeError", "lm": "ValueError", "unilm": "ValueError"}, (
+        refusals
+    )
     for option in ("with_pool", "with_mlm"):
         with pytest.raises((TypeError, ValueError)):
             build_transformer_model(config, model="electra", **{option: True})
@@ -813,17 +948,19 @@ def test_unknown_model_name_lists_known_names():
 
 # ----------------------------------------------------------------------------- parity table
 
+
 def parity_table_markdown(rows=None):
     """The max |diff| of every case run so far, as a markdown table."""
     rows = PARITY if rows is None else rows
-    lines = ["| model | case | direction | hidden | model outputs | MLM logits | ok |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| model | case | direction | hidden | model outputs | MLM logits | ok |", "|---|---|---|---|---|---|---|"]
     for model, name, direction, diffs, ok in rows:
         hidden = diffs.get("hidden")
         logits = diffs.get("mlm_logits")
         outs = ", ".join(f"{k.split(':', 1)[1]} {v:.1e}" for k, v in diffs.items() if k.startswith("out"))
-        lines.append(f"| {model} | {name} | {direction} | {'' if hidden is None else f'{hidden:.1e}'} | {outs} | "
-                     f"{'' if logits is None else f'{logits:.1e}'} | {'yes' if ok else 'NO'} |")
+        lines.append(
+            f"| {model} | {name} | {direction} | {'' if hidden is None else f'{hidden:.1e}'} | {outs} | "
+            f"{'' if logits is None else f'{logits:.1e}'} | {'yes' if ok else 'NO'} |"
+        )
     return "\n".join(lines)
 
 
@@ -832,6 +969,8 @@ def _print_parity_table():
     yield
     if PARITY:
         real = bool(batch_inputs()["real_text"])
-        print(f"\n\nbert4keras 0.11.5 parity of the encoders ({'real tokens' if real else 'random ids'}, "
-              f"max |diff|; tolerances: hidden/probabilities {HIDDEN_ATOL:g}, logits {LOGITS_ATOL:g})\n")
+        print(
+            f"\n\nbert4keras 0.11.5 parity of the encoders ({'real tokens' if real else 'random ids'}, "
+            f"max |diff|; tolerances: hidden/probabilities {HIDDEN_ATOL:g}, logits {LOGITS_ATOL:g})\n"
+        )
         print(parity_table_markdown())

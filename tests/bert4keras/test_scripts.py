@@ -10,6 +10,7 @@ They build the bundled model with its first ``LAYERS`` layer only (a bert4keras
 CPU, and what is checked here is the bert4keras API, not the model's quality
 (classification trains at 5e-4: at the script's 1e-3 Adam overshoots on one layer).
 """
+
 import os
 import pathlib
 import runpy
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 
 SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "bert4keras_scripts"
-sys.path.insert(0, str(SCRIPTS))    # the scripts import their shared prologue (prologue.py) as a sibling
+sys.path.insert(0, str(SCRIPTS))  # the scripts import their shared prologue (prologue.py) as a sibling
 LAYERS = 1
 
 
@@ -57,7 +58,7 @@ def test_classification_with_lambda_and_dense():
 def test_pair_similarity_with_pool():
     _, result = run_script("pair_similarity")
     assert_finite_history(result["history"])
-    assert result["pooled_shape"] == (None, 256)       # with_pool: one [CLS] vector per pair
+    assert result["pooled_shape"] == (None, 256)  # with_pool: one [CLS] vector per pair
     assert_probabilities(result["probas"], (8, 2))
     # each row holds both sentences: segment 0 then segment 1
     assert np.all(result["segment_ids"].max(axis=1) == 1) and np.all(result["segment_ids"][:, 0] == 0)
@@ -73,7 +74,7 @@ def test_crf_sequence_labelling_and_viterbi():
     for text, path, entities in result["decoded"]:
         assert len(path) == len(tokenizer.tokenize(text, maxlen=namespace["maxlen"]))
         assert 0 <= min(path) and max(path) < num_tags
-        assert path[0] == 0 and path[-1] == 0            # starts=[0], ends=[0]: [CLS] / [SEP] tagged O
+        assert path[0] == 0 and path[-1] == 0  # starts=[0], ends=[0]: [CLS] / [SEP] tagged O
         for surface, category in entities:
             assert surface and surface in text and category in namespace["categories"]
 
@@ -86,7 +87,7 @@ def test_global_pointer_ner():
     length = len(namespace["tokenizer"].tokenize(result["texts"][0], maxlen=namespace["maxlen"]))
     assert scores.shape == (len(namespace["categories"]), length, length)
     below = np.tril(np.ones((length, length), bool), k=-1)
-    assert np.all(scores[:, below] < -1e3)                # tril_mask: an end before its start never scores
+    assert np.all(scores[:, below] < -1e3)  # tril_mask: an end before its start never scores
     for text, found in zip(result["texts"], result["entities"]):
         for surface, category in found:
             assert surface in text and category in namespace["categories"]
@@ -110,7 +111,7 @@ def test_mlm_with_loss_layer_metric_and_lamb_chain():
     assert result["optimizer_class"] == "LAMBLR"
     assert result["iterations"] == result["steps"]
     assert_finite_history(result["history"])
-    assert_finite_history(result["history"], "mlm_acc")      # add_metric reaches fit's logs
+    assert_finite_history(result["history"], "mlm_acc")  # add_metric reaches fit's logs
     for logs in result["evaluated"]:
         assert "mlm_acc" in logs and 0.0 <= logs["mlm_acc"] <= 1.0
     assert result["loss_after"] < result["loss_before"], result
@@ -134,11 +135,11 @@ def test_gradient_accumulation_equals_the_big_batch_update():
     _, result = run_script("gradient_accumulation")
     assert result["small_iterations"] == 3 and result["big_iterations"] == 1
     start_kernel = result["initial"][-2]
-    kernels = result["kernels"]                  # the classifier kernel after each batch of 4
+    kernels = result["kernels"]  # the classifier kernel after each batch of 4
     assert start_kernel.shape == kernels[0].shape
-    np.testing.assert_array_equal(kernels[0], start_kernel)     # batch 0: nothing accumulated yet
-    np.testing.assert_array_equal(kernels[1], start_kernel)     # batch 1: accumulating
-    assert np.abs(kernels[2] - start_kernel).max() > 1e-4       # batch 2: the update of batches 0-1
+    np.testing.assert_array_equal(kernels[0], start_kernel)  # batch 0: nothing accumulated yet
+    np.testing.assert_array_equal(kernels[1], start_kernel)  # batch 1: accumulating
+    assert np.abs(kernels[2] - start_kernel).max() > 1e-4  # batch 2: the update of batches 0-1
     moved = max(float(np.abs(a - b).max()) for a, b in zip(result["big_batch"], result["initial"]))
     assert moved > 1e-4
     for big, accumulated in zip(result["big_batch"], result["accumulated"]):
@@ -159,7 +160,7 @@ def test_to_dataset_under_mirrored_strategy():
     x, y = result["first_batch"]
     assert x["Input-Token"].shape[0] == 8 and x["Input-Token"].shape == x["Input-Segment"].shape
     lengths = np.count_nonzero(x["Input-Token"].numpy(), axis=1)
-    assert lengths.max() == x["Input-Token"].shape[1] and lengths.min() < lengths.max()   # padded per batch
+    assert lengths.max() == x["Input-Token"].shape[1] and lengths.min() < lengths.max()  # padded per batch
     assert y.shape == (8, 1)
     assert result["replicas"] == len(result["devices"]) >= 1
     assert_finite_history(result["history"])
@@ -170,10 +171,10 @@ def test_adversarial_training_as_a_train_step():
     _, result = run_script("adversarial_training")
     plain, zero, adversarial = result["plain"], result["epsilon_0"], result["adversarial"]
     for a, b in zip(plain["weights"], zero["weights"]):
-        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-8)    # epsilon 0: the ordinary step
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-8)  # epsilon 0: the ordinary step
     changed = max(float(np.abs(a - b).max()) for a, b in zip(plain["weights"], adversarial["weights"]))
     assert changed > 1e-7
-    assert adversarial["loss"][0] > plain["loss"][0]                # taken at embeddings moved up the gradient
+    assert adversarial["loss"][0] > plain["loss"][0]  # taken at embeddings moved up the gradient
     # the perturbation is removed again: the matrix moved by one Adam step (<= learning rate) only
     step = np.abs(adversarial["embeddings"] - result["start_embeddings"]).max()
     assert step <= result["learning_rate"] * 1.01, step
@@ -181,9 +182,10 @@ def test_adversarial_training_as_a_train_step():
 
 # --- Keras 2's calls, run as bert4keras-era scripts write them (issue 35) ----------------------------
 
+
 @pytest.mark.both_backends
 def test_keras2_generator_methods_give_what_fit_evaluate_predict_give():
-    options = dict(dropout_rate=0.0)    # the two runs must draw no different dropout masks
+    options = dict(dropout_rate=0.0)  # the two runs must draw no different dropout masks
     _, keras2 = run_script("keras2_calls", keras2=True, **options)
     _, keras3 = run_script("keras2_calls", keras2=False, **options)
     assert keras2["num_classes"] == 2
@@ -218,8 +220,8 @@ def test_a_shared_layer_answers_get_output_at_for_each_call():
 def test_layer_surgery_trains_the_successor_inside_the_mixed_model():
     _, result = run_script("layer_surgery")
     assert_finite_history(result["history"])
-    assert result["successor_moved"] > 1e-4      # its layers, applied to the predecessor's inputs, trained
-    assert result["predecessor_moved"] == 0.0    # frozen, as the script asks
+    assert result["successor_moved"] > 1e-4  # its layers, applied to the predecessor's inputs, trained
+    assert result["predecessor_moved"] == 0.0  # frozen, as the script asks
     assert_probabilities(result["student_probas"], (8, 2))
     # in inference every switch takes the successor's side: the mixed graph is the successor's own model
     np.testing.assert_allclose(result["theseus_probas"], result["student_probas"], rtol=1e-5, atol=1e-6)

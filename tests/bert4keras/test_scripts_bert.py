@@ -14,6 +14,7 @@ the variables come back as arrays and are written with ``gau_keras.checkpoints.s
 one short epoch (the MLM one step) on a few rows of ../shared/data; the tests are skipped when
 that data is absent.
 """
+
 import json
 import os
 import pathlib
@@ -29,14 +30,21 @@ from tests.conftest import SHARED_DATA
 from tests.reference.harness import run_bert4keras_code
 
 SCRIPTS = pathlib.Path(__file__).resolve().parents[1] / "bert4keras_scripts"
-sys.path.insert(0, str(SCRIPTS))    # the scripts import their shared prologue (prologue.py) as a sibling
+sys.path.insert(0, str(SCRIPTS))  # the scripts import their shared prologue (prologue.py) as a sibling
 VOCAB = SHARED_DATA / "vocab" / "gau_alpha_vocab.txt"
 
 #: bert_config.json of the tiny checkpoints (ALBERT adds a factorised embedding of 16)
 BERT_CONFIG = {
-    "vocab_size": 12000, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-    "intermediate_size": 64, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
-    "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 128, "type_vocab_size": 2,
+    "vocab_size": 12000,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 64,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": 128,
+    "type_vocab_size": 2,
     "initializer_range": 0.02,
 }
 ALBERT_CONFIG = dict(BERT_CONFIG, embedding_size=16)
@@ -69,7 +77,7 @@ with tempfile.TemporaryDirectory() as folder:
 
 
 #: the MLM script's sentence and the positions it masks ([CLS] is 0): bert4keras fills them in too
-PROBE_TEXT, PROBE_MASKED = "我们在北京大学学习中文", (4, 5)     # 北京
+PROBE_TEXT, PROBE_MASKED = "我们在北京大学学习中文", (4, 5)  # 北京
 
 
 def probe_inputs():
@@ -89,8 +97,9 @@ def write_checkpoint_folder(folder, model, config, seed):
     bert4keras's MLM probabilities of ``probe_inputs()`` ('probe:mlm')."""
     from gau_keras.checkpoints import save_checkpoint
 
-    variables = run_bert4keras_code(WRITE_CHECKPOINT % {"model": model, "config": config, "seed": seed},
-                                    probe_inputs(), graph=True, seed=seed)
+    variables = run_bert4keras_code(
+        WRITE_CHECKPOINT % {"model": model, "config": config, "seed": seed}, probe_inputs(), graph=True, seed=seed
+    )
     folder.mkdir(parents=True, exist_ok=True)
     save_checkpoint(str(folder / "bert_model.ckpt"), {k: v for k, v in variables.items() if ":" not in k})
     (folder / "bert_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
@@ -104,8 +113,10 @@ def checkpoints(tmp_path_factory):
     if not VOCAB.is_file():
         pytest.skip(f"the vocab {VOCAB} is absent: these scripts need ../shared/data (set GAU_KERAS_DATA)")
     root = tmp_path_factory.mktemp("bert4keras_checkpoints")
-    return {model: (root / model, write_checkpoint_folder(root / model, model, config, seed))
-            for seed, (model, config) in enumerate([("bert", BERT_CONFIG), ("albert", ALBERT_CONFIG)], 1)}
+    return {
+        model: (root / model, write_checkpoint_folder(root / model, model, config, seed))
+        for seed, (model, config) in enumerate([("bert", BERT_CONFIG), ("albert", ALBERT_CONFIG)], 1)
+    }
 
 
 def run_script(name, folder, variable="BERT_DIR", skip_main=False, **kwargs):
@@ -114,7 +125,7 @@ def run_script(name, folder, variable="BERT_DIR", skip_main=False, **kwargs):
     import keras
 
     before = os.environ.get(variable)
-    os.environ[variable] = str(folder)      # read when the script starts (its config_path, its tokenizer)
+    os.environ[variable] = str(folder)  # read when the script starts (its config_path, its tokenizer)
     try:
         namespace = runpy.run_path(str(SCRIPTS / f"{name}.py"), run_name=f"bert4keras_script_{name}")
     finally:
@@ -135,7 +146,7 @@ def test_classification_on_the_pooled_cls_vector(checkpoints, model):
     folder, variables = checkpoints[model]
     # 2e-3: the script's 2e-5 is for a pretrained BERT; this one is tiny and random
     _, result = run_script("classification_bert", folder, model=model, learning_rate=2e-3)
-    assert result["pooled_shape"] == (None, BERT_CONFIG["hidden_size"])     # with_pool: one vector a text
+    assert result["pooled_shape"] == (None, BERT_CONFIG["hidden_size"])  # with_pool: one vector a text
     # the pooler is the checkpoint's (the script reads it right after building)
     np.testing.assert_array_equal(result["pooler_kernel"], variables["bert/pooler/dense/kernel"])
     assert_finite_history(result["history"])
@@ -151,8 +162,8 @@ def test_albert_unilm_seq2seq_decoded_by_beam_search(checkpoints):
     namespace, result = run_script("unilm_seq2seq_albert", folder, variable="ALBERT_DIR")
     tokenizer, keep_tokens = namespace["tokenizer"], namespace["keep_tokens"]
     vocab_size = len(keep_tokens)
-    assert vocab_size == tokenizer._vocab_size < BERT_CONFIG["vocab_size"]      # simplified, then kept
-    assert result["output_shape"] == (None, None, vocab_size)                   # unilm: the MLM head's probas
+    assert vocab_size == tokenizer._vocab_size < BERT_CONFIG["vocab_size"]  # simplified, then kept
+    assert result["output_shape"] == (None, None, vocab_size)  # unilm: the MLM head's probas
     assert_finite_history(result["history"])
     assert len(result["history"]["loss"]) == 1
     assert_probabilities(result["first_probas"], (vocab_size,))
@@ -163,7 +174,7 @@ def test_albert_unilm_seq2seq_decoded_by_beam_search(checkpoints):
         assert output_ids.ndim == 1 and 1 <= len(output_ids) <= maxlen
         assert np.issubdtype(output_ids.dtype, np.integer)
         assert output_ids.min() >= 0 and output_ids.max() < vocab_size
-        assert end_id not in output_ids[:-1]                   # [SEP] ends a beam
+        assert end_id not in output_ids[:-1]  # [SEP] ends a beam
         assert isinstance(text, str) and text == tokenizer.decode(output_ids)
         assert "[SEP]" not in text and "[CLS]" not in text
     # one beam is greedy decoding: each id is the argmax of predict on the ids before it (4 steps:
@@ -184,7 +195,7 @@ def test_crf_ner_on_a_named_bert_layer(checkpoints):
     # 1e-3: the script's 2e-5 is for a pretrained BERT; this one is tiny and random
     namespace, result = run_script("crf_ner_bert", folder, learning_rate=1e-3)
     num_labels, categories = namespace["num_labels"], namespace["categories"]
-    assert result["output_layer"] == "Transformer-1-FeedForward-Norm"         # bert4keras's name of the last block
+    assert result["output_layer"] == "Transformer-1-FeedForward-Norm"  # bert4keras's name of the last block
     assert_finite_history(result["history"])
     assert_finite_history(result["history"], "sparse_accuracy")
     assert np.isfinite(result["loss_before"]) and result["loss_after"] < result["loss_before"], result
@@ -195,7 +206,7 @@ def test_crf_ner_on_a_named_bert_layer(checkpoints):
         path = np.asarray(path)
         assert path.shape == (len(tokenizer.tokenize(text, maxlen=namespace["maxlen"])),)
         assert np.issubdtype(path.dtype, np.integer) and path.min() >= 0 and path.max() < num_labels
-        assert path[0] == 0 and path[-1] == 0          # starts=[0], ends=[0]: [CLS] and [SEP] tagged O
+        assert path[0] == 0 and path[-1] == 0  # starts=[0], ends=[0]: [CLS] and [SEP] tagged O
         for start, end, category in spans:
             assert 0 <= start <= end < len(text) and category in categories
     f1, precision, recall = result["f1"]
@@ -229,7 +240,7 @@ def test_global_pointer_ner_with_sparse_targets(checkpoints):
     length = len(tokenizer.tokenize(result["texts"][0], maxlen=namespace["maxlen"]))
     assert scores.shape == (len(categories), length, length)
     below = np.tril(np.ones((length, length), bool), k=-1)
-    assert np.all(scores[:, below] < -1e3)                # tril_mask: an end before its start never scores
+    assert np.all(scores[:, below] < -1e3)  # tril_mask: an end before its start never scores
     for text, found in zip(result["texts"], result["entities"]):
         for start, end, category in found:
             assert 0 <= start <= end < len(text) and category in categories
@@ -238,7 +249,7 @@ def test_global_pointer_ner_with_sparse_targets(checkpoints):
     generator = namespace["data_generator"](namespace["load_data"](namespace["required_files"][0], 8), 8)
     x, y_true = next(iter(generator))
     assert y_true.ndim == 4 and y_true.shape[:2] == (8, len(categories)) and y_true.shape[3] == 2
-    assert y_true.sum() > 0                               # the first 8 texts hold entities
+    assert y_true.sum() > 0  # the first 8 texts hold entities
     y_pred = result["model"].predict(x, verbose=0)
     sparse = float(np.asarray(namespace["sparse_global_pointer_loss"](y_true.astype("float32"), y_pred)))
     np.testing.assert_allclose(sparse, dense_span_loss(y_true, y_pred), rtol=1e-4)
@@ -252,8 +263,10 @@ def dense_span_loss(spans, logits):
             positive = np.zeros(scores.shape, bool)
             positive[pairs[:, 0], pairs[:, 1]] = True
             positive, scores = positive.ravel()[1:], scores.ravel()[1:].astype(np.float64)
-            losses.append(np.logaddexp.reduce(np.append(-scores[positive], 0.0))
-                          + np.logaddexp.reduce(np.append(scores[~positive], 0.0)))
+            losses.append(
+                np.logaddexp.reduce(np.append(-scores[positive], 0.0))
+                + np.logaddexp.reduce(np.append(scores[~positive], 0.0))
+            )
     return np.mean(losses)
 
 
@@ -261,17 +274,16 @@ def test_mlm_fills_in_masks_and_one_step_lowers_the_loss(checkpoints):
     folder, reference = checkpoints["bert"]
     namespace, result = run_script("mlm_bert", folder, text=PROBE_TEXT, masked=PROBE_MASKED)
     vocab_size = BERT_CONFIG["vocab_size"]
-    assert result["output_shape"] == (None, None, vocab_size)        # with_mlm=True: probabilities
+    assert result["output_shape"] == (None, None, vocab_size)  # with_mlm=True: probabilities
     np.testing.assert_array_equal(result["token_ids"], probe_inputs()["token_ids"][0])
     assert_probabilities(result["probas"], (len(PROBE_MASKED), vocab_size))
     # the head as bert4keras computes it from the same checkpoint
-    np.testing.assert_allclose(result["probas"], reference["probe:mlm"][0, list(PROBE_MASKED)], rtol=1e-4,
-                               atol=1e-7)
+    np.testing.assert_allclose(result["probas"], reference["probe:mlm"][0, list(PROBE_MASKED)], rtol=1e-4, atol=1e-7)
     tokenizer = namespace["tokenizer"]
     assert result["predicted"] == tokenizer.decode(reference["probe:mlm"][0, list(PROBE_MASKED)].argmax(axis=1))
     assert isinstance(result["predicted"], str) and result["predicted"]
     x, y = result["x"], result["y"]
-    assert np.count_nonzero(y) > 0 and np.all(x[0][y > 0] == tokenizer._token_mask_id)   # targets are masked
+    assert np.count_nonzero(y) > 0 and np.all(x[0][y > 0] == tokenizer._token_mask_id)  # targets are masked
     assert np.isfinite(result["trained"]) and np.isfinite(result["loss_before"])
     assert result["loss_after"] < result["loss_before"], result
     assert all(0.0 <= value <= 1.0 for value in result["accuracy"])
@@ -286,8 +298,7 @@ def test_mlm_accuracy_as_a_compiled_metric(checkpoints):
     mask) is averaged as it is, as Keras 2 did (Keras 3 alone fails spreading the mask over it)."""
     folder, _ = checkpoints["bert"]
     namespace, _ = run_script("mlm_bert", folder, skip_main=True)
-    model = namespace["build_transformer_model"](namespace["config_path"], namespace["checkpoint_path"],
-                                                 with_mlm=True)
+    model = namespace["build_transformer_model"](namespace["config_path"], namespace["checkpoint_path"], with_mlm=True)
     model.compile(loss=namespace["mlm_loss"], optimizer="adam", metrics=[namespace["mlm_acc"]])
     x, y = namespace["masked_batch"](namespace["load_texts"](namespace["required_files"][0], 8))
     logs = model.evaluate(x, y, verbose=0, return_dict=True)

@@ -20,6 +20,7 @@ with epsilon = 0 and with epsilon > 0, and returns the three results.
 ``model_options`` of ``main`` go to ``build_transformer_model`` (the test passes
 ``num_hidden_layers=2``: the first 2 of the bundled model's 6 layers, to keep it short).
 """
+
 import os
 import types
 
@@ -36,7 +37,7 @@ from gau_keras.tokenizers import Tokenizer
 
 maxlen = 32
 num_classes = 119
-required_files = [os.path.join(data_dir, 'clue', 'iflytek', 'train.json')]
+required_files = [os.path.join(data_dir, "clue", "iflytek", "train.json")]
 
 tokenizer = Tokenizer(dict_path, do_lower_case=True)
 
@@ -49,7 +50,7 @@ def adversarial_training(model, embedding_name, epsilon=1):
         if embedding_layer is not None:
             break
     if embedding_layer is None:
-        raise ValueError(f'adversarial_training: the model has no layer named {embedding_name!r}')
+        raise ValueError(f"adversarial_training: the model has no layer named {embedding_name!r}")
     embeddings = embedding_layer.embeddings
     ordinary_step = type(model).train_step
 
@@ -58,7 +59,7 @@ def adversarial_training(model, embedding_name, epsilon=1):
         with tf.GradientTape() as tape:
             y_pred = self(x, training=True)
             loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
-        gradient = tf.convert_to_tensor(tape.gradient(loss, embeddings))   # dense, not IndexedSlices
+        gradient = tf.convert_to_tensor(tape.gradient(loss, embeddings))  # dense, not IndexedSlices
         delta = epsilon * gradient / (tf.norm(gradient) + 1e-8)
         embeddings.assign_add(delta)
         logs = ordinary_step(self, data)
@@ -71,38 +72,44 @@ def adversarial_training(model, embedding_name, epsilon=1):
 
 def one_batch(rows):
     samples = json_rows(required_files[0], rows)
-    token_ids = sequence_padding([tokenizer.encode(s['sentence'], maxlen=maxlen)[0] for s in samples])
-    return [token_ids, np.zeros_like(token_ids)], np.array([[int(s['label'])] for s in samples])
+    token_ids = sequence_padding([tokenizer.encode(s["sentence"], maxlen=maxlen)[0] for s in samples])
+    return [token_ids, np.zeros_like(token_ids)], np.array([[int(s["label"])] for s in samples])
 
 
 def main(rows=8, epsilon=0.5, learning_rate=1e-5, **model_options):
     if not os.path.exists(required_files[0]):
-        raise FileNotFoundError(f'{required_files[0]} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)')
+        raise FileNotFoundError(f"{required_files[0]} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)")
     x, y = one_batch(rows)
-    bert = build_transformer_model(config_path, checkpoint_path, model='gau_alpha', dropout_rate=0,
-                                   attention_dropout_rate=0,
-                                   return_keras_model=False, **model_options)
+    bert = build_transformer_model(
+        config_path,
+        checkpoint_path,
+        model="gau_alpha",
+        dropout_rate=0,
+        attention_dropout_rate=0,
+        return_keras_model=False,
+        **model_options,
+    )
     output = Lambda(lambda h: h[:, 0])(bert.model.output)
-    output = Dense(num_classes, activation='softmax', kernel_initializer=bert.initializer)(output)
+    output = Dense(num_classes, activation="softmax", kernel_initializer=bert.initializer)(output)
     model = keras.models.Model(bert.model.input, output)
     start = model.get_weights()
-    embeddings = search_layer(model.output, 'Embedding-Token').embeddings
+    embeddings = search_layer(model.output, "Embedding-Token").embeddings
 
     results = {}
-    for run, strength in (('plain', None), ('epsilon_0', 0.0), ('adversarial', epsilon)):
+    for run, strength in (("plain", None), ("epsilon_0", 0.0), ("adversarial", epsilon)):
         model.set_weights(start)
-        model.compile(loss='sparse_categorical_crossentropy', optimizer=Adam(learning_rate))
+        model.compile(loss="sparse_categorical_crossentropy", optimizer=Adam(learning_rate))
         if strength is not None:
-            adversarial_training(model, 'Embedding-Token', strength)
+            adversarial_training(model, "Embedding-Token", strength)
         logs = model.fit(x, y, batch_size=rows, epochs=1, shuffle=False, verbose=0).history
-        results[run] = {'weights': model.get_weights(), 'embeddings': K.eval(embeddings).copy(), 'loss': logs['loss']}
-    results['start_embeddings'] = start[[w.path for w in model.weights].index(embeddings.path)]
-    results['learning_rate'] = learning_rate
+        results[run] = {"weights": model.get_weights(), "embeddings": K.eval(embeddings).copy(), "loss": logs["loss"]}
+    results["start_embeddings"] = start[[w.path for w in model.weights].index(embeddings.path)]
+    results["learning_rate"] = learning_rate
     return results
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     result = main()
-    for run in ('epsilon_0', 'adversarial'):
-        diff = max(float(np.abs(a - b).max()) for a, b in zip(result['plain']['weights'], result[run]['weights']))
-        print(run, 'loss', result[run]['loss'], 'max |weights - plain|', diff)
+    for run in ("epsilon_0", "adversarial"):
+        diff = max(float(np.abs(a - b).max()) for a, b in zip(result["plain"]["weights"], result[run]["weights"]))
+        print(run, "loss", result[run]["loss"], "max |weights - plain|", diff)

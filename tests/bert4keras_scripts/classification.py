@@ -10,6 +10,7 @@ predicted probabilities, for tests/bert4keras/test_scripts.py.
 ``model_options`` of ``main`` go to ``build_transformer_model`` (the test passes
 ``num_hidden_layers=2``: the first 2 of the bundled model's 6 layers, to keep it short).
 """
+
 import os
 
 import numpy as np
@@ -24,15 +25,15 @@ from gau_keras.tokenizers import Tokenizer
 
 maxlen = 48
 batch_size = 8
-classes = ['Negative', 'Positive']
-required_files = [os.path.join(data_dir, 'clue', 'eprstmt', 'train.json')]
+classes = ["Negative", "Positive"]
+required_files = [os.path.join(data_dir, "clue", "eprstmt", "train.json")]
 
 tokenizer = Tokenizer(dict_path, do_lower_case=True)
 
 
 def read_reviews(path, limit):
     """The first ``limit`` rows as (sentence, class index)."""
-    return [(row['sentence'], classes.index(row['label'])) for row in json_rows(path, limit)]
+    return [(row["sentence"], classes.index(row["label"])) for row in json_rows(path, limit)]
 
 
 class ReviewBatches(DataGenerator):
@@ -61,22 +62,29 @@ def mean_cross_entropy(model, generator):
 def main(rows=32, epochs=1, learning_rate=1e-3, **model_options):
     for path in required_files:
         if not os.path.exists(path):
-            raise FileNotFoundError(f'{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)')
+            raise FileNotFoundError(f"{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)")
     generator = ReviewBatches(read_reviews(required_files[0], rows), batch_size)
-    bert = build_transformer_model(config_path, checkpoint_path, model='gau_alpha', return_keras_model=False,
-                                   **model_options)
-    cls_vector = Lambda(lambda x: x[:, 0], name='CLS-token')(bert.model.output)
-    probas = Dense(len(classes), activation='softmax', kernel_initializer=bert.initializer)(cls_vector)
+    bert = build_transformer_model(
+        config_path, checkpoint_path, model="gau_alpha", return_keras_model=False, **model_options
+    )
+    cls_vector = Lambda(lambda x: x[:, 0], name="CLS-token")(bert.model.output)
+    probas = Dense(len(classes), activation="softmax", kernel_initializer=bert.initializer)(cls_vector)
     model = keras.models.Model(bert.model.input, probas)
-    model.compile(loss='sparse_categorical_crossentropy', optimizer=Adam(learning_rate), metrics=['accuracy'])
+    model.compile(loss="sparse_categorical_crossentropy", optimizer=Adam(learning_rate), metrics=["accuracy"])
 
     loss_before, _, _ = mean_cross_entropy(model, generator)
     history = model.fit(generator.forfit(), steps_per_epoch=len(generator), epochs=epochs, verbose=0)
     loss_after, accuracy, predictions = mean_cross_entropy(model, generator)
-    return {'loss_before': loss_before, 'loss_after': loss_after, 'accuracy': accuracy,
-            'predictions': predictions, 'history': history.history, 'steps': len(generator)}
+    return {
+        "loss_before": loss_before,
+        "loss_after": loss_after,
+        "accuracy": accuracy,
+        "predictions": predictions,
+        "history": history.history,
+        "steps": len(generator),
+    }
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     result = main()
-    print({k: v for k, v in result.items() if k != 'predictions'})
+    print({k: v for k, v in result.items() if k != "predictions"})

@@ -10,6 +10,7 @@ vocab.txt); ``main(model='albert')`` builds an ALBERT from an ALBERT checkpoint 
 takes 2e-3). ``main()`` returns the losses before and after training, the accuracy, the pooled vector's
 shape, the pooler's kernel as loaded and the predicted probabilities, for tests/bert4keras/test_scripts_bert.py.
 """
+
 import os
 
 import numpy as np
@@ -22,11 +23,11 @@ from gau_keras.optimizers import Adam
 from gau_keras.snippets import DataGenerator, open, sequence_padding
 from gau_keras.tokenizers import Tokenizer
 
-config_path, checkpoint_path, dict_path = checkpoint_folder('BERT_DIR')
+config_path, checkpoint_path, dict_path = checkpoint_folder("BERT_DIR")
 maxlen = 64
 batch_size = 8
 num_classes = 2
-required_files = [os.path.join(data_dir, 'sentiment', 'train.tsv')]
+required_files = [os.path.join(data_dir, "sentiment", "train.tsv")]
 
 tokenizer = Tokenizer(dict_path, do_lower_case=True)
 
@@ -34,9 +35,9 @@ tokenizer = Tokenizer(dict_path, do_lower_case=True)
 def load_data(filename, limit):
     """The first ``limit`` lines of a ``text<TAB>label`` file as (text, int label)."""
     D = []
-    with open(filename, encoding='utf-8') as f:
+    with open(filename, encoding="utf-8") as f:
         for line in f:
-            text, label = line.rstrip('\n').split('\t')
+            text, label = line.rstrip("\n").split("\t")
             D.append((text, int(label)))
             if len(D) == limit:
                 break
@@ -68,30 +69,36 @@ def evaluate(model, generator):
     return float(loss), float((probas.argmax(axis=1) == labels).mean()), probas
 
 
-def main(model='bert', rows=32, epochs=1, learning_rate=2e-5, **model_options):
+def main(model="bert", rows=32, epochs=1, learning_rate=2e-5, **model_options):
     for path in required_files:
         if not os.path.exists(path):
-            raise FileNotFoundError(f'{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)')
+            raise FileNotFoundError(f"{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)")
     train_generator = data_generator(load_data(required_files[0], rows), batch_size)
 
-    bert = build_transformer_model(config_path, checkpoint_path, model=model, with_pool=True,
-                                   return_keras_model=False, **model_options)
+    bert = build_transformer_model(
+        config_path, checkpoint_path, model=model, with_pool=True, return_keras_model=False, **model_options
+    )
     output = Dropout(rate=0.1)(bert.model.output)
-    output = Dense(units=num_classes, activation='softmax', kernel_initializer=bert.initializer)(output)
+    output = Dense(units=num_classes, activation="softmax", kernel_initializer=bert.initializer)(output)
     classifier = keras.models.Model(bert.model.input, output)
-    classifier.compile(loss='sparse_categorical_crossentropy', optimizer=Adam(learning_rate),
-                       metrics=['accuracy'])
+    classifier.compile(loss="sparse_categorical_crossentropy", optimizer=Adam(learning_rate), metrics=["accuracy"])
 
-    pooler_kernel = bert.model.get_layer('Pooler-Dense').get_weights()[0]     # as the checkpoint has it
+    pooler_kernel = bert.model.get_layer("Pooler-Dense").get_weights()[0]  # as the checkpoint has it
     loss_before, _, _ = evaluate(classifier, train_generator)
-    history = classifier.fit(train_generator.forfit(), steps_per_epoch=len(train_generator), epochs=epochs,
-                             verbose=0)
+    history = classifier.fit(train_generator.forfit(), steps_per_epoch=len(train_generator), epochs=epochs, verbose=0)
     loss_after, accuracy, probas = evaluate(classifier, train_generator)
-    return {'loss_before': loss_before, 'loss_after': loss_after, 'accuracy': accuracy, 'probas': probas,
-            'history': history.history, 'steps': len(train_generator),
-            'pooled_shape': tuple(bert.model.output.shape), 'pooler_kernel': pooler_kernel}
+    return {
+        "loss_before": loss_before,
+        "loss_after": loss_after,
+        "accuracy": accuracy,
+        "probas": probas,
+        "history": history.history,
+        "steps": len(train_generator),
+        "pooled_shape": tuple(bert.model.output.shape),
+        "pooler_kernel": pooler_kernel,
+    }
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     result = main()
-    print({k: v for k, v in result.items() if k not in ('probas', 'pooler_kernel')})
+    print({k: v for k, v in result.items() if k not in ("probas", "pooler_kernel")})

@@ -11,6 +11,7 @@ scored against the labelled ones (F1).
 vocab.txt). ``main()`` returns the evaluated loss before and after training, the transition
 matrix, each dev text with its tag path and entities, the dev F1 and the tagger.
 """
+
 import json
 import os
 
@@ -25,14 +26,13 @@ from gau_keras.optimizers import Adam
 from gau_keras.snippets import DataGenerator, ViterbiDecoder, sequence_padding, to_array
 from gau_keras.tokenizers import Tokenizer
 
-config_path, checkpoint_path, dict_path = checkpoint_folder('BERT_DIR')
+config_path, checkpoint_path, dict_path = checkpoint_folder("BERT_DIR")
 maxlen = 64
 batch_size = 8
 learning_rate = 2e-5
-crf_lr_multiplier = 1000       # the transitions learn at 1000x the encoder's rate
-required_files = [os.path.join(data_dir, 'clue', 'cluener', name) for name in ('train.json', 'dev.json')]
-categories = ['address', 'book', 'company', 'game', 'government', 'movie', 'name', 'organization',
-              'position', 'scene']
+crf_lr_multiplier = 1000  # the transitions learn at 1000x the encoder's rate
+required_files = [os.path.join(data_dir, "clue", "cluener", name) for name in ("train.json", "dev.json")]
+categories = ["address", "book", "company", "game", "government", "movie", "name", "organization", "position", "scene"]
 # tag 0 is O; category c has B = 2c + 1 and I = 2c + 2
 num_labels = len(categories) * 2 + 1
 
@@ -44,10 +44,10 @@ def load_data(filename, limit):
     D = []
     for row in json_rows(filename, limit):
         entities = []
-        for category, names in row['label'].items():
+        for category, names in row["label"].items():
             for spans in names.values():
                 entities.extend((start, end, category) for start, end in spans)
-        D.append((row['text'], sorted(entities)))
+        D.append((row["text"], sorted(entities)))
     return D
 
 
@@ -66,7 +66,7 @@ class data_generator(DataGenerator):
                 if start in start_mapping and end in end_mapping:
                     start, end = start_mapping[start], end_mapping[end]
                     labels[start] = categories.index(category) * 2 + 1
-                    labels[start + 1:end + 1] = categories.index(category) * 2 + 2
+                    labels[start + 1 : end + 1] = categories.index(category) * 2 + 2
             batch_token_ids.append(tokenizer.tokens_to_ids(tokens))
             batch_segment_ids.append([0] * len(tokens))
             batch_labels.append(labels)
@@ -115,14 +115,14 @@ def f1_score(recognizer, model, data):
 def main(rows=32, dev_rows=8, epochs=1, learning_rate=learning_rate, **model_options):
     for path in required_files:
         if not os.path.exists(path):
-            raise FileNotFoundError(f'{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)')
+            raise FileNotFoundError(f"{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)")
     with open(config_path) as f:
-        bert_layers = json.load(f)['num_hidden_layers']
+        bert_layers = json.load(f)["num_hidden_layers"]
     train_generator = data_generator(load_data(required_files[0], rows), batch_size)
     valid_data = load_data(required_files[1], dev_rows)
 
     model = build_transformer_model(config_path, checkpoint_path, **model_options)
-    output_layer = 'Transformer-%s-FeedForward-Norm' % (bert_layers - 1)
+    output_layer = "Transformer-%s-FeedForward-Norm" % (bert_layers - 1)
     output = model.get_layer(output_layer).output
     output = Dense(num_labels)(output)
     CRF = ConditionalRandomField(lr_multiplier=crf_lr_multiplier)
@@ -134,19 +134,26 @@ def main(rows=32, dev_rows=8, epochs=1, learning_rate=learning_rate, **model_opt
         return tagger.evaluate(train_generator.forfit(random=False), steps=len(train_generator), verbose=0)[0]
 
     loss_before = evaluate()
-    history = tagger.fit(train_generator.forfit(), steps_per_epoch=len(train_generator), epochs=epochs,
-                         verbose=0)
+    history = tagger.fit(train_generator.forfit(), steps_per_epoch=len(train_generator), epochs=epochs, verbose=0)
     loss_after = evaluate()
 
     trans = K.eval(CRF.trans)
     NER = NamedEntityRecognizer(trans=trans, starts=[0], ends=[0])
     decoded = [(text,) + NER.recognize(tagger, text) for text, _ in valid_data]
-    return {'loss_before': loss_before, 'loss_after': loss_after, 'history': history.history, 'trans': trans,
-            'decoded': decoded, 'f1': f1_score(NER, tagger, valid_data), 'output_layer': output_layer, 'tagger': tagger}
+    return {
+        "loss_before": loss_before,
+        "loss_after": loss_after,
+        "history": history.history,
+        "trans": trans,
+        "decoded": decoded,
+        "f1": f1_score(NER, tagger, valid_data),
+        "output_layer": output_layer,
+        "tagger": tagger,
+    }
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     result = main()
-    print(result['loss_before'], '->', result['loss_after'], 'f1, precision, recall:', result['f1'])
-    for text, _, spans in result['decoded']:
-        print(text, [(text[start:end + 1], category) for start, end, category in spans])
+    print(result["loss_before"], "->", result["loss_after"], "f1, precision, recall:", result["f1"])
+    for text, _, spans in result["decoded"]:
+        print(text, [(text[start : end + 1], category) for start, end, category in spans])

@@ -11,6 +11,7 @@ of one dev text and the entities found in the dev texts.
 ``model_options`` of ``main`` go to ``build_transformer_model`` (the test passes
 ``num_hidden_layers=2``: the first 2 of the bundled model's 6 layers, to keep it short).
 """
+
 import os
 import sys
 
@@ -26,10 +27,13 @@ from gau_keras.tokenizers import Tokenizer
 
 maxlen = 40
 batch_size = 8
-required_files = [os.path.join(data_dir, 'clue', 'cluener', 'train.json'),
-                  os.path.join(data_dir, 'clue', 'cluener', 'dev.json')]
-categories = sorted(['address', 'book', 'company', 'game', 'government', 'movie', 'name', 'organization',
-                     'position', 'scene'])
+required_files = [
+    os.path.join(data_dir, "clue", "cluener", "train.json"),
+    os.path.join(data_dir, "clue", "cluener", "dev.json"),
+]
+categories = sorted(
+    ["address", "book", "company", "game", "government", "movie", "name", "organization", "position", "scene"]
+)
 
 tokenizer = Tokenizer(dict_path, do_lower_case=True)
 
@@ -37,8 +41,13 @@ tokenizer = Tokenizer(dict_path, do_lower_case=True)
 def load_cluener(path, limit):
     """[(text, {(start, end, category)}), ...] (inclusive character offsets)."""
     rows = json_rows(path, limit)
-    return [(row['text'], {(s, e, kind) for kind, names in row['label'].items() for spans in names.values()
-                           for s, e in spans}) for row in rows]
+    return [
+        (
+            row["text"],
+            {(s, e, kind) for kind, names in row["label"].items() for spans in names.values() for s, e in spans},
+        )
+        for row in rows
+    ]
 
 
 def token_positions(text):
@@ -85,17 +94,17 @@ def recognize(model, text):
     found = set()
     for head, start, end in zip(*np.where(scores > 0)):
         if chars[start] and chars[end]:
-            found.add((text[chars[start][0]:chars[end][-1] + 1], categories[head]))
+            found.add((text[chars[start][0] : chars[end][-1] + 1], categories[head]))
     return found, scores
 
 
-def main(pointer='GlobalPointer', rows=32, dev_rows=4, epochs=1, **model_options):
+def main(pointer="GlobalPointer", rows=32, dev_rows=4, epochs=1, **model_options):
     for path in required_files:
         if not os.path.exists(path):
-            raise FileNotFoundError(f'{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)')
-    layer = {'GlobalPointer': GlobalPointer, 'EfficientGlobalPointer': EfficientGlobalPointer}[pointer]
+            raise FileNotFoundError(f"{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)")
+    layer = {"GlobalPointer": GlobalPointer, "EfficientGlobalPointer": EfficientGlobalPointer}[pointer]
     train = PointerBatches(load_cluener(required_files[0], rows), batch_size)
-    encoder = build_transformer_model(config_path, checkpoint_path, model='gau_alpha', **model_options)
+    encoder = build_transformer_model(config_path, checkpoint_path, model="gau_alpha", **model_options)
     output = layer(heads=len(categories), head_size=32)(encoder.output)
     model = keras.models.Model(encoder.input, output)
     model.compile(loss=pointer_crossentropy, optimizer=Adam(2e-3))
@@ -105,11 +114,16 @@ def main(pointer='GlobalPointer', rows=32, dev_rows=4, epochs=1, **model_options
     loss_after = float(model.evaluate(train.forfit(random=False), steps=len(train), verbose=0))
     dev = load_cluener(required_files[1], dev_rows)
     recognized = [recognize(model, text) for text, _ in dev]
-    return {'loss_before': loss_before, 'loss_after': loss_after, 'history': history.history,
-            'texts': [text for text, _ in dev], 'entities': [found for found, _ in recognized],
-            'scores': recognized[0][1]}
+    return {
+        "loss_before": loss_before,
+        "loss_after": loss_after,
+        "history": history.history,
+        "texts": [text for text, _ in dev],
+        "entities": [found for found, _ in recognized],
+        "scores": recognized[0][1],
+    }
 
 
-if __name__ == '__main__':
-    result = main('EfficientGlobalPointer' if sys.argv[1:] == ['efficient'] else 'GlobalPointer')
-    print(result['loss_before'], '->', result['loss_after'], result['entities'])
+if __name__ == "__main__":
+    result = main("EfficientGlobalPointer" if sys.argv[1:] == ["efficient"] else "GlobalPointer")
+    print(result["loss_before"], "->", result["loss_after"], result["entities"])

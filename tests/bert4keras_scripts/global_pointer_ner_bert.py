@@ -9,6 +9,7 @@ head's flattened L*L span logits against them; an entity is a span scoring above
 vocab.txt). ``main()`` returns the evaluated loss before and after training, the span scores
 of one dev text, the entities found in the dev texts and the dev F1.
 """
+
 import os
 
 import numpy as np
@@ -21,12 +22,11 @@ from gau_keras.optimizers import Adam
 from gau_keras.snippets import DataGenerator, sequence_padding, to_array
 from gau_keras.tokenizers import Tokenizer
 
-config_path, checkpoint_path, dict_path = checkpoint_folder('BERT_DIR')
+config_path, checkpoint_path, dict_path = checkpoint_folder("BERT_DIR")
 maxlen = 64
 batch_size = 8
-required_files = [os.path.join(data_dir, 'clue', 'cluener', name) for name in ('train.json', 'dev.json')]
-categories = ['address', 'book', 'company', 'game', 'government', 'movie', 'name', 'organization',
-              'position', 'scene']
+required_files = [os.path.join(data_dir, "clue", "cluener", name) for name in ("train.json", "dev.json")]
+categories = ["address", "book", "company", "game", "government", "movie", "name", "organization", "position", "scene"]
 
 tokenizer = Tokenizer(dict_path, do_lower_case=True)
 
@@ -35,8 +35,17 @@ def load_data(filename, limit):
     """[(text, {(start, end, category), ...})] with inclusive character offsets."""
     D = []
     for row in json_rows(filename, limit):
-        D.append((row['text'], {(start, end, category) for category, names in row['label'].items()
-                                for spans in names.values() for start, end in spans}))
+        D.append(
+            (
+                row["text"],
+                {
+                    (start, end, category)
+                    for category, names in row["label"].items()
+                    for spans in names.values()
+                    for start, end in spans
+                },
+            )
+        )
     return D
 
 
@@ -70,7 +79,7 @@ class data_generator(DataGenerator):
 def sparse_global_pointer_loss(y_true, y_pred):
     """y_true [B, heads, n, 2] (start, end) pairs; y_pred [B, heads, L, L] span logits."""
     length = K.shape(y_pred)[2]
-    flat_true = y_true[..., 0] * K.cast(length, K.floatx()) + y_true[..., 1]     # the span's index in L*L
+    flat_true = y_true[..., 0] * K.cast(length, K.floatx()) + y_true[..., 1]  # the span's index in L*L
     flat_pred = K.reshape(y_pred, (K.shape(y_pred)[0], K.shape(y_pred)[1], -1))
     loss = sparse_multilabel_categorical_crossentropy(flat_true, flat_pred, mask_zero=True)
     return K.mean(loss)
@@ -105,7 +114,7 @@ def f1_score(model, data):
 def main(rows=32, dev_rows=8, epochs=1, learning_rate=2e-5, head_size=32, **model_options):
     for path in required_files:
         if not os.path.exists(path):
-            raise FileNotFoundError(f'{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)')
+            raise FileNotFoundError(f"{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)")
     train_generator = data_generator(load_data(required_files[0], rows), batch_size)
     valid_data = load_data(required_files[1], dev_rows)
 
@@ -121,13 +130,20 @@ def main(rows=32, dev_rows=8, epochs=1, learning_rate=2e-5, head_size=32, **mode
     history = model.fit(train_generator.forfit(), steps_per_epoch=len(train_generator), epochs=epochs, verbose=0)
     loss_after = evaluate()
     recognized = [recognize(model, text) for text, _ in valid_data]
-    return {'loss_before': loss_before, 'loss_after': loss_after, 'history': history.history,
-            'texts': [text for text, _ in valid_data], 'entities': [found for found, _ in recognized],
-            'scores': recognized[0][1], 'f1': f1_score(model, valid_data), 'model': model}
+    return {
+        "loss_before": loss_before,
+        "loss_after": loss_after,
+        "history": history.history,
+        "texts": [text for text, _ in valid_data],
+        "entities": [found for found, _ in recognized],
+        "scores": recognized[0][1],
+        "f1": f1_score(model, valid_data),
+        "model": model,
+    }
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     result = main()
-    print(result['loss_before'], '->', result['loss_after'], 'f1, precision, recall:', result['f1'])
-    for text, entities in zip(result['texts'], result['entities']):
-        print(text, [(text[start:end + 1], category) for start, end, category in sorted(entities)])
+    print(result["loss_before"], "->", result["loss_after"], "f1, precision, recall:", result["f1"])
+    for text, entities in zip(result["texts"], result["entities"]):
+        print(text, [(text[start : end + 1], category) for start, end, category in sorted(entities)])

@@ -22,6 +22,7 @@ small batch and the iteration counters.
 ``model_options`` of ``main`` go to ``build_transformer_model`` (the test passes
 ``num_hidden_layers=2``: the first 2 of the bundled model's 6 layers, to keep it short).
 """
+
 import os
 
 import numpy as np
@@ -36,16 +37,16 @@ from gau_keras.tokenizers import Tokenizer
 
 maxlen = 32
 grad_accum_steps = 2
-required_files = [os.path.join(data_dir, 'sentiment', 'train.tsv')]
+required_files = [os.path.join(data_dir, "sentiment", "train.tsv")]
 
 tokenizer = Tokenizer(dict_path, do_lower_case=True)
 
 
 def sentiment_rows(path, limit):
     rows = []
-    with open(path, encoding='utf-8') as f:
+    with open(path, encoding="utf-8") as f:
         for line in f:
-            text, label = line.rstrip('\n').split('\t')
+            text, label = line.rstrip("\n").split("\t")
             rows.append((text, int(label)))
             if len(rows) == limit:
                 break
@@ -76,27 +77,32 @@ class KernelAfterEachBatch(keras.callbacks.Callback):
 
 
 def classifier(**model_options):
-    bert = build_transformer_model(config_path, checkpoint_path, model='gau_alpha', dropout_rate=0,
-                                   attention_dropout_rate=0,
-                                   return_keras_model=False, **model_options)
+    bert = build_transformer_model(
+        config_path,
+        checkpoint_path,
+        model="gau_alpha",
+        dropout_rate=0,
+        attention_dropout_rate=0,
+        return_keras_model=False,
+        **model_options,
+    )
     cls_vector = Lambda(lambda x: x[:, 0])(bert.model.output)
-    output = Dense(2, activation='softmax', kernel_initializer=bert.initializer)(cls_vector)
+    output = Dense(2, activation="softmax", kernel_initializer=bert.initializer)(cls_vector)
     return keras.models.Model(bert.model.input, output)
 
 
 def train(model, optimizer, rows, batch_size):
-    model.compile(loss='sparse_categorical_crossentropy', optimizer=optimizer)
+    model.compile(loss="sparse_categorical_crossentropy", optimizer=optimizer)
     generator = FixedLengthBatches(rows, batch_size)
     kernels = KernelAfterEachBatch()
-    model.fit(generator.forfit(random=False), steps_per_epoch=len(generator), epochs=1, callbacks=[kernels],
-              verbose=0)
+    model.fit(generator.forfit(random=False), steps_per_epoch=len(generator), epochs=1, callbacks=[kernels], verbose=0)
     return [K.eval(w).copy() for w in model.trainable_weights], kernels.kernels, int(K.eval(optimizer.iterations))
 
 
 def main(rows=12, learning_rate=1e-3, **model_options):
     for path in required_files:
         if not os.path.exists(path):
-            raise FileNotFoundError(f'{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)')
+            raise FileNotFoundError(f"{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)")
     data = sentiment_rows(required_files[0], rows)
     model = classifier(**model_options)
     checkpoint_weights = model.get_weights()
@@ -104,15 +110,21 @@ def main(rows=12, learning_rate=1e-3, **model_options):
     big, _, big_iterations = train(model, Adam(learning_rate, bias_correction=False), data[:8], batch_size=8)
 
     model.set_weights(checkpoint_weights)
-    AdamGA = extend_with_gradient_accumulation(Adam, name='AdamGA')
+    AdamGA = extend_with_gradient_accumulation(Adam, name="AdamGA")
     optimizer = AdamGA(learning_rate, bias_correction=False, grad_accum_steps=grad_accum_steps)
     accumulated, kernels, small_iterations = train(model, optimizer, data, batch_size=8 // grad_accum_steps)
-    return {'initial': initial, 'big_batch': big, 'accumulated': accumulated, 'kernels': kernels,
-            'big_iterations': big_iterations, 'small_iterations': small_iterations}
+    return {
+        "initial": initial,
+        "big_batch": big,
+        "accumulated": accumulated,
+        "kernels": kernels,
+        "big_iterations": big_iterations,
+        "small_iterations": small_iterations,
+    }
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     result = main()
-    diff = max(float(np.abs(a - b).max()) for a, b in zip(result['big_batch'], result['accumulated']))
-    moved = max(float(np.abs(a - b).max()) for a, b in zip(result['big_batch'], result['initial']))
-    print('update', moved, 'max |big batch - accumulated|', diff)
+    diff = max(float(np.abs(a - b).max()) for a, b in zip(result["big_batch"], result["accumulated"]))
+    moved = max(float(np.abs(a - b).max()) for a, b in zip(result["big_batch"], result["initial"]))
+    print("update", moved, "max |big batch - accumulated|", diff)

@@ -11,6 +11,7 @@ afterwards (in inference the mixed model takes the successor's side at every swi
 ``num_hidden_layers`` is the successor's depth (the predecessor has twice as many); ``model_options``
 go to both ``build_transformer_model`` calls.
 """
+
 import os
 
 import numpy as np
@@ -25,14 +26,14 @@ from gau_keras.tokenizers import Tokenizer
 
 maxlen = 32
 batch_size = 8
-classes = ['Negative', 'Positive']
-required_files = [os.path.join(data_dir, 'clue', 'eprstmt', 'train.json')]
+classes = ["Negative", "Positive"]
+required_files = [os.path.join(data_dir, "clue", "eprstmt", "train.json")]
 
 tokenizer = Tokenizer(dict_path, do_lower_case=True)
 
 
 def read_reviews(path, limit):
-    return [(row['sentence'], classes.index(row['label'])) for row in json_rows(path, limit)]
+    return [(row["sentence"], classes.index(row["label"])) for row in json_rows(path, limit)]
 
 
 class ReviewBatches(DataGenerator):
@@ -54,7 +55,7 @@ class EitherOr(Layer):
     def __init__(self, seed=None, **kwargs):
         super().__init__(**kwargs)
         self.supports_masking = True
-        self.seed_generator = keras.random.SeedGenerator(seed)   # Keras 3: random draws take a seed state
+        self.seed_generator = keras.random.SeedGenerator(seed)  # Keras 3: random draws take a seed state
 
     def call(self, inputs, training=None):
         first, second = inputs
@@ -88,38 +89,53 @@ def mixed_model(predecessor, successor, head):
 def main(rows=32, num_hidden_layers=1, **model_options):
     for path in required_files:
         if not os.path.exists(path):
-            raise FileNotFoundError(f'{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)')
+            raise FileNotFoundError(f"{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)")
     train = ReviewBatches(read_reviews(required_files[0], rows), batch_size)
-    predecessor = build_transformer_model(config_path, checkpoint_path, model='gau_alpha', return_keras_model=False,
-                                          num_hidden_layers=2 * num_hidden_layers, prefix='Predecessor-',
-                                          **model_options)
-    successor = build_transformer_model(config_path, checkpoint_path, model='gau_alpha', return_keras_model=False,
-                                        num_hidden_layers=num_hidden_layers, prefix='Successor-', **model_options)
+    predecessor = build_transformer_model(
+        config_path,
+        checkpoint_path,
+        model="gau_alpha",
+        return_keras_model=False,
+        num_hidden_layers=2 * num_hidden_layers,
+        prefix="Predecessor-",
+        **model_options,
+    )
+    successor = build_transformer_model(
+        config_path,
+        checkpoint_path,
+        model="gau_alpha",
+        return_keras_model=False,
+        num_hidden_layers=num_hidden_layers,
+        prefix="Successor-",
+        **model_options,
+    )
     hidden = Input(shape=K.int_shape(predecessor.output)[1:])
-    head = keras.models.Model(hidden, Dense(len(classes), activation='softmax')(Lambda(lambda x: x[:, 0])(hidden)))
+    head = keras.models.Model(hidden, Dense(len(classes), activation="softmax")(Lambda(lambda x: x[:, 0])(hidden)))
 
     teacher = keras.models.Model(predecessor.inputs, head(predecessor.output))
-    teacher.compile(loss='sparse_categorical_crossentropy', optimizer=Adam(1e-3))
+    teacher.compile(loss="sparse_categorical_crossentropy", optimizer=Adam(1e-3))
     teacher.fit(train.forfit(), steps_per_epoch=len(train), epochs=1, verbose=0)
 
     student = keras.models.Model(successor.inputs, head(successor.output))
     frozen = [w.copy() for w in predecessor.model.get_weights()]
     start = [w.copy() for w in successor.model.get_weights()]
     theseus = mixed_model(predecessor, successor, head)
-    theseus.compile(loss='sparse_categorical_crossentropy', optimizer=Adam(1e-3))
+    theseus.compile(loss="sparse_categorical_crossentropy", optimizer=Adam(1e-3))
     x, y = next(iter(train))
     loss_before = float(theseus.evaluate(x, y, verbose=0))
     history = theseus.fit(train.forfit(), steps_per_epoch=len(train), epochs=2, verbose=0)
-    return {'history': history.history, 'loss_before': loss_before,
-            'loss_after': float(theseus.evaluate(x, y, verbose=0)),
-            'successor_moved': max(float(np.abs(a - b).max())
-                                   for a, b in zip(start, successor.model.get_weights())),
-            'predecessor_moved': max(float(np.abs(a - b).max())
-                                     for a, b in zip(frozen, predecessor.model.get_weights())),
-            'student_probas': student.predict(x, verbose=0), 'theseus_probas': theseus.predict(x, verbose=0),
-            'mixed_layers': len(theseus.layers)}
+    return {
+        "history": history.history,
+        "loss_before": loss_before,
+        "loss_after": float(theseus.evaluate(x, y, verbose=0)),
+        "successor_moved": max(float(np.abs(a - b).max()) for a, b in zip(start, successor.model.get_weights())),
+        "predecessor_moved": max(float(np.abs(a - b).max()) for a, b in zip(frozen, predecessor.model.get_weights())),
+        "student_probas": student.predict(x, verbose=0),
+        "theseus_probas": theseus.predict(x, verbose=0),
+        "mixed_layers": len(theseus.layers),
+    }
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     result = main()
-    print({k: v for k, v in result.items() if k != 'student_probas'})
+    print({k: v for k, v in result.items() if k != "student_probas"})

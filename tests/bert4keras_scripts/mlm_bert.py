@@ -10,6 +10,7 @@ vocab.txt). ``main()`` returns the masked sentence's ids, the probabilities at i
 positions and the characters predicted there (before training), the batch and the loss and
 masked-token accuracy on it before and after the step, and the model.
 """
+
 import os
 
 import numpy as np
@@ -21,11 +22,11 @@ from gau_keras.optimizers import Adam
 from gau_keras.snippets import open, sequence_padding, text_segmentate, to_array
 from gau_keras.tokenizers import Tokenizer
 
-config_path, checkpoint_path, dict_path = checkpoint_folder('BERT_DIR')
+config_path, checkpoint_path, dict_path = checkpoint_folder("BERT_DIR")
 maxlen = 64
 batch_size = 8
 mask_rate = 0.15
-required_files = [os.path.join(data_dir, 'corpus', 'zh_corpus.txt')]
+required_files = [os.path.join(data_dir, "corpus", "zh_corpus.txt")]
 
 tokenizer = Tokenizer(dict_path, do_lower_case=True)
 
@@ -42,9 +43,9 @@ def fill_mask(model, text, positions):
 def load_texts(filename, limit):
     """The first ``limit`` pieces of the corpus, each at most maxlen - 2 characters."""
     texts = []
-    with open(filename, encoding='utf-8') as f:
+    with open(filename, encoding="utf-8") as f:
         for line in f:
-            texts.extend(text_segmentate(line.strip(), maxlen - 2, seps='。！？；', strips='\n'))
+            texts.extend(text_segmentate(line.strip(), maxlen - 2, seps="。！？；", strips="\n"))
             if len(texts) >= limit:
                 break
     return texts[:limit]
@@ -87,7 +88,7 @@ def mlm_loss(y_true, y_pred):
 def mlm_acc(y_true, y_pred):
     """Accuracy of the most probable token at the masked positions."""
     y_mask = K.cast(K.not_equal(y_true, 0), K.floatx())
-    hits = K.cast(K.equal(K.cast(y_true, 'int32'), K.cast(K.argmax(y_pred, axis=-1), 'int32')), K.floatx())
+    hits = K.cast(K.equal(K.cast(y_true, "int32"), K.cast(K.argmax(y_pred, axis=-1), "int32")), K.floatx())
     return K.sum(hits * y_mask) / (K.sum(y_mask) + K.epsilon())
 
 
@@ -97,10 +98,10 @@ def masked_accuracy(model, x, y):
     return float((predicted == y)[y > 0].mean())
 
 
-def main(text='我们在北京大学学习中文', masked=(4, 5), learning_rate=1e-3, **model_options):
+def main(text="我们在北京大学学习中文", masked=(4, 5), learning_rate=1e-3, **model_options):
     for path in required_files:
         if not os.path.exists(path):
-            raise FileNotFoundError(f'{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)')
+            raise FileNotFoundError(f"{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)")
     model = build_transformer_model(config_path, checkpoint_path, with_mlm=True, **model_options)
     token_ids, probas, predicted = fill_mask(model, text, masked)
 
@@ -111,10 +112,21 @@ def main(text='我们在北京大学学习中文', masked=(4, 5), learning_rate=
     loss_before, acc_before = model.evaluate(x, y, verbose=0), masked_accuracy(model, x, y)
     trained = model.train_on_batch(x, y)
     loss_after, acc_after = model.evaluate(x, y, verbose=0), masked_accuracy(model, x, y)
-    return {'token_ids': token_ids, 'probas': probas, 'predicted': predicted, 'loss_before': loss_before,
-            'loss_after': loss_after, 'trained': trained, 'accuracy': (acc_before, acc_after), 'x': x, 'y': y,
-            'model': model, 'output_shape': tuple(model.output.shape)}
+    return {
+        "token_ids": token_ids,
+        "probas": probas,
+        "predicted": predicted,
+        "loss_before": loss_before,
+        "loss_after": loss_after,
+        "trained": trained,
+        "accuracy": (acc_before, acc_after),
+        "x": x,
+        "y": y,
+        "model": model,
+        "output_shape": tuple(model.output.shape),
+    }
 
-if __name__ == '__main__':
+
+if __name__ == "__main__":
     result = main()
-    print('filled in:', result['predicted'], 'loss:', result['loss_before'], '->', result['loss_after'])
+    print("filled in:", result["predicted"], "loss:", result["loss_before"], "->", result["loss_after"])

@@ -12,6 +12,7 @@ probabilities for one input and strings decoded by beam search and by sampling.
 ``model_options`` of ``main`` go to ``build_transformer_model`` (the test passes
 ``num_hidden_layers=2``: the first 2 of the bundled model's 6 layers, to keep it short).
 """
+
 import os
 
 import numpy as np
@@ -24,17 +25,17 @@ from gau_keras.optimizers import Adam
 from gau_keras.snippets import AutoRegressiveDecoder, DataGenerator, sequence_padding
 from gau_keras.tokenizers import Tokenizer
 
-maxlen = 64                 # source + target tokens
-target_maxlen = 12          # generated tokens at most
+maxlen = 64  # source + target tokens
+target_maxlen = 12  # generated tokens at most
 batch_size = 8
-required_files = [os.path.join(data_dir, 'clue', 'csl', 'train.json')]
+required_files = [os.path.join(data_dir, "clue", "csl", "train.json")]
 
 tokenizer = Tokenizer(dict_path, do_lower_case=True)
 
 
 def abstracts_and_keywords(path, limit):
     """(abstract, keywords joined by '，') of the first ``limit`` papers."""
-    return [(paper['abst'], '，'.join(paper['keyword'])) for paper in json_rows(path, limit)]
+    return [(paper["abst"], "，".join(paper["keyword"])) for paper in json_rows(path, limit)]
 
 
 class Seq2SeqBatches(DataGenerator):
@@ -57,9 +58,9 @@ class TargetCrossEntropy(Loss):
 
     def compute_loss(self, inputs, mask=None):
         y_true, y_mask, y_pred = inputs
-        y_true = y_true[:, 1:]       # the tokens to predict
-        y_mask = y_mask[:, 1:]       # segment ids: 1 exactly on the target part
-        y_pred = y_pred[:, :-1]      # the prediction for each next token
+        y_true = y_true[:, 1:]  # the tokens to predict
+        y_mask = y_mask[:, 1:]  # segment ids: 1 exactly on the target part
+        y_pred = y_pred[:, :-1]  # the prediction for each next token
         loss = K.sparse_categorical_crossentropy(y_true, y_pred)
         return K.sum(loss * y_mask) / K.sum(y_mask)
 
@@ -71,7 +72,7 @@ class KeywordWriter(AutoRegressiveDecoder):
         super().__init__(**kwargs)
         self.model = model
 
-    @AutoRegressiveDecoder.wraps(default_rtype='probas')
+    @AutoRegressiveDecoder.wraps(default_rtype="probas")
     def predict(self, inputs, output_ids, states):
         token_ids, segment_ids = inputs
         token_ids = np.concatenate([token_ids, output_ids], axis=1)
@@ -91,11 +92,12 @@ class KeywordWriter(AutoRegressiveDecoder):
 def main(rows=16, epochs=1, **model_options):
     for path in required_files:
         if not os.path.exists(path):
-            raise FileNotFoundError(f'{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)')
+            raise FileNotFoundError(f"{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)")
     pairs = abstracts_and_keywords(required_files[0], rows)
     train = Seq2SeqBatches(pairs, batch_size)
-    seq2seq = build_transformer_model(config_path, checkpoint_path, model='gau_alpha', application='unilm',
-                                      **model_options)
+    seq2seq = build_transformer_model(
+        config_path, checkpoint_path, model="gau_alpha", application="unilm", **model_options
+    )
     output = TargetCrossEntropy(2)(seq2seq.inputs + seq2seq.outputs)
     trainer = keras.models.Model(seq2seq.inputs, output)
     trainer.compile(optimizer=Adam(1e-3))
@@ -104,11 +106,15 @@ def main(rows=16, epochs=1, **model_options):
     writer = KeywordWriter(seq2seq, start_id=None, end_id=tokenizer._token_end_id, maxlen=target_maxlen)
     token_ids, segment_ids = writer.source(pairs[0][0])
     first_step = writer.predict([np.array([token_ids]), np.array([segment_ids])], np.empty((1, 0), int), None)
-    return {'history': history.history, 'first_step_probas': first_step[0][0],
-            'beam': [writer.generate(source) for source, _ in pairs[:2]],
-            'samples': writer.sample(pairs[0][0]), 'reference': pairs[0][1]}
+    return {
+        "history": history.history,
+        "first_step_probas": first_step[0][0],
+        "beam": [writer.generate(source) for source, _ in pairs[:2]],
+        "samples": writer.sample(pairs[0][0]),
+        "reference": pairs[0][1],
+    }
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     result = main()
-    print(result['history'], result['beam'], result['samples'], result['reference'])
+    print(result["history"], result["beam"], result["samples"], result["reference"])

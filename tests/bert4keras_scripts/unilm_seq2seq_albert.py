@@ -11,6 +11,7 @@ the keyword tokens; and an ``AutoRegressiveDecoder`` whose ``predict`` (``wraps(
 vocab.txt). ``main()`` returns the training history, the next-token probabilities of one
 abstract, for a few abstracts the beam-searched ids and their text, and the decoder.
 """
+
 import os
 
 import numpy as np
@@ -23,20 +24,20 @@ from gau_keras.optimizers import Adam
 from gau_keras.snippets import AutoRegressiveDecoder, DataGenerator, sequence_padding
 from gau_keras.tokenizers import Tokenizer, load_vocab
 
-config_path, checkpoint_path, dict_path = checkpoint_folder('ALBERT_DIR')
-maxlen = 96                 # abstract + keywords
-max_keywords_len = 10       # generated tokens at most
+config_path, checkpoint_path, dict_path = checkpoint_folder("ALBERT_DIR")
+maxlen = 96  # abstract + keywords
+max_keywords_len = 10  # generated tokens at most
 batch_size = 8
-required_files = [os.path.join(data_dir, 'clue', 'csl', 'train.json')]
+required_files = [os.path.join(data_dir, "clue", "csl", "train.json")]
 
 # the vocab without the tokens this tokenizer never produces; keep_tokens maps it into the checkpoint's
-token_dict, keep_tokens = load_vocab(dict_path, simplified=True, startswith=['[PAD]', '[UNK]', '[CLS]', '[SEP]'])
+token_dict, keep_tokens = load_vocab(dict_path, simplified=True, startswith=["[PAD]", "[UNK]", "[CLS]", "[SEP]"])
 tokenizer = Tokenizer(token_dict, do_lower_case=True)
 
 
 def load_data(filename, limit):
     """(abstract, keywords joined by '；') of the first ``limit`` papers."""
-    return [(paper['abst'], '；'.join(paper['keyword'])) for paper in json_rows(filename, limit)]
+    return [(paper["abst"], "；".join(paper["keyword"])) for paper in json_rows(filename, limit)]
 
 
 class data_generator(DataGenerator):
@@ -72,7 +73,7 @@ class KeywordGenerator(AutoRegressiveDecoder):
         super().__init__(**kwargs)
         self.model = model
 
-    @AutoRegressiveDecoder.wraps(default_rtype='probas')
+    @AutoRegressiveDecoder.wraps(default_rtype="probas")
     def predict(self, inputs, output_ids, states):
         token_ids, segment_ids = inputs
         token_ids = np.concatenate([token_ids, output_ids], 1)
@@ -91,30 +92,35 @@ class KeywordGenerator(AutoRegressiveDecoder):
 def main(rows=16, epochs=1, learning_rate=1e-3, decoded=2, **model_options):
     for path in required_files:
         if not os.path.exists(path):
-            raise FileNotFoundError(f'{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)')
+            raise FileNotFoundError(f"{path} is absent: this script needs ../shared/data (or GAU_KERAS_DATA)")
     papers = load_data(required_files[0], rows)
     train_generator = data_generator(papers, batch_size)
 
-    model = build_transformer_model(config_path, checkpoint_path, model='albert', application='unilm',
-                                    keep_tokens=keep_tokens, **model_options)
+    model = build_transformer_model(
+        config_path, checkpoint_path, model="albert", application="unilm", keep_tokens=keep_tokens, **model_options
+    )
     output = KeywordLoss(2)(model.inputs + model.outputs)
     trainer = keras.models.Model(model.inputs, output)
     trainer.compile(optimizer=Adam(learning_rate))
-    history = trainer.fit(train_generator.forfit(), steps_per_epoch=len(train_generator), epochs=epochs,
-                          verbose=0)
+    history = trainer.fit(train_generator.forfit(), steps_per_epoch=len(train_generator), epochs=epochs, verbose=0)
 
     generator = KeywordGenerator(model, start_id=None, end_id=tokenizer._token_end_id, maxlen=max_keywords_len)
     token_ids, segment_ids = generator.encode(papers[0][0])
-    first_probas, _ = generator.predict([np.array([token_ids]), np.array([segment_ids])], np.zeros((1, 0), int),
-                                        None)
+    first_probas, _ = generator.predict([np.array([token_ids]), np.array([segment_ids])], np.zeros((1, 0), int), None)
     beams = [generator.generate(abstract) for abstract, _ in papers[:decoded]]
-    return {'history': history.history, 'first_probas': first_probas[0], 'beams': beams,
-            'vocab_size': len(keep_tokens), 'output_shape': tuple(model.output.shape),
-            'references': [keywords for _, keywords in papers[:decoded]], 'generator': generator}
+    return {
+        "history": history.history,
+        "first_probas": first_probas[0],
+        "beams": beams,
+        "vocab_size": len(keep_tokens),
+        "output_shape": tuple(model.output.shape),
+        "references": [keywords for _, keywords in papers[:decoded]],
+        "generator": generator,
+    }
 
 
-if __name__ == '__main__':
+if __name__ == "__main__":
     result = main()
-    print(result['history'])
-    for (_, text), reference in zip(result['beams'], result['references']):
-        print(text, '|', reference)
+    print(result["history"])
+    for (_, text), reference in zip(result["beams"], result["references"]):
+        print(text, "|", reference)

@@ -1,5 +1,6 @@
 """Whole-word MLM: masking statistics on real text, label alignment, whole words,
 chunking, determinism, and the dynamic (tf) masking."""
+
 import numpy as np
 import pytest
 
@@ -13,6 +14,7 @@ N_DOCS = 600
 @pytest.fixture(scope="module")
 def corpus_words(request):
     from tests.conftest import SHARED_DATA
+
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data folder {SHARED_DATA} is absent")
     with open(SHARED_DATA / "corpus" / "zh_corpus.txt", encoding="utf-8") as f:
@@ -98,12 +100,18 @@ def test_long_document_is_split_at_word_boundaries():
     words = ["a", "bx", "c", "dxxxxxx", "a", "b"]  # 1, 2, 1, 7, 1, 1 tokens
     examples, stats = WholeWordMLM(tokenizer, maxlen=6, dynamic=True).examples(words, np.random.default_rng(0))
     tokens = [tokenizer.ids_to_tokens(e["token_ids"]) for e in examples]
-    assert tokens == [["[CLS]", "a", "b", "##x", "c", "[SEP]"],
-                      ["[CLS]", "d", "##x", "##x", "##x", "[SEP]"],     # a 7-token word is cut into 4 + 3
-                      ["[CLS]", "##x", "##x", "##x", "a", "[SEP]"],
-                      ["[CLS]", "b", "[SEP]"]]
-    assert [e["word_starts"] for e in examples] == [[0, 1, 1, 0, 1, 0], [0, 1, 0, 0, 0, 0],
-                                                    [0, 1, 0, 0, 1, 0], [0, 1, 0]]
+    assert tokens == [
+        ["[CLS]", "a", "b", "##x", "c", "[SEP]"],
+        ["[CLS]", "d", "##x", "##x", "##x", "[SEP]"],  # a 7-token word is cut into 4 + 3
+        ["[CLS]", "##x", "##x", "##x", "a", "[SEP]"],
+        ["[CLS]", "b", "[SEP]"],
+    ]
+    assert [e["word_starts"] for e in examples] == [
+        [0, 1, 1, 0, 1, 0],
+        [0, 1, 0, 0, 0, 0],
+        [0, 1, 0, 0, 1, 0],
+        [0, 1, 0],
+    ]
     assert stats.examples == 4 and stats.words == 7 and stats.content_tokens == 13
 
 
@@ -126,19 +134,21 @@ def test_dynamic_mask_tf(corpus_words):
     token_ids = np.zeros([len(examples), maxlen], np.int64)
     word_starts = np.zeros_like(token_ids)
     for row, e in enumerate(examples):
-        token_ids[row, :len(e["token_ids"])] = e["token_ids"]
-        word_starts[row, :len(e["word_starts"])] = e["word_starts"]
+        token_ids[row, : len(e["token_ids"])] = e["token_ids"]
+        word_starts[row, : len(e["word_starts"])] = e["word_starts"]
     random_ids = random_token_ids(tokenizer.token_dict)
-    masked, labels = dynamic_whole_word_mask(tf.constant(token_ids), tf.constant(word_starts),
-                                             tf.constant([5, 6]), tokenizer.token_mask_id, random_ids)
+    masked, labels = dynamic_whole_word_mask(
+        tf.constant(token_ids), tf.constant(word_starts), tf.constant([5, 6]), tokenizer.token_mask_id, random_ids
+    )
     masked, labels = masked.numpy(), labels.numpy()
     again, _ = dynamic_whole_word_mask(token_ids, word_starts, [5, 6], tokenizer.token_mask_id, random_ids)
     other, _ = dynamic_whole_word_mask(token_ids, word_starts, [5, 7], tokenizer.token_mask_id, random_ids)
     np.testing.assert_array_equal(masked, again.numpy())
     assert (masked != other.numpy()).any()
     # one example alone (rank 1) is masked the same way as any row: same function, shape kept
-    single, single_labels = dynamic_whole_word_mask(token_ids[0], word_starts[0], [5, 6],
-                                                    tokenizer.token_mask_id, random_ids)
+    single, single_labels = dynamic_whole_word_mask(
+        token_ids[0], word_starts[0], [5, 6], tokenizer.token_mask_id, random_ids
+    )
     assert single.shape == (maxlen,) and single_labels.shape == (maxlen,)
 
     selected = labels != 0
@@ -169,15 +179,17 @@ def test_dynamic_mask_char_fraction(corpus_words):
     token_ids = np.zeros([len(examples), 64], np.int64)
     word_starts = np.zeros_like(token_ids)
     for row, e in enumerate(examples):
-        token_ids[row, :len(e["token_ids"])] = e["token_ids"]
-        word_starts[row, :len(e["word_starts"])] = e["word_starts"]
+        token_ids[row, : len(e["token_ids"])] = e["token_ids"]
+        word_starts[row, : len(e["word_starts"])] = e["word_starts"]
     random_ids = random_token_ids(tokenizer.token_dict)
     whole, whole_labels = dynamic_whole_word_mask(token_ids, word_starts, [5, 6], tokenizer.token_mask_id, random_ids)
-    same, same_labels = dynamic_whole_word_mask(token_ids, word_starts, [5, 6], tokenizer.token_mask_id, random_ids,
-                                                char_fraction=0.0)
+    same, same_labels = dynamic_whole_word_mask(
+        token_ids, word_starts, [5, 6], tokenizer.token_mask_id, random_ids, char_fraction=0.0
+    )
     np.testing.assert_array_equal(whole.numpy(), same.numpy())
-    _, labels = dynamic_whole_word_mask(token_ids, word_starts, [5, 6], tokenizer.token_mask_id, random_ids,
-                                        char_fraction=1.0)
+    _, labels = dynamic_whole_word_mask(
+        token_ids, word_starts, [5, 6], tokenizer.token_mask_id, random_ids, char_fraction=1.0
+    )
     selected = labels.numpy() != 0
     in_word = np.zeros_like(selected)
     split_words = 0
@@ -186,10 +198,11 @@ def test_dynamic_mask_char_fraction(corpus_words):
             in_word[row, start:end] = True
             word = selected[row, start:end]
             split_words += bool(word.any() and not word.all())
-    assert not selected[~in_word].any()                       # never [CLS], [SEP] or padding
+    assert not selected[~in_word].any()  # never [CLS], [SEP] or padding
     assert abs(selected.sum() / in_word.sum() - 0.15) < 0.015  # mask_prob of the tokens
-    assert split_words > 100                                  # single characters of longer words
-    _, half = dynamic_whole_word_mask(token_ids, word_starts, [5, 6], tokenizer.token_mask_id, random_ids,
-                                      char_fraction=0.5)
+    assert split_words > 100  # single characters of longer words
+    _, half = dynamic_whole_word_mask(
+        token_ids, word_starts, [5, 6], tokenizer.token_mask_id, random_ids, char_fraction=0.5
+    )
     per_char_rows = [(half.numpy()[row] != whole_labels.numpy()[row]).any() for row in range(len(examples))]
     assert 0.35 < np.mean(per_char_rows) < 0.65

@@ -1,4 +1,5 @@
 """TFRecord shards: write/read round trip (static and dynamic masks), errors."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -42,15 +43,23 @@ def test_round_trip_static(tmp_path, rng):
     assert got == sorted(tuple(e["token_ids"]) for e in examples)
     for row, label_row in zip(inputs, labels):
         match = next(e for e in examples if tuple(e["token_ids"]) == tuple(row[row != 0]))
-        np.testing.assert_array_equal(label_row[:len(match["labels"])], match["labels"])
-        assert not label_row[len(match["labels"]):].any()
+        np.testing.assert_array_equal(label_row[: len(match["labels"])], match["labels"])
+        assert not label_row[len(match["labels"]) :].any()
 
 
 def test_round_trip_dynamic_and_shuffle(tmp_path, rng):
     examples = _examples(rng, 40, 16)
     _write(tmp_path, examples, ("token_ids", "word_starts"), shards=2)
-    kwargs = dict(batch_size=8, maxlen=16, dynamic_mask=True, mask_token_id=103,
-                  random_token_ids=np.arange(200, 300), seed=5, drop_remainder=True, mask_prob=0.5)
+    kwargs = dict(
+        batch_size=8,
+        maxlen=16,
+        dynamic_mask=True,
+        mask_token_id=103,
+        random_token_ids=np.arange(200, 300),
+        seed=5,
+        drop_remainder=True,
+        mask_prob=0.5,
+    )
     first = [(x["Input-Token"].numpy(), y.numpy()) for x, y in load_dataset(str(tmp_path / "shard-*"), **kwargs)]
     second = [(x["Input-Token"].numpy(), y.numpy()) for x, y in load_dataset(str(tmp_path / "shard-*"), **kwargs)]
     assert len(first) == 5
@@ -90,7 +99,7 @@ def test_a_failed_write_leaves_no_shard_and_foreign_files_are_named(tmp_path, rn
     assert list((tmp_path / "failed").iterdir()) == []
     _write(tmp_path / "mixed", _examples(rng, 6, 10), ("token_ids", "labels"), shards=2)
     noise = tmp_path / "mixed" / "shard-00002-of-00003.tfrecord"
-    noise.write_bytes(np.random.default_rng(0).bytes(4000))        # a shard of random bytes
+    noise.write_bytes(np.random.default_rng(0).bytes(4000))  # a shard of random bytes
     with pytest.raises(ValueError, match=rf"{noise} is not a TFRecord file of MLM examples"):
         load_dataset(str(tmp_path / "mixed" / "*"), batch_size=2, maxlen=10)
 
@@ -101,8 +110,9 @@ def test_pair_segments_are_the_tokenizers_pair_encoding(tmp_path):
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("今天气很好我爱吃苹果")
     tokenizer = Tokenizer({t: i for i, t in enumerate(vocab)}, do_lower_case=True)
     token_ids, segment_ids = tokenizer.encode("今天气很好", "我爱吃苹果")
-    np.testing.assert_array_equal(pair_segment_ids([token_ids + [0, 0]], tokenizer.token_sep_id),
-                                  [segment_ids + [0, 0]])
+    np.testing.assert_array_equal(
+        pair_segment_ids([token_ids + [0, 0]], tokenizer.token_sep_id), [segment_ids + [0, 0]]
+    )
     packer = SequencePacker(16)
     packed = []
     for text in ("今天", "气很好", "我爱吃苹果"):
@@ -112,14 +122,20 @@ def test_pair_segments_are_the_tokenizers_pair_encoding(tmp_path):
     with ShardedWriter(str(tmp_path), 1) as writer:
         for features in packed:
             writer.write(features)
-    (inputs, _), = load_dataset(str(tmp_path / "*"), batch_size=4, maxlen=16, shuffle=False,
-                                pair_segments=True, sep_token_id=tokenizer.token_sep_id)
+    ((inputs, _),) = load_dataset(
+        str(tmp_path / "*"),
+        batch_size=4,
+        maxlen=16,
+        shuffle=False,
+        pair_segments=True,
+        sep_token_id=tokenizer.token_sep_id,
+    )
     tokens, segments = inputs["Input-Token"].numpy()[0], inputs["Input-Segment"].numpy()[0]
     first_sep = list(tokens).index(tokenizer.token_sep_id)
-    assert first_sep == 3 and not segments[:first_sep + 1].any()
-    np.testing.assert_array_equal(segments[first_sep + 1:], (tokens[first_sep + 1:] != 0).astype("int32"))
-    assert segments.sum() == 4 + 6       # 气很好[SEP], 我爱吃苹果[SEP]
-    (plain, _), = load_dataset(str(tmp_path / "*"), batch_size=4, maxlen=16, shuffle=False)
+    assert first_sep == 3 and not segments[: first_sep + 1].any()
+    np.testing.assert_array_equal(segments[first_sep + 1 :], (tokens[first_sep + 1 :] != 0).astype("int32"))
+    assert segments.sum() == 4 + 6  # 气很好[SEP], 我爱吃苹果[SEP]
+    ((plain, _),) = load_dataset(str(tmp_path / "*"), batch_size=4, maxlen=16, shuffle=False)
     assert not plain["Input-Segment"].numpy().any()
     with pytest.raises(ValueError, match="pair_segments needs sep_token_id"):
         load_dataset(str(tmp_path / "*"), batch_size=4, maxlen=16, pair_segments=True)

@@ -1,4 +1,5 @@
 """GatedAttentionUnit, MultiHeadAttention and AttentionBias against numpy."""
+
 import keras
 import numpy as np
 import pytest
@@ -16,9 +17,9 @@ from tests import numpy_reference as ref
 from tests.harness import PADDING, floats, run_layer_test
 from tests.layer_utils import assert_keras_round_trip, gradients
 
-pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+pytestmark = pytest.mark.both_backends  # also runs in the JAX pass (tests/conftest.py)
 
-IDS = np.array([[5, 6, 7, 8, 0, 0], [0, 3, 4, 5, 6, 7]])   # right and left padding
+IDS = np.array([[5, 6, 7, 8, 0, 0], [0, 3, 4, 5, 6, 7]])  # right and left padding
 
 
 def _np(v):
@@ -102,10 +103,12 @@ def test_mha_rotary_matches_reference(rng):
     layer(inputs, p_bias="rotary")
     _randomize(layer, rng)
     got = keras.ops.convert_to_numpy(layer(inputs, mask=[keys, keys, keys, None], p_bias="rotary"))
-    w = {"p/attention/self/query/kernel": _np(layer.q_dense.kernel),
-         "p/attention/self/key/kernel": _np(layer.k_dense.kernel),
-         "p/attention/self/value/kernel": _np(layer.v_dense.kernel),
-         "p/attention/output/dense/kernel": _np(layer.o_dense.kernel)}
+    w = {
+        "p/attention/self/query/kernel": _np(layer.q_dense.kernel),
+        "p/attention/self/key/kernel": _np(layer.k_dense.kernel),
+        "p/attention/self/value/kernel": _np(layer.v_dense.kernel),
+        "p/attention/output/dense/kernel": _np(layer.o_dense.kernel),
+    }
     expected = ref.mha(x.astype(float), w, "p/", keys, ref.visibility(IDS, None, "encoder"), 2, table)
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
@@ -129,7 +132,8 @@ def test_attention_model_round_trip_and_mask(kind):
     position = SinusoidalPositionEmbedding(4, "zero")(x)
     if kind == "gau":
         y = GatedAttentionUnit(6, 4, attention_dropout=0.1, normalization="softmax_plus")(
-            [x, bias, position], a_bias=True, p_bias="rotary")
+            [x, bias, position], a_bias=True, p_bias="rotary"
+        )
     else:
         y = MultiHeadAttention(2, 4, attention_dropout=0.1)([x, x, x, bias, position], a_bias=True, p_bias="rotary")
     assert y._keras_mask is not None
@@ -162,8 +166,9 @@ def _attention_case(rng, application):
     keep = np.ones((B, L), bool)
     keep[1, 5:] = False
     segments = np.array([[0, 0, 0, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 0, 0, 0]])
-    bias = {"encoder": None, "lm": gops.causal_attention_bias(L),
-            "unilm": gops.unilm_attention_bias(segments)}[application]
+    bias = {"encoder": None, "lm": gops.causal_attention_bias(L), "unilm": gops.unilm_attention_bias(segments)}[
+        application
+    ]
     sinusoidal = gops.sinusoidal_embeddings(np.arange(L)[None], H // heads)
     inputs = [x, x, x] + ([bias] if bias is not None else []) + [sinusoidal]
     arguments = {"a_bias": bias is not None, "p_bias": "rotary"}
@@ -204,7 +209,7 @@ def test_mha_fused_attention_equals_the_spelled_out_one(rng, application, monkey
     calls = []
 
     out_fused, grads_fused = run(True)
-    assert calls and all(c is not None for c in calls)     # the fused call ran (JAX took its masks)
+    assert calls and all(c is not None for c in calls)  # the fused call ran (JAX took its masks)
     monkeypatch.undo()
     out_plain, grads_plain = run(False)
     np.testing.assert_allclose(out_fused[keep], out_plain[keep], rtol=1e-5, atol=1e-6)
@@ -243,15 +248,15 @@ def test_fused_attention_only_on_a_gpu_and_only_for_calls_it_can_take(monkeypatc
 
         monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
         assert attention_module.fused_attention_device() is True
-        with monkeypatch.context() as patch:      # keras.config.disable_flash_attention(), undone after
+        with monkeypatch.context() as patch:  # keras.config.disable_flash_attention(), undone after
             patch.setattr(keras.config, "is_flash_attention_enabled", lambda: False)
             assert attention_module.fused_attention_device() is False
         monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
         assert attention_module.fused_attention_device() is False
     monkeypatch.setattr(attention_module, "fused_attention_device", lambda: True)
     assert layer.fusable(None, training=False) is True
-    assert layer.fusable(None, training=True) is False            # attention dropout in training: spelled out
-    assert layer.fusable(keras.ops.zeros((1, 4, 4)), training=False) is False   # an additive bias
+    assert layer.fusable(None, training=True) is False  # attention dropout in training: spelled out
+    assert layer.fusable(keras.ops.zeros((1, 4, 4)), training=False) is False  # an additive bias
     scored = MultiHeadAttention(heads=2, head_size=4, return_attention_scores=True)
     assert scored.fusable(None, training=False) is False
 
@@ -301,7 +306,7 @@ def _gau_reference(layer, x, kv, bias, key_mask):
     u, q = ops.split(layer.i_dense(x), [layer.units], axis=-1)
     k, v = layer.k_dense(kv), layer.v_dense(kv)
     q, k = layer.q_scaleoffset(q), layer.k_scaleoffset(k)
-    a = ops.einsum("bmd,bnd->bmn", q, k) / layer.key_size ** 0.5
+    a = ops.einsum("bmd,bnd->bmn", q, k) / layer.key_size**0.5
     attention = gops.attention_normalize(a, key_mask, "softmax_plus", bias, layer.softmax_plus_min_len)
     return keras.ops.convert_to_numpy(layer.o_dense(u * ops.einsum("bmn,bnd->bmd", attention, v)))
 
@@ -310,8 +315,9 @@ def _gau_reference(layer, x, kv, bias, key_mask):
 def test_gau_softmax_plus_cross_attention_equals_the_logit_form(rng, bias_kind):
     """Lq != Lk without a mask (n = Lk), and an additive float bias (scaled with the logits)."""
     B, Lq, Lk, H = 2, 3, 20, 8
-    layer = GatedAttentionUnit(units=8, key_size=4, self_attention=False, normalization="softmax_plus",
-                               softmax_plus_min_len=1)
+    layer = GatedAttentionUnit(
+        units=8, key_size=4, self_attention=False, normalization="softmax_plus", softmax_plus_min_len=1
+    )
     x, kv = rng.normal(size=(B, Lq, H)).astype("float32"), rng.normal(size=(B, Lk, H)).astype("float32")
     bias = None if bias_kind == "none" else rng.normal(size=(1, Lq, Lk)).astype("float32")
     inputs = [x, kv, kv] + ([bias] if bias is not None else [])
@@ -325,11 +331,16 @@ def test_gated_attention_unit_passes_the_layer_harness():
 
 def test_multi_head_attention_passes_the_layer_harness():
     inputs = [floats(2, 5, 8, seed=i) for i in range(3)]
-    run_layer_test(MultiHeadAttention, {"heads": 2, "head_size": 4}, inputs, (2, 5, 8),
-                   input_mask=[PADDING, PADDING, PADDING], expected_output_mask=PADDING)
+    run_layer_test(
+        MultiHeadAttention,
+        {"heads": 2, "head_size": 4},
+        inputs,
+        (2, 5, 8),
+        input_mask=[PADDING, PADDING, PADDING],
+        expected_output_mask=PADDING,
+    )
 
 
 def test_attention_bias_passes_the_layer_harness():
     segments = np.array([[0, 0, 1, 1, 1], [0, 1, 1, 1, 1]], "int32")
-    run_layer_test(AttentionBias, {"mode": "unilm"}, segments, (2, 5, 5), input_mask=PADDING,
-                   expected_output_mask=None)
+    run_layer_test(AttentionBias, {"mode": "unilm"}, segments, (2, 5, 5), input_mask=PADDING, expected_output_mask=None)

@@ -2,6 +2,7 @@
 their own loss and accuracy, trained, saved; the CRF loss against a brute-force
 enumeration of label paths; masks, lr_multiplier and mixed precision.
 (Equality with bert4keras: tests/layers/test_parity.py.)"""
+
 import itertools
 
 import keras
@@ -12,7 +13,7 @@ from gau_keras.layers import ConditionalRandomField, Embedding, MaximumEntropyMa
 from tests.harness import PADDING, floats, run_layer_test
 from tests.layer_utils import assert_keras_round_trip
 
-pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+pytestmark = pytest.mark.both_backends  # also runs in the JAX pass (tests/conftest.py)
 
 
 def _np(x):
@@ -100,7 +101,7 @@ def test_memm_accuracy_in_fit_is_computed_from_the_steps_transitions(rng):
     got = model.fit(ids, labels, epochs=1, batch_size=len(ids), verbose=0).history["sparse_accuracy"][0]
     after = _np(layer.trans)
     want = {"jax": _memm_accuracy(scores, labels, before), "tensorflow": _memm_accuracy(scores, labels, after)}
-    assert abs(want["jax"] - want["tensorflow"]) > 0.01        # the check tells the two apart
+    assert abs(want["jax"] - want["tensorflow"]) > 0.01  # the check tells the two apart
     assert got == pytest.approx(want[keras.backend.backend()], abs=1e-6)
 
 
@@ -176,13 +177,16 @@ def test_losses_trace_with_unknown_batch_and_length(rng):
     labels = rng.integers(0, 3, size=(2, 5)).astype("float32")
     for layer in (crf, memm):
         scores = layer(emissions, mask=np.array([[1, 1, 1, 0, 0], [1] * 5], bool))
-        traced = tf.function(lambda y, p, layer=layer: layer.sparse_loss(y, p) + layer.sparse_accuracy(y, p),
-                             input_signature=[tf.TensorSpec([None, None]), tf.TensorSpec([None, None, 3])])
+        traced = tf.function(
+            lambda y, p, layer=layer: layer.sparse_loss(y, p) + layer.sparse_accuracy(y, p),
+            input_signature=[tf.TensorSpec([None, None]), tf.TensorSpec([None, None, 3])],
+        )
         eager = layer.sparse_loss(labels, scores) + layer.sparse_accuracy(labels, scores)
         np.testing.assert_allclose(_np(traced(labels, scores)), _np(eager), rtol=1e-6)
 
 
 # ---------------------------------------------------------------- bad labels (issue 36)
+
 
 @pytest.mark.parametrize("layer_class", [ConditionalRandomField, MaximumEntropyMarkovModel])
 def test_labels_outside_the_label_set_are_named_or_give_nan(layer_class):
@@ -197,7 +201,7 @@ def test_labels_outside_the_label_set_are_named_or_give_nan(layer_class):
         with pytest.raises(ValueError, match=rf"y_true\[1, 2\] = {shown} is not a label \(an integer in \[0, 3\)\)"):
             layer.sparse_loss(labels, scores)
         traced = _traced(layer.sparse_loss)(keras.ops.convert_to_tensor(labels), keras.ops.convert_to_tensor(scores))
-        assert np.isnan(keras.ops.convert_to_numpy(traced)).any()        # in a compiled step: NaN, not a loss
+        assert np.isnan(keras.ops.convert_to_numpy(traced)).any()  # in a compiled step: NaN, not a loss
     with pytest.raises(ValueError, match=r"y_true has 5 positions per sample where the scores \(y_pred\) have 4"):
         layer.sparse_loss(np.zeros((2, 5)), scores)
 
@@ -229,10 +233,12 @@ def test_padding_may_hold_any_label(layer_class):
 
 
 def test_crf_passes_the_layer_harness():
-    run_layer_test(ConditionalRandomField, {}, floats(2, 5, 4), (2, 5, 4), input_mask=PADDING,
-                   expected_output_mask=None)
+    run_layer_test(
+        ConditionalRandomField, {}, floats(2, 5, 4), (2, 5, 4), input_mask=PADDING, expected_output_mask=None
+    )
 
 
 def test_memm_passes_the_layer_harness():
-    run_layer_test(MaximumEntropyMarkovModel, {}, floats(2, 5, 4), (2, 5, 4), input_mask=PADDING,
-                   expected_output_mask=None)
+    run_layer_test(
+        MaximumEntropyMarkovModel, {}, floats(2, 5, 4), (2, 5, 4), input_mask=PADDING, expected_output_mask=None
+    )

@@ -1,6 +1,7 @@
 """Embedding (tied dense mode, bert4keras mask), SinusoidalPositionEmbedding,
 PositionEmbedding and the relative position embeddings (their values against
 bert4keras: tests/layers/test_parity.py)."""
+
 import keras
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from tests import numpy_reference as ref
 from tests.harness import PADDING, floats, run_layer_test
 from tests.layer_utils import assert_keras_round_trip
 
-pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+pytestmark = pytest.mark.both_backends  # also runs in the JAX pass (tests/conftest.py)
 
 
 def test_embedding_mask_keeps_first_position():
@@ -50,8 +51,12 @@ def test_tied_model_round_trip():
 def test_sinusoidal_position_embedding_modes(rng, merge_mode):
     x = rng.normal(size=(2, 5, 6)).astype("float32")
     table = ref.sinusoidal(5, 6)
-    expected = {"add": x + table, "mul": x * (1 + table), "zero": table[None],
-                "concat": np.concatenate([x, np.broadcast_to(table, x.shape)], -1)}[merge_mode]
+    expected = {
+        "add": x + table,
+        "mul": x * (1 + table),
+        "zero": table[None],
+        "concat": np.concatenate([x, np.broadcast_to(table, x.shape)], -1),
+    }[merge_mode]
     layer = SinusoidalPositionEmbedding(6, merge_mode)
     got = keras.ops.convert_to_numpy(layer(x))
     np.testing.assert_allclose(got, expected, atol=2e-6)
@@ -63,7 +68,6 @@ def test_custom_position_ids(rng):
     positions = np.array([[2, 0, 700]])
     got = keras.ops.convert_to_numpy(SinusoidalPositionEmbedding(4, "zero", custom_position_ids=True)([x, positions]))
     np.testing.assert_allclose(got[0], ref.sinusoidal(701, 4)[[2, 0, 700]], atol=1e-4)
-
 
 
 def test_position_embedding_in_a_model(rng):
@@ -107,13 +111,20 @@ def test_relative_position_embeddings_clip_and_round_trip():
 
 def test_embedding_passes_the_layer_harness():
     ids = np.array([[3, 4, 5, 0, 0], [1, 2, 3, 4, 10]], "int32")
-    run_layer_test(Embedding, {"input_dim": 11, "output_dim": 8, "mask_zero": True}, ids, (2, 5, 8),
-                   input_mask=PADDING, expected_output_mask=ids != 0)
+    run_layer_test(
+        Embedding,
+        {"input_dim": 11, "output_dim": 8, "mask_zero": True},
+        ids,
+        (2, 5, 8),
+        input_mask=PADDING,
+        expected_output_mask=ids != 0,
+    )
 
 
 def test_position_embedding_passes_the_layer_harness():
-    run_layer_test(PositionEmbedding, {"input_dim": 10, "output_dim": 8}, floats(2, 5, 8), (2, 5, 8),
-                   input_mask=PADDING)
+    run_layer_test(
+        PositionEmbedding, {"input_dim": 10, "output_dim": 8}, floats(2, 5, 8), (2, 5, 8), input_mask=PADDING
+    )
 
 
 def test_sinusoidal_position_embedding_passes_the_layer_harness():
@@ -121,10 +132,22 @@ def test_sinusoidal_position_embedding_passes_the_layer_harness():
 
 
 def test_relative_position_embedding_passes_the_layer_harness():
-    run_layer_test(RelativePositionEmbedding, {"input_dim": 7, "output_dim": 4}, [floats(2, 5, 8), floats(2, 5, 8)],
-                   (5, 5, 4), input_mask=[PADDING, PADDING], expected_output_mask=PADDING)
+    run_layer_test(
+        RelativePositionEmbedding,
+        {"input_dim": 7, "output_dim": 4},
+        [floats(2, 5, 8), floats(2, 5, 8)],
+        (5, 5, 4),
+        input_mask=[PADDING, PADDING],
+        expected_output_mask=PADDING,
+    )
 
 
 def test_relative_position_embedding_t5_passes_the_layer_harness():
-    run_layer_test(RelativePositionEmbeddingT5, {"input_dim": 8, "output_dim": 2}, [floats(2, 5, 8), floats(2, 5, 8)],
-                   (5, 5, 2), input_mask=[PADDING, PADDING], expected_output_mask=PADDING)
+    run_layer_test(
+        RelativePositionEmbeddingT5,
+        {"input_dim": 8, "output_dim": 2},
+        [floats(2, 5, 8), floats(2, 5, 8)],
+        (5, 5, 2),
+        input_mask=[PADDING, PADDING],
+        expected_output_mask=PADDING,
+    )

@@ -1,4 +1,5 @@
 """FeedForward against numpy."""
+
 import keras
 import numpy as np
 import pytest
@@ -6,7 +7,7 @@ import pytest
 from gau_keras.layers import FeedForward
 from tests.harness import PADDING, floats, run_layer_test
 
-pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+pytestmark = pytest.mark.both_backends  # also runs in the JAX pass (tests/conftest.py)
 
 
 def test_feedforward_relu_no_bias(rng):
@@ -32,5 +33,6 @@ def test_feedforward_glu(rng):
 
 
 def test_feedforward_passes_the_layer_harness():
-    run_layer_test(FeedForward, {"units": 12, "activation": ["swish", "linear"]}, floats(2, 5, 8), (2, 5, 8),
-                   input_mask=PADDING)
+    run_layer_test(
+        FeedForward, {"units": 12, "activation": ["swish", "linear"]}, floats(2, 5, 8), (2, 5, 8), input_mask=PADDING
+    )

@@ -1,4 +1,5 @@
 """GlobalPointer against a numpy implementation of its equations."""
+
 import keras
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ from gau_keras.ops import NEG_INF
 from tests.harness import PADDING, floats, run_layer_test
 from tests.layer_utils import assert_keras_round_trip
 
-pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+pytestmark = pytest.mark.both_backends  # also runs in the JAX pass (tests/conftest.py)
 
 
 def _rotate_pairs(x, positions):
@@ -29,7 +30,7 @@ def _reference(layer, x, mask, rope, tril):
     bias = keras.ops.convert_to_numpy(layer.dense.bias).astype(float)
     batch, length, _ = x.shape
     z = (x.astype(float) @ kernel + bias).reshape(batch, length, layer.heads, 2 * layer.head_size)
-    q, k = z[..., :layer.head_size], z[..., layer.head_size:]
+    q, k = z[..., : layer.head_size], z[..., layer.head_size :]
     if rope:
         q, k = _rotate_pairs(q, range(length)), _rotate_pairs(k, range(length))
     scores = np.einsum("bmtd,bntd->btmn", q, k) / np.sqrt(layer.head_size)
@@ -112,10 +113,22 @@ def test_mixed_precision_keeps_valid_spans_finite(rng):
 
 
 def test_global_pointer_passes_the_layer_harness():
-    run_layer_test(GlobalPointer, {"heads": 2, "head_size": 4}, floats(2, 5, 8), (2, 2, 5, 5), input_mask=PADDING,
-                   expected_output_mask=None)
+    run_layer_test(
+        GlobalPointer,
+        {"heads": 2, "head_size": 4},
+        floats(2, 5, 8),
+        (2, 2, 5, 5),
+        input_mask=PADDING,
+        expected_output_mask=None,
+    )
 
 
 def test_efficient_global_pointer_passes_the_layer_harness():
-    run_layer_test(EfficientGlobalPointer, {"heads": 2, "head_size": 4}, floats(2, 5, 8), (2, 2, 5, 5),
-                   input_mask=PADDING, expected_output_mask=None)
+    run_layer_test(
+        EfficientGlobalPointer,
+        {"heads": 2, "head_size": 4},
+        floats(2, 5, 8),
+        (2, 2, 5, 5),
+        input_mask=PADDING,
+        expected_output_mask=None,
+    )

@@ -1,4 +1,5 @@
 """gau_keras.layers.heads and gau_keras.losses: output shapes, masking and losses (numpy references)."""
+
 import tempfile
 
 import keras
@@ -12,7 +13,7 @@ from tests.harness import PADDING, floats, ints, run_layer_test
 from tests.layer_utils import assert_keras_round_trip
 from tests.model_utils import TINY_GAU, write_config
 
-pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+pytestmark = pytest.mark.both_backends  # also runs in the JAX pass (tests/conftest.py)
 
 IDS = np.array([[2, 7, 8, 9, 3], [2, 10, 3, 0, 0]], "int32")
 SEGMENTS = np.zeros_like(IDS)
@@ -64,7 +65,7 @@ def test_multiple_choice_scores_each_choice_alone_and_masks_missing_ones():
     transformer = _encoder()
     model = heads.multiple_choice_model(transformer.model, dropout_rate=0.0)
     ids = np.zeros((2, 3, 5), "int32")
-    ids[0, :2], ids[1, :3] = IDS, np.concatenate([IDS, IDS[:1]])    # example 0 has 2 choices
+    ids[0, :2], ids[1, :3] = IDS, np.concatenate([IDS, IDS[:1]])  # example 0 has 2 choices
     logits = model.predict([ids, np.zeros_like(ids)], verbose=0)
     assert logits.shape == (2, 3)
     assert logits[0, 2] == NEG_INF and np.all(logits[1] > NEG_INF)
@@ -76,9 +77,8 @@ def test_multiple_choice_scores_each_choice_alone_and_masks_missing_ones():
 
 
 def test_candidate_scores_are_mean_log_probabilities(rng):
-    logits = rng.normal(size=(2, 3, 7)).astype("float32")          # [B, M, V]
-    candidates = np.array([[[1, 2, 3], [4, 5, 0], [0, 0, 0]],
-                           [[6, 6, 6], [2, 0, 0], [3, 1, 4]]], "int32")   # [B, C, M]
+    logits = rng.normal(size=(2, 3, 7)).astype("float32")  # [B, M, V]
+    candidates = np.array([[[1, 2, 3], [4, 5, 0], [0, 0, 0]], [[6, 6, 6], [2, 0, 0], [3, 1, 4]]], "int32")  # [B, C, M]
     got = keras.ops.convert_to_numpy(heads.CandidateScores()([logits, candidates]))
     logp = _log_softmax(logits.astype(float))
     expected = np.full((2, 3), NEG_INF)
@@ -136,8 +136,14 @@ def test_first_token_passes_the_layer_harness():
 
 
 def test_candidate_scores_passes_the_layer_harness():
-    run_layer_test(heads.CandidateScores, {}, [floats(2, 3, 7), ints(7, 2, 4, 3)], (2, 4), input_mask=[None, None],
-                   expected_output_mask=None)
+    run_layer_test(
+        heads.CandidateScores,
+        {},
+        [floats(2, 3, 7), ints(7, 2, 4, 3)],
+        (2, 4),
+        input_mask=[None, None],
+        expected_output_mask=None,
+    )
 
 
 def test_choice_logits_passes_the_layer_harness():
@@ -150,10 +156,22 @@ def test_flatten_choices_passes_the_layer_harness():
 
 def test_gather_positions_passes_the_layer_harness():
     positions = np.array([[0, 2, 4], [1, 1, 3]], "int32")
-    run_layer_test(heads.GatherPositions, {}, [floats(2, 5, 8), positions], (2, 3, 8), input_mask=[PADDING, None],
-                   expected_output_mask=None)
+    run_layer_test(
+        heads.GatherPositions,
+        {},
+        [floats(2, 5, 8), positions],
+        (2, 3, 8),
+        input_mask=[PADDING, None],
+        expected_output_mask=None,
+    )
 
 
 def test_span_logits_passes_the_layer_harness():
-    run_layer_test(heads.SpanLogits, {}, [floats(2, 5, 2), ints(9, 2, 5)], (2, 2, 5), input_mask=[PADDING, None],
-                   expected_output_mask=None)
+    run_layer_test(
+        heads.SpanLogits,
+        {},
+        [floats(2, 5, 2), ints(9, 2, 5)],
+        (2, 2, 5),
+        input_mask=[PADDING, None],
+        expected_output_mask=None,
+    )

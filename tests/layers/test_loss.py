@@ -1,5 +1,6 @@
 """The Loss layer: a model compiled with no loss trains on it, add_metric shows
 in fit's history (reset every epoch), predict works, masks and output_axis."""
+
 import keras
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from gau_keras.layers import Embedding, Loss
 from tests.harness import PADDING, floats, run_layer_test
 from tests.layer_utils import MeanLoss, assert_keras_round_trip
 
-pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+pytestmark = pytest.mark.both_backends  # also runs in the JAX pass (tests/conftest.py)
 
 
 @keras.saving.register_keras_serializable(package="tests")
@@ -28,7 +29,7 @@ def _regression(rng):
     x, y = keras.Input((3,)), keras.Input((1,))
     prediction = keras.layers.Dense(1)(x)
     layer = SquaredError(1)
-    model = Model([x, y], layer([y, prediction]))       # the face's: on JAX it adds add_metric's values
+    model = Model([x, y], layer([y, prediction]))  # the face's: on JAX it adds add_metric's values
     data = rng.normal(size=(64, 3)).astype("float32")
     return model, layer, [data, data @ np.array([[1.0], [-2.0], [0.5]], "float32")]
 
@@ -44,7 +45,8 @@ def test_trains_on_its_loss_and_reports_its_metrics(rng):
     steps = next(m for m in layer.metrics if m.name == "steps")
     assert float(steps.count) == 4 and history["steps"] == [1.0, 1.0, 1.0]
     assert model.evaluate(data, verbose=0, return_dict=True)["mae"] == pytest.approx(
-        float(np.mean(np.abs(model.predict(data, verbose=0) - data[1]))), rel=1e-4)
+        float(np.mean(np.abs(model.predict(data, verbose=0) - data[1]))), rel=1e-4
+    )
 
 
 def test_predict_returns_the_selected_input(rng):
@@ -113,8 +115,9 @@ def test_metrics_under_a_two_replica_mirrored_strategy():
 
     from tests.conftest import REPO_ROOT
 
-    result = subprocess.run([sys.executable, "-c", MIRRORED], cwd=REPO_ROOT, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", MIRRORED], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
 
 
@@ -162,14 +165,19 @@ def test_add_metric_gives_the_same_logs_on_jax_as_on_tensorflow(requires_jax):
 
     logs = {}
     for backend in ("tensorflow", "jax"):
-        if backend == keras.backend.backend():                    # this process's backend: run here
+        if backend == keras.backend.backend():  # this process's backend: run here
             printed = io.StringIO()
             with contextlib.redirect_stdout(printed):
                 exec(BACKEND_RUN, {})
             stdout = printed.getvalue()
         else:
-            result = subprocess.run([sys.executable, "-c", BACKEND_RUN], capture_output=True, text=True,
-                                    timeout=300, env=dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu"))
+            result = subprocess.run(
+                [sys.executable, "-c", BACKEND_RUN],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env=dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu"),
+            )
             assert result.returncode == 0, result.stderr[-3000:]
             stdout = result.stdout
         logs[backend] = json.loads(stdout.strip().splitlines()[-1])

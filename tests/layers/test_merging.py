@@ -1,4 +1,5 @@
 """Add with Keras 2 mask semantics, Concatenate1D and the masked GlobalMaxPooling1D."""
+
 import keras
 import numpy as np
 import pytest
@@ -7,7 +8,7 @@ from gau_keras.layers import Add, Concatenate1D, Embedding, GlobalMaxPooling1D
 from tests.harness import PADDING, floats, run_layer_test
 from tests.layer_utils import assert_keras_round_trip
 
-pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+pytestmark = pytest.mark.both_backends  # also runs in the JAX pass (tests/conftest.py)
 
 
 def test_add_keeps_mask_of_the_masked_input():
@@ -44,10 +45,22 @@ def test_concatenate1d_mixes_masked_and_unmasked_sequences():
 
 
 def test_add_passes_the_layer_harness():
-    run_layer_test(Add, {}, [floats(2, 5, 8), floats(2, 5, 8, seed=1)], (2, 5, 8), input_mask=[PADDING, None],
-                   expected_output_mask=PADDING)
+    run_layer_test(
+        Add,
+        {},
+        [floats(2, 5, 8), floats(2, 5, 8, seed=1)],
+        (2, 5, 8),
+        input_mask=[PADDING, None],
+        expected_output_mask=PADDING,
+    )
 
 
 def test_concatenate1d_passes_the_layer_harness():
-    run_layer_test(Concatenate1D, {}, [floats(2, 5, 8), floats(2, 3, 8, seed=1)], (2, 8, 8),
-                   input_mask=[PADDING, None], expected_output_mask=np.concatenate([PADDING, np.ones((2, 3), bool)], 1))
+    run_layer_test(
+        Concatenate1D,
+        {},
+        [floats(2, 5, 8), floats(2, 3, 8, seed=1)],
+        (2, 8, 8),
+        input_mask=[PADDING, None],
+        expected_output_mask=np.concatenate([PADDING, np.ones((2, 3), bool)], 1),
+    )

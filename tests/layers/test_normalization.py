@@ -1,4 +1,5 @@
 """LayerNormalization and ScaleOffset against numpy."""
+
 import keras
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ from tests import numpy_reference as ref
 from tests.harness import PADDING, floats, run_layer_test
 from tests.layer_utils import assert_keras_round_trip
 
-pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+pytestmark = pytest.mark.both_backends  # also runs in the JAX pass (tests/conftest.py)
 
 
 def test_rms_norm_without_parameters(rng):
@@ -27,7 +28,7 @@ def test_full_layer_norm(rng):
     layer.gamma.assign(gamma)
     layer.beta.assign(beta)
     centred = x - x.mean(-1, keepdims=True)
-    expected = centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + 1e-5) * gamma + beta
+    expected = centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-5) * gamma + beta
     np.testing.assert_allclose(keras.ops.convert_to_numpy(layer(x)), expected, atol=1e-5)
 
 
@@ -49,7 +50,10 @@ def test_conditional_layer_norm_model_keeps_the_mask_and_round_trips(rng):
     y = layer([x, cond])
     assert y._keras_mask is not None and tuple(y.shape) == (None, None, 6)
     assert sorted(w.path.split("/")[-2] for w in layer.weights if "dense" in w.path) == [
-        "beta_dense", "gamma_dense", "hidden_dense"]
+        "beta_dense",
+        "gamma_dense",
+        "hidden_dense",
+    ]
     model = keras.Model([ids, cond], y)
     inputs = [np.array([[1, 2, 0]]), rng.normal(size=(1, 3)).astype("float32")]
     before = model.predict(inputs, verbose=0)

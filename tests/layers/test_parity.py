@@ -3,6 +3,7 @@ CRF / MEMM losses and accuracies, GlobalPointer / EfficientGlobalPointer
 (weights copied both ways), conditional LayerNormalization, PositionEmbedding,
 the relative position embeddings, Concatenate1D and the masked max pooling.
 One reference process for the whole module."""
+
 import keras
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from gau_keras import layers as L
 from tests.reference.harness import run_bert4keras_code
 
-pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+pytestmark = pytest.mark.both_backends  # also runs in the JAX pass (tests/conftest.py)
 
 LABELS, LENGTHS = 5, [6, 4, 2]
 GP_VARIANTS = [dict(), dict(RoPE=False), dict(tril_mask=False, use_bias=False)]
@@ -118,16 +119,23 @@ def _inputs():
     mask = np.arange(6)[None] < np.array(LENGTHS)[:, None]
     x_mask = np.arange(7)[None] < np.array([7, 4])[:, None]
     data = dict(
-        logits=rng.normal(size=(3, 6, LABELS)).astype("float32"), mask=mask,
-        labels=rng.integers(0, LABELS, size=(3, 6)), trans=rng.normal(size=(LABELS, LABELS)).astype("float32"),
-        l_trans=rng.normal(size=(LABELS, 3)).astype("float32"), r_trans=rng.normal(size=(LABELS, 3)).astype("float32"),
-        x=rng.normal(size=(2, 7, 6)).astype("float32"), x_mask=x_mask,
+        logits=rng.normal(size=(3, 6, LABELS)).astype("float32"),
+        mask=mask,
+        labels=rng.integers(0, LABELS, size=(3, 6)),
+        trans=rng.normal(size=(LABELS, LABELS)).astype("float32"),
+        l_trans=rng.normal(size=(LABELS, 3)).astype("float32"),
+        r_trans=rng.normal(size=(LABELS, 3)).astype("float32"),
+        x=rng.normal(size=(2, 7, 6)).astype("float32"),
+        x_mask=x_mask,
         cond2=rng.normal(size=(2, 4)).astype("float32"),
-        ln_gamma=rng.normal(size=6).astype("float32"), ln_beta=rng.normal(size=6).astype("float32"),
+        ln_gamma=rng.normal(size=6).astype("float32"),
+        ln_beta=rng.normal(size=6).astype("float32"),
         ln_gamma_dense=rng.normal(size=(4, 6)).astype("float32"),
         ln_beta_dense=rng.normal(size=(4, 6)).astype("float32"),
-        ln_hidden=rng.normal(size=(4, 3)).astype("float32"), ln_gamma_dense_h=rng.normal(size=(3, 6)).astype("float32"),
-        pos_table=rng.normal(size=(9, 6)).astype("float32"), pos_ids=rng.integers(0, 81, size=(2, 7)),
+        ln_hidden=rng.normal(size=(4, 3)).astype("float32"),
+        ln_gamma_dense_h=rng.normal(size=(3, 6)).astype("float32"),
+        pos_table=rng.normal(size=(9, 6)).astype("float32"),
+        pos_ids=rng.integers(0, 81, size=(2, 7)),
         rel_table=rng.normal(size=(8, 3)).astype("float32"),
     )
     for i, options in enumerate(GP_VARIANTS):
@@ -161,9 +169,12 @@ def test_crf_losses_and_accuracies(case, lr):
     np.testing.assert_array_equal(_np(y), ref[f"crf{lr}_out"])
     np.testing.assert_allclose(_np(crf.trans), data["trans"] * lr, rtol=1e-6)
     onehot = np.eye(LABELS, dtype="float32")[data["labels"]]
-    for name, got in [("sparse_loss", crf.sparse_loss(data["labels"], y)), ("dense_loss", crf.dense_loss(onehot, y)),
-                      ("sparse_acc", crf.sparse_accuracy(data["labels"], y)),
-                      ("dense_acc", crf.dense_accuracy(onehot, y))]:
+    for name, got in [
+        ("sparse_loss", crf.sparse_loss(data["labels"], y)),
+        ("dense_loss", crf.dense_loss(onehot, y)),
+        ("sparse_acc", crf.sparse_accuracy(data["labels"], y)),
+        ("dense_acc", crf.dense_accuracy(onehot, y)),
+    ]:
         np.testing.assert_allclose(_np(got), ref[f"crf{lr}_{name}"], rtol=1e-5, atol=1e-5, err_msg=name)
     assert np.all(np.isfinite(ref[f"crf{lr}_sparse_loss"])) and ref[f"crf{lr}_sparse_loss"].shape == (3,)
 
@@ -180,9 +191,12 @@ def test_memm_losses_and_accuracies(case, hidden):
         memm._r_trans.assign(data["r_trans"])
     name = "memm" if hidden is None else "memm_lowrank"
     onehot = np.eye(LABELS, dtype="float32")[data["labels"]]
-    for key, got in [("sparse_loss", memm.sparse_loss(data["labels"], y)), ("dense_loss", memm.dense_loss(onehot, y)),
-                     ("sparse_acc", memm.sparse_accuracy(data["labels"], y)),
-                     ("dense_acc", memm.dense_accuracy(onehot, y))]:
+    for key, got in [
+        ("sparse_loss", memm.sparse_loss(data["labels"], y)),
+        ("dense_loss", memm.dense_loss(onehot, y)),
+        ("sparse_acc", memm.sparse_accuracy(data["labels"], y)),
+        ("dense_acc", memm.dense_accuracy(onehot, y)),
+    ]:
         np.testing.assert_allclose(_np(got), ref[f"{name}_{key}"], rtol=1e-5, atol=1e-6, err_msg=key)
 
 
@@ -203,8 +217,8 @@ def test_global_pointers_with_bert4keras_weights(case, variant):
     np.testing.assert_array_equal([d for s in shapes for d in s + (0,)], ref[f"gp{variant}_shapes"])
     flat, weights = ref[f"gp{variant}_weights"], []
     for shape in shapes:  # bert4keras's initial weights into ours
-        weights.append(flat[:int(np.prod(shape))].reshape(shape))
-        flat = flat[int(np.prod(shape)):]
+        weights.append(flat[: int(np.prod(shape))].reshape(shape))
+        flat = flat[int(np.prod(shape)) :]
     gp.set_weights(weights)
     _assert_same_valid_spans(_np(gp(x, mask=mask)), ref[f"gp{variant}"])
 
@@ -225,8 +239,7 @@ def test_conditional_layer_normalization(case):
     ln.gamma_dense.kernel.assign(data["ln_gamma_dense"])
     ln.beta_dense.kernel.assign(data["ln_beta_dense"])
     np.testing.assert_allclose(_np(ln([x, data["cond2"]])), ref["cln"], rtol=1e-5, atol=1e-5)
-    ln = L.LayerNormalization(conditional=True, hidden_units=3, hidden_activation="tanh", zero_mean=False,
-                              offset=False)
+    ln = L.LayerNormalization(conditional=True, hidden_units=3, hidden_activation="tanh", zero_mean=False, offset=False)
     ln([x, data["cond2"]])
     assert not hasattr(ln, "beta") and not hasattr(ln, "beta_dense")
     ln.gamma.assign(data["ln_gamma"])
@@ -249,10 +262,12 @@ def test_position_embeddings(case):
         np.testing.assert_allclose(run(x, merge_mode=mode), ref["pe_" + mode], rtol=1e-6, atol=1e-6, err_msg=mode)
     ids = data["pos_ids"]
     assert ids.max() >= 9  # the hierarchical table reaches beyond input_dim
-    np.testing.assert_allclose(run([x, ids], hierarchical=True, custom_position_ids=True), ref["pe_hier"],
-                               rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(run([x, ids % 9], merge_mode="concat", custom_position_ids=True), ref["pe_custom"],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        run([x, ids], hierarchical=True, custom_position_ids=True), ref["pe_hier"], rtol=1e-5, atol=1e-5
+    )
+    np.testing.assert_allclose(
+        run([x, ids % 9], merge_mode="concat", custom_position_ids=True), ref["pe_custom"], rtol=1e-6
+    )
 
 
 def test_relative_position_embeddings(case):
@@ -289,22 +304,25 @@ def test_constructors_take_bert4keras_arguments_in_its_order(case):
     import inspect
 
     _, ref = case
-    names = {key[len("signature_"):] for key in ref if key.startswith("signature_")}
+    names = {key[len("signature_") :] for key in ref if key.startswith("signature_")}
     assert {"Loss", "GlobalPointer", "ConditionalRandomField"} <= names
     mismatches = []
     for name in sorted(names - NOT_COMPARED):
         expected = [p for p in ref["signature_" + name].tolist() if p]
-        parameters = [p for p in inspect.signature(getattr(L, name).__init__).parameters.values()
-                      if p.name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD]
+        parameters = [
+            p
+            for p in inspect.signature(getattr(L, name).__init__).parameters.values()
+            if p.name != "self" and p.kind is p.POSITIONAL_OR_KEYWORD
+        ]
         got = [f"{p.name}={p.default!r}" for p in parameters]
-        if got[:len(expected)] != expected:
+        if got[: len(expected)] != expected:
             mismatches.append((name, expected, got))
     assert not mismatches
 
 
 def test_bert4keras_layer_names_and_keras_layers_are_importable(case):
     _, ref = case
-    names = {key[len("signature_"):] for key in ref if key.startswith("signature_")}
+    names = {key[len("signature_") :] for key in ref if key.startswith("signature_")}
     assert names - {"BatchSplit", "BatchConcat"} == set(L.custom_objects)
     assert all(L.custom_objects[name] is getattr(L, name) for name in L.custom_objects)
     star = {}

@@ -1,6 +1,7 @@
 """recompute=True (bert4keras's RECOMPUTE): the same gradients, dropout included,
 for GAU-alpha and RoFormerV2, eager and compiled (tf.function; jax.jit), on
 either backend; the layers keep it through .keras round trips."""
+
 import keras
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ from gau_keras import build_transformer_model
 from gau_keras.layers import FeedForward, GatedAttentionUnit
 from tests.model_utils import TINY
 
-pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+pytestmark = pytest.mark.both_backends  # also runs in the JAX pass (tests/conftest.py)
 
 
 def _tensorflow_loss_and_gradients(model, ids, compiled):
@@ -32,7 +33,8 @@ def _jax_loss_and_gradients(model, ids, compiled):
 
     step = jax.value_and_grad(loss)
     return (jax.jit(step) if compiled else step)(
-        [v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables], ids)
+        [v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables], ids
+    )
 
 
 def _gradients(model_name, recompute, dropout, compiled, seed=7):
@@ -41,7 +43,7 @@ def _gradients(model_name, recompute, dropout, compiled, seed=7):
     model = build_transformer_model(model=model_name, with_mlm="linear", recompute=recompute, **config)
     ids = np.random.default_rng(0).integers(1, 60, size=(3, 17)).astype("int32")
     ids[2, 11:] = 0
-    keras.utils.set_random_seed(seed)           # the dropout masks of this step
+    keras.utils.set_random_seed(seed)  # the dropout masks of this step
     step = _jax_loss_and_gradients if keras.backend.backend() == "jax" else _tensorflow_loss_and_gradients
     loss, grads = step(model, ids, compiled)
     return model, loss, [keras.ops.convert_to_numpy(g) for g in grads]
@@ -51,9 +53,13 @@ def _cases():
     """(model, dropout, compiled) triples; on JAX, eager runs op by op (8-10 s per model on a 2-core
     CPU), so it runs eager only with dropout, the case where the recomputation must replay masks."""
     jax = keras.backend.backend() == "jax"
-    return [pytest.param(model, dropout, graph, id=f"{model}-{dropout}-{'compiled' if graph else 'eager'}")
-            for model in ["gau_alpha", "roformer_v2"] for dropout in [0.0, 0.1] for graph in [False, True]
-            if graph or dropout or not jax]
+    return [
+        pytest.param(model, dropout, graph, id=f"{model}-{dropout}-{'compiled' if graph else 'eager'}")
+        for model in ["gau_alpha", "roformer_v2"]
+        for dropout in [0.0, 0.1]
+        for graph in [False, True]
+        if graph or dropout or not jax
+    ]
 
 
 @pytest.mark.parametrize("model_name, dropout, graph", _cases())

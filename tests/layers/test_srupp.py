@@ -1,5 +1,6 @@
 """gau_keras.layers.srupp against a numpy transcription of the official SRU++
 (time-major, torch weight layouts), plus masking, memory and serialisation."""
+
 import re
 
 import keras
@@ -11,6 +12,7 @@ from gau_keras.layers import SRUpp, SRUppAttention, SRUppCell, SRUppProjectedLin
 from tests.harness import PADDING, floats, run_layer_test
 
 # ---------------------------------------------------------------- numpy reference
+
 
 def np_layer_norm(x, weight, bias):
     mean = x.mean(-1, keepdims=True)
@@ -29,7 +31,7 @@ def np_attention(sd, p, x, memory, mask_pad, attn_add, num_heads):
     proj = z.shape[-1]
     hd = proj // num_heads
     heads = lambda t: t.reshape(t.shape[0], B * num_heads, hd).transpose(1, 0, 2)  # noqa: E731
-    scores = heads(z[M:] * hd ** -0.5) @ heads(k).transpose(0, 2, 1)  # [B*H, L, M+L]
+    scores = heads(z[M:] * hd**-0.5) @ heads(k).transpose(0, 2, 1)  # [B*H, L, M+L]
     if attn_add is not None:
         scores = scores + attn_add[None]
     if mask_pad is not None:
@@ -63,7 +65,7 @@ def np_recurrence(U, x, weight_c, bias, c0, mask_pad, scale_x, dirs, d):
     c_last = np.zeros((B, dirs, d))
     for di in range(dirs):
         c = c0.reshape(B, dirs, d)[:, di]
-        for t in (range(L) if di == 0 else reversed(range(L))):
+        for t in range(L) if di == 0 else reversed(range(L)):
             u = U[t, :, di]
             xp = u[..., 3] if k == 4 else x.reshape(L, B, dirs, d)[t, :, di] * scale_x
             f = sig(u[..., 1] + c * w[0, di] + b[0, di])
@@ -157,10 +159,23 @@ def build_layer(cfg, sd, d_in):
 CONFIGS = {
     "uni-k4-causal": dict(hidden_size=4, proj_size=6, num_layers=2, num_heads=2),
     "bi-layernorm-pre": dict(hidden_size=3, proj_size=4, num_layers=2, bidirectional=True, layer_norm=True),
-    "post-norm-rescale-every2": dict(hidden_size=4, proj_size=4, num_layers=3, layer_norm=True,
-                                     normalize_after=True, rescale=True, attention_every_n_layers=2),
-    "last1-input-to-hidden": dict(hidden_size=4, proj_size=4, num_layers=2, attention_last_n_layers=1,
-                                  attn_layer_norm=False, proj_input_to_hidden_first=True),
+    "post-norm-rescale-every2": dict(
+        hidden_size=4,
+        proj_size=4,
+        num_layers=3,
+        layer_norm=True,
+        normalize_after=True,
+        rescale=True,
+        attention_every_n_layers=2,
+    ),
+    "last1-input-to-hidden": dict(
+        hidden_size=4,
+        proj_size=4,
+        num_layers=2,
+        attention_last_n_layers=1,
+        attn_layer_norm=False,
+        proj_input_to_hidden_first=True,
+    ),
 }
 
 
@@ -177,8 +192,9 @@ def test_matches_numpy_reference(rng, name):
     additive, allowed = causal_additive(L) if causal else (None, None)
     c0 = rng.normal(size=(cfg["num_layers"], B, cfg["hidden_size"] * (2 if cfg.get("bidirectional") else 1)))
     h_ref, c_ref, _ = np_srupp(sd, cfg, x.transpose(1, 0, 2), c0=c0, mask_pad=~keep.T, attn_add=additive)
-    h, c = layer(x, mask=keep, attention_mask=None if allowed is None else allowed[None],
-                 initial_state=c0, return_state=True)
+    h, c = layer(
+        x, mask=keep, attention_mask=None if allowed is None else allowed[None], initial_state=c0, return_state=True
+    )
     np.testing.assert_allclose(ops.convert_to_numpy(h), h_ref.transpose(1, 0, 2), rtol=1e-9, atol=1e-10)
     np.testing.assert_allclose(ops.convert_to_numpy(c), c_ref, rtol=1e-9, atol=1e-10)
 
@@ -187,9 +203,14 @@ def test_attention_transform_with_memory_matches_numpy(rng):
     B, L, M, d_in, p, out = 2, 4, 3, 5, 6, 12
     layer = SRUppAttention(p, out, num_heads=3, dtype="float64")
     layer.build((None, None, d_in))
-    sd = {"linear1.weight": rng.normal(size=(p, d_in)), "linear2.weight": rng.normal(size=(2 * p, p)),
-          "linear3.weight": rng.normal(size=(out, p)), "alpha": np.array([0.4]),
-          "layer_norm.weight": 1 + 0.1 * rng.normal(size=p), "layer_norm.bias": 0.1 * rng.normal(size=p)}
+    sd = {
+        "linear1.weight": rng.normal(size=(p, d_in)),
+        "linear2.weight": rng.normal(size=(2 * p, p)),
+        "linear3.weight": rng.normal(size=(out, p)),
+        "alpha": np.array([0.4]),
+        "layer_norm.weight": 1 + 0.1 * rng.normal(size=p),
+        "layer_norm.bias": 0.1 * rng.normal(size=p),
+    }
     for name in ("linear1", "linear2", "linear3"):
         getattr(layer, name).kernel.assign(sd[name + ".weight"].T)
     layer.alpha.assign(sd["alpha"])
@@ -248,8 +269,17 @@ def test_memory_equals_concatenated_sequence(rng):
 def test_keras_round_trip_and_training_step(tmp_path, rng):
     inputs = keras.Input((None,), dtype="int32")
     emb = keras.layers.Embedding(20, 8, mask_zero=True)(inputs)
-    h = SRUpp(hidden_size=4, proj_size=4, num_layers=2, bidirectional=True, dropout=0.1,
-              attn_dropout=0.1, layer_norm=True, rescale=True, name="srupp")(emb)
+    h = SRUpp(
+        hidden_size=4,
+        proj_size=4,
+        num_layers=2,
+        bidirectional=True,
+        dropout=0.1,
+        attn_dropout=0.1,
+        layer_norm=True,
+        rescale=True,
+        name="srupp",
+    )(emb)
     model = keras.Model(inputs, keras.layers.Dense(3)(h))
     model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     tokens = rng.integers(1, 20, size=(4, 7))
@@ -259,8 +289,9 @@ def test_keras_round_trip_and_training_step(tmp_path, rng):
     path = tmp_path / "srupp.keras"
     model.save(path)
     restored = keras.models.load_model(path)
-    np.testing.assert_allclose(ops.convert_to_numpy(restored(tokens)), ops.convert_to_numpy(model(tokens)),
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(restored(tokens)), ops.convert_to_numpy(model(tokens)), rtol=1e-6, atol=1e-6
+    )
     assert restored.get_layer("srupp").get_config() == model.get_layer("srupp").get_config()
 
 
@@ -287,8 +318,9 @@ def test_mixed_precision_runs_in_float32_inside(rng):
     layer.set_weights(reference.get_weights())
     h = layer(x)
     assert keras.backend.standardize_dtype(h.dtype) == "bfloat16"
-    np.testing.assert_allclose(ops.convert_to_numpy(ops.cast(h, "float32")), ops.convert_to_numpy(reference(x)),
-                               rtol=0.05, atol=0.05)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(ops.cast(h, "float32")), ops.convert_to_numpy(reference(x)), rtol=0.05, atol=0.05
+    )
 
 
 @pytest.mark.both_backends
@@ -301,11 +333,14 @@ def test_an_input_of_the_wrong_rank_names_the_layout_and_the_shape(shape):
         for x in (np.zeros(shape, "float32"), keras.Input(shape[1:], batch_size=2)):
             with pytest.raises(ValueError, match=f"^{layer.name}: {expected}$"):
                 layer(x)
-        layer(np.zeros((2, 3, 8), "float32"))      # a later call, once the layer is built
+        layer(np.zeros((2, 3, 8), "float32"))  # a later call, once the layer is built
         with pytest.raises(ValueError, match=f"^{layer.name}: {expected}$"):
             layer(np.zeros(shape, "float32"))
-    with pytest.raises(ValueError, match=r"^sr_upp_cell\w*: the memory must be \[batch, memory_length, features\] "
-                                         r"\(rank 3\), got shape \(2, 8\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^sr_upp_cell\w*: the memory must be \[batch, memory_length, features\] "
+        r"\(rank 3\), got shape \(2, 8\)$",
+    ):
         layer(np.zeros((2, 3, 8), "float32"), memory=np.zeros((2, 8), "float32"))
 
 
@@ -321,11 +356,13 @@ def test_srupp_cell_passes_the_layer_harness():
 
 @pytest.mark.both_backends
 def test_srupp_attention_passes_the_layer_harness():
-    run_layer_test(SRUppAttention, {"proj_size": 4, "out_features": 12}, floats(2, 5, 8), (2, 5, 12),
-                   input_mask=PADDING)
+    run_layer_test(
+        SRUppAttention, {"proj_size": 4, "out_features": 12}, floats(2, 5, 8), (2, 5, 12), input_mask=PADDING
+    )
 
 
 @pytest.mark.both_backends
 def test_srupp_projected_linear_passes_the_layer_harness():
-    run_layer_test(SRUppProjectedLinear, {"proj_size": 4, "out_features": 12}, floats(2, 5, 8), (2, 5, 12),
-                   input_mask=PADDING)
+    run_layer_test(
+        SRUppProjectedLinear, {"proj_size": 4, "out_features": 12}, floats(2, 5, 8), (2, 5, 12), input_mask=PADDING
+    )

@@ -1,6 +1,7 @@
 """The BERT family's builders (gau_keras/models/bert, albert, nezha, roformer, electra) and the
 Backbone classes: what bert4keras's parity tests (test_bert4keras_parity_encoders.py) do not
 cover — bad input, the layers' sharing, checkpoints that do not fit, configs and presets."""
+
 import json
 
 import keras
@@ -45,13 +46,14 @@ def test_albert_shares_one_block_and_albert_unshared_has_one_per_layer():
     assert "Transformer-MultiHeadSelfAttention" in albert.layers and "Transformer-0-FeedForward" not in albert.layers
     assert {"Transformer-0-FeedForward", "Transformer-1-FeedForward"} <= set(unshared.layers)
     assert len(unshared.model.weights) > len(albert.model.weights)
-    assert albert.model.get_layer("Embedding-Mapping").kernel.shape == (8, 16)   # embedding_size -> hidden
+    assert albert.model.get_layer("Embedding-Mapping").kernel.shape == (8, 16)  # embedding_size -> hidden
 
 
 def test_albert_unshared_reads_the_shared_group_into_every_layer_and_writes_it_back_only_if_equal(tmp_path):
     _, ckpt = random_checkpoint(str(tmp_path / "albert"), model="albert")
-    unshared = build_transformer_model(str(tmp_path / "albert" / "bert_config.json"), ckpt,
-                                       model="albert_unshared", return_keras_model=False)
+    unshared = build_transformer_model(
+        str(tmp_path / "albert" / "bert_config.json"), ckpt, model="albert_unshared", return_keras_model=False
+    )
     first, second = (unshared.layers[f"Transformer-{i}-FeedForward"].o_dense.kernel for i in (0, 1))
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(first), keras.ops.convert_to_numpy(second))
     again = unshared.save_weights_as_checkpoint(str(tmp_path / "again" / "bert_model.ckpt"))
@@ -70,18 +72,27 @@ def test_a_gau_alpha_checkpoint_loaded_as_the_default_model_names_the_fix(tmp_pa
 
 def test_an_albert_checkpoint_loaded_as_bert_names_albert(tmp_path):
     config, ckpt = random_checkpoint(str(tmp_path), model="albert")
-    with pytest.raises(checkpoints.CheckpointError, match=r"ALBERT's shared layer group: load it with "
-                                                          r"model='albert'"):
+    with pytest.raises(
+        checkpoints.CheckpointError,
+        match=r"ALBERT's shared layer group: load it with "
+        r"model='albert'",
+    ):
         build_transformer_model(config, ckpt)
 
 
 def test_a_missing_variable_and_a_wrong_shape_name_layer_variable_and_file(tmp_path):
     config, ckpt = random_checkpoint(str(tmp_path), model="bert")
-    with pytest.raises(checkpoints.CheckpointError, match=r"layer 'Pooler-Dense'.*'bert/pooler/dense/kernel' is "
-                                                          r"missing from '.*bert_model.ckpt'"):
+    with pytest.raises(
+        checkpoints.CheckpointError,
+        match=r"layer 'Pooler-Dense'.*'bert/pooler/dense/kernel' is "
+        r"missing from '.*bert_model.ckpt'",
+    ):
         build_transformer_model(config, ckpt, with_pool=True)
-    with pytest.raises(checkpoints.CheckpointError, match=r"layer 'Embedding-Position'.*\(32, 16\).*"
-                                                          r"'bert/embeddings/position_embeddings'.*\(64, 16\)"):
+    with pytest.raises(
+        checkpoints.CheckpointError,
+        match=r"layer 'Embedding-Position'.*\(32, 16\).*"
+        r"'bert/embeddings/position_embeddings'.*\(64, 16\)",
+    ):
         build_transformer_model(config, ckpt, max_position=32)
 
 
@@ -113,8 +124,7 @@ def test_with_nsp_puts_the_pooler_under_the_next_sentence_head_and_outputs_keep_
 
 
 def test_nezha_relative_positions_are_a_fixed_sinusoidal_table_outside_the_checkpoint():
-    nezha = build_transformer_model(**TINY["bert"], model="nezha", max_relative_position=3,
-                                    return_keras_model=False)
+    nezha = build_transformer_model(**TINY["bert"], model="nezha", max_relative_position=3, return_keras_model=False)
     table = nezha.layers["Embedding-Relative-Position"]
     assert not table.trainable and tuple(table.embeddings.shape) == (7, 8)
     values = keras.ops.convert_to_numpy(table.embeddings)
@@ -125,12 +135,17 @@ def test_nezha_relative_positions_are_a_fixed_sinusoidal_table_outside_the_check
 
 def test_conditional_layer_norm_conditions_every_norm():
     cond = keras.Input((3,), name="Condition")
-    transformer = build_transformer_model(**TINY["bert"], layer_norm_cond=cond, layer_norm_cond_hidden_size=4,
-                                          layer_norm_cond_hidden_act="tanh", additional_input_layers=cond,
-                                          return_keras_model=False)
+    transformer = build_transformer_model(
+        **TINY["bert"],
+        layer_norm_cond=cond,
+        layer_norm_cond_hidden_size=4,
+        layer_norm_cond_hidden_act="tanh",
+        additional_input_layers=cond,
+        return_keras_model=False,
+    )
     norms = [layer for name, layer in transformer.layers.items() if name.endswith("Norm")]
     assert len(norms) == 5 and all(norm.conditional and norm.hidden_units == 4 for norm in norms)
-    assert not isinstance(transformer.model, Backbone)     # a tensor argument: a plain Model
+    assert not isinstance(transformer.model, Backbone)  # a tensor argument: a plain Model
     base = transformer.model.predict([IDS, SEGMENTS, np.zeros((2, 3))], verbose=0)
     for norm in norms:
         norm.gamma_dense.kernel.assign(np.ones(norm.gamma_dense.kernel.shape))
@@ -139,8 +154,17 @@ def test_conditional_layer_norm_conditions_every_norm():
 
 
 def test_every_registered_builder_has_a_backbone_whose_config_rebuilds_it():
-    assert {cls.__name__ for cls in BACKBONES} >= {"BERT", "ALBERT", "ALBERT_Unshared", "NEZHA", "RoFormer",
-                                                   "ELECTRA", "RoFormerV2", "GAU_alpha", "SRUppModel"}
+    assert {cls.__name__ for cls in BACKBONES} >= {
+        "BERT",
+        "ALBERT",
+        "ALBERT_Unshared",
+        "NEZHA",
+        "RoFormer",
+        "ELECTRA",
+        "RoFormerV2",
+        "GAU_alpha",
+        "SRUppModel",
+    }
     backbone = NezhaBackbone(**read_config(TINY["bert"]), with_mlm=True, keep_tokens=np.arange(40))
     config = backbone.get_config()
     assert config["keep_tokens"] == list(range(40)) and json.dumps(config)
@@ -156,19 +180,24 @@ def test_from_preset_takes_the_bundled_name_or_a_model_directory(tmp_path):
     random_checkpoint(str(directory), model="bert", heads={"with_mlm": True})
     (directory / "vocab.txt").write_text("\n".join(f"t{i}" for i in range(60)) + "\n", encoding="utf-8")
     model = BertBackbone.from_preset(str(directory), with_mlm=True)
-    reference = build_transformer_model(str(directory / "bert_config.json"), str(directory / "bert_model.ckpt"),
-                                        with_mlm=True)
-    np.testing.assert_allclose(model.predict([IDS, SEGMENTS], verbose=0),
-                               reference.predict([IDS, SEGMENTS], verbose=0), atol=1e-6)
+    reference = build_transformer_model(
+        str(directory / "bert_config.json"), str(directory / "bert_model.ckpt"), with_mlm=True
+    )
+    np.testing.assert_allclose(
+        model.predict([IDS, SEGMENTS], verbose=0), reference.predict([IDS, SEGMENTS], verbose=0), atol=1e-6
+    )
     with pytest.raises(ValueError, match=r"'nope' is neither a preset of this class \(\['gau_alpha_tiny'\]\)"):
         GAUAlphaBackbone.from_preset("nope")
 
 
 def test_checkpoint_hints_name_the_model_the_checkpoint_fits(tmp_path):
     config, roformer = random_checkpoint(str(tmp_path / "roformer"), model="roformer")
-    with pytest.raises(checkpoints.CheckpointError, match=r"no position embeddings: load it with model='roformer' "
-                                                          r"or model='nezha'"):
-        build_transformer_model(config, roformer)            # BERT wants bert/embeddings/position_embeddings
+    with pytest.raises(
+        checkpoints.CheckpointError,
+        match=r"no position embeddings: load it with model='roformer' "
+        r"or model='nezha'",
+    ):
+        build_transformer_model(config, roformer)  # BERT wants bert/embeddings/position_embeddings
     config, v2 = random_checkpoint(str(tmp_path / "v2"), model="roformer_v2")
     with pytest.raises(checkpoints.CheckpointError, match=r"without LayerNorm: load it with model='roformer_v2'"):
         build_transformer_model(config, v2, model="roformer", hidden_act="gelu")
@@ -177,7 +206,7 @@ def test_checkpoint_hints_name_the_model_the_checkpoint_fits(tmp_path):
     class MyBERT(BERT):
         pass
 
-    with pytest.raises(checkpoints.CheckpointError) as error:     # a shape error, and no advice for one's own class
+    with pytest.raises(checkpoints.CheckpointError) as error:  # a shape error, and no advice for one's own class
         build_transformer_model({**TINY["bert"], "hidden_size": 8}, bert, model=MyBERT)
     assert "has shape" in str(error.value) and "load it with" not in str(error.value)
 
@@ -219,7 +248,7 @@ def test_a_release_folder_with_its_own_config_name_is_read(tmp_path):
 
     directory = tmp_path / "albert_tiny_zh"
     random_checkpoint(str(directory), model="albert")
-    (directory / "bert_config.json").rename(directory / "albert_config.json")     # albert_zh's name
+    (directory / "bert_config.json").rename(directory / "albert_config.json")  # albert_zh's name
     (directory / "vocab.txt").write_text("\n".join(f"t{i}" for i in range(60)) + "\n", encoding="utf-8")
     assert model_files(directory)[0].endswith("albert_config.json")
     assert isinstance(AlbertBackbone.from_preset(str(directory)), AlbertBackbone)
@@ -257,22 +286,35 @@ outputs['logits'] = big.predict([inputs['token_ids'], inputs['segment_ids']])
 def test_autoresize_weights_equals_bert4keras(hidden_act):
     from tests.reference.harness import run_bert4keras_code
 
-    small = dict(vocab_size=60, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
-                 hidden_act=hidden_act, max_position=32)
+    small = dict(
+        vocab_size=60,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        hidden_act=hidden_act,
+        max_position=32,
+    )
     big = dict(small, hidden_size=32, intermediate_size=48)
     ids = np.array([[2, 5, 7, 9, 3, 0, 0, 0], [2, 4, 3, 8, 11, 13, 17, 3]], "float32")
     segments = np.array([[0, 0, 0, 1, 1, 0, 0, 0], [0, 0, 0, 0, 1, 1, 1, 1]], "float32")
-    reference = run_bert4keras_code(AUTORESIZE % {"small": small, "big": big},
-                                    {"token_ids": ids, "segment_ids": segments}, graph=True, seed=3)
-    checkpoint = {name[len("ckpt:"):]: value for name, value in reference.items() if name.startswith("ckpt:")}
+    reference = run_bert4keras_code(
+        AUTORESIZE % {"small": small, "big": big}, {"token_ids": ids, "segment_ids": segments}, graph=True, seed=3
+    )
+    checkpoint = {name[len("ckpt:") :]: value for name, value in reference.items() if name.startswith("ckpt:")}
     ours = build_transformer_model(None, checkpoint, with_mlm="linear", autoresize_weights=True, **big)
     np.testing.assert_allclose(ours.predict([ids, segments], verbose=0), reference["logits"], atol=1e-4)
 
 
 #: each BERT-family Backbone with the options that add layers (heads, pooler, causal or UniLM masks)
-HARNESSED = {"bert": {"with_nsp": True, "with_mlm": True}, "albert": {"application": "unilm"},
-             "albert_unshared": {"with_pool": "linear"}, "nezha": {"with_mlm": True},
-             "roformer": {"application": "lm"}, "electra": {"with_discriminator": True}}
+HARNESSED = {
+    "bert": {"with_nsp": True, "with_mlm": True},
+    "albert": {"application": "unilm"},
+    "albert_unshared": {"with_pool": "linear"},
+    "nezha": {"with_mlm": True},
+    "roformer": {"application": "lm"},
+    "electra": {"with_discriminator": True},
+}
 
 
 def _harness_arguments(model):
@@ -288,8 +330,13 @@ def test_albert_backbone_passes_the_backbone_harness():
 
 
 def test_albert_unshared_backbone_passes_the_backbone_harness():
-    run_backbone_test(AlbertUnsharedBackbone, _harness_arguments("albert_unshared"), [TOKEN_IDS, SEGMENT_IDS],
-                      (2, 16), checkpoint_writer=AlbertBackbone)
+    run_backbone_test(
+        AlbertUnsharedBackbone,
+        _harness_arguments("albert_unshared"),
+        [TOKEN_IDS, SEGMENT_IDS],
+        (2, 16),
+        checkpoint_writer=AlbertBackbone,
+    )
 
 
 def test_nezha_backbone_passes_the_backbone_harness():

@@ -1,4 +1,5 @@
 """TF1 checkpoint round trips and error messages."""
+
 import os
 import warnings
 
@@ -14,8 +15,10 @@ IDS = np.array([[2, 9, 14, 33, 3, 0]])
 SEGMENTS = np.zeros_like(IDS)
 
 GAU_NAMES = {"bert/embeddings/word_embeddings", "bert/embeddings/token_type_embeddings"} | {
-    f"GAU_alpha/encoder/layer_{i}/gau/{n}" for i in range(2)
-    for n in ("i_dense/kernel", "q_scaleoffset/gamma", "k_scaleoffset/gamma", "o_dense/kernel")}
+    f"GAU_alpha/encoder/layer_{i}/gau/{n}"
+    for i in range(2)
+    for n in ("i_dense/kernel", "q_scaleoffset/gamma", "k_scaleoffset/gamma", "o_dense/kernel")
+}
 
 
 def test_round_trip_names_and_outputs(tmp_path):
@@ -27,8 +30,9 @@ def test_round_trip_names_and_outputs(tmp_path):
     again = original.save_weights_as_checkpoint(str(tmp_path / "copy" / "model.ckpt"))
     for directory_or_prefix in (again, str(tmp_path / "copy")):
         reloaded = build_transformer_model(config, directory_or_prefix, with_mlm=True, model="gau_alpha")
-        np.testing.assert_array_equal(reloaded.predict([IDS, SEGMENTS], verbose=0),
-                                      original.model.predict([IDS, SEGMENTS], verbose=0))
+        np.testing.assert_array_equal(
+            reloaded.predict([IDS, SEGMENTS], verbose=0), original.model.predict([IDS, SEGMENTS], verbose=0)
+        )
 
 
 def test_roformer_v2_names(tmp_path):
@@ -96,11 +100,15 @@ def test_fewer_layers_than_the_checkpoint_warns_once_naming_the_unused(tmp_path)
     assert "8 variable(s)" in message and "GAU_alpha/encoder/layer_{1..2}/* (8 variables)" in message
     assert "unused_checkpoint_variables='error'" in message
     weights = read_checkpoint(ckpt)
-    np.testing.assert_allclose(model.get_layer("Transformer-0-GatedAttentionUnit").o_dense.kernel.numpy(),
-                               weights["GAU_alpha/encoder/layer_0/gau/o_dense/kernel"], atol=1e-7)
+    np.testing.assert_allclose(
+        model.get_layer("Transformer-0-GatedAttentionUnit").o_dense.kernel.numpy(),
+        weights["GAU_alpha/encoder/layer_0/gau/o_dense/kernel"],
+        atol=1e-7,
+    )
     with pytest.raises(checkpoints.CheckpointError, match=r"layer_\{1..2\}"):
-        build_transformer_model(config, ckpt, num_hidden_layers=1, unused_checkpoint_variables="error",
-                                model="gau_alpha")
+        build_transformer_model(
+            config, ckpt, num_hidden_layers=1, unused_checkpoint_variables="error", model="gau_alpha"
+        )
     transformer = build_transformer_model(config, num_hidden_layers=1, return_keras_model=False, model="gau_alpha")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -110,15 +118,25 @@ def test_fewer_layers_than_the_checkpoint_warns_once_naming_the_unused(tmp_path)
 def test_optimizer_state_is_not_an_unused_variable(tmp_path):
     config, ckpt = random_checkpoint(str(tmp_path))
     kernel = "GAU_alpha/encoder/layer_0/gau/i_dense/kernel"
-    extra = {name: np.zeros(3, "float32") for name in (
-        "global_step", f"{kernel}/adam_m", f"{kernel}/adam_v", f"{kernel}/lamb_m", f"{kernel}/Adam_1",
-        "beta1_power", "training/Adam/iterations")}
+    extra = {
+        name: np.zeros(3, "float32")
+        for name in (
+            "global_step",
+            f"{kernel}/adam_m",
+            f"{kernel}/adam_v",
+            f"{kernel}/lamb_m",
+            f"{kernel}/Adam_1",
+            "beta1_power",
+            "training/Adam/iterations",
+        )
+    }
     with_state = _rewrite(ckpt, str(tmp_path / "state" / "bert_model.ckpt"), replace=extra)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         build_transformer_model(config, with_state, model="gau_alpha")
-    stray = _rewrite(ckpt, str(tmp_path / "stray" / "bert_model.ckpt"),
-                     replace={"bert/encoder/extra/kernel": np.zeros(3, "float32")})
+    stray = _rewrite(
+        ckpt, str(tmp_path / "stray" / "bert_model.ckpt"), replace={"bert/encoder/extra/kernel": np.zeros(3, "float32")}
+    )
     with pytest.warns(CheckpointWarning, match="1 variable.*bert/encoder/extra/kernel"):
         build_transformer_model(config, stray, model="gau_alpha")
 
@@ -127,18 +145,22 @@ def test_dict_checkpoint_loads_like_a_file(tmp_path):
     config, ckpt = random_checkpoint(str(tmp_path))
     from_file = build_transformer_model(config, ckpt, model="gau_alpha")
     from_dict = build_transformer_model(config, read_checkpoint(ckpt), model="gau_alpha")
-    np.testing.assert_allclose(from_dict.predict([IDS, SEGMENTS], verbose=0),
-                               from_file.predict([IDS, SEGMENTS], verbose=0), atol=1e-6)
+    np.testing.assert_allclose(
+        from_dict.predict([IDS, SEGMENTS], verbose=0), from_file.predict([IDS, SEGMENTS], verbose=0), atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("model", ["nezha", "roformer"])
 def test_a_bert_checkpoint_read_by_a_model_without_its_position_table_warns(tmp_path, model):
     config, ckpt = random_checkpoint(str(tmp_path), "bert", heads={"with_nsp": True, "with_mlm": True})
-    with pytest.warns(CheckpointWarning, match=r"1 variable\(s\) that .* does not use: "
-                                               r"bert/embeddings/position_embeddings;") as record:
+    with pytest.warns(
+        CheckpointWarning,
+        match=r"1 variable\(s\) that .* does not use: "
+        r"bert/embeddings/position_embeddings;",
+    ) as record:
         build_transformer_model(config, ckpt, model=model)
     assert len(record) == 1
-    with warnings.catch_warnings():     # the heads a model's options leave out are not unused: BERT loads silently
+    with warnings.catch_warnings():  # the heads a model's options leave out are not unused: BERT loads silently
         warnings.simplefilter("error")
         build_transformer_model(config, ckpt, model="bert")
         build_transformer_model(config, ckpt, model="bert", segment_vocab_size=0)
@@ -151,8 +173,9 @@ def test_nan_or_inf_in_a_checkpoint_warns_naming_the_variables(tmp_path):
     kernel, table = "GAU_alpha/encoder/layer_1/gau/o_dense/kernel", "bert/embeddings/word_embeddings"
     values[kernel][0, :2] = np.nan
     values[table][3, 0] = -np.inf
-    broken = checkpoints.save_checkpoint(str(tmp_path / "broken" / "bert_model.ckpt"),
-                                         {n: v.astype("float32") for n, v in values.items()})
+    broken = checkpoints.save_checkpoint(
+        str(tmp_path / "broken" / "bert_model.ckpt"), {n: v.astype("float32") for n, v in values.items()}
+    )
     for source in (broken, values):
         with pytest.warns(CheckpointWarning, match="NaN or inf in 2 variable") as record:
             build_transformer_model(config, source, model="gau_alpha")

@@ -9,6 +9,7 @@ a compiled training step, and that a ``.keras`` file written before the change
 fine-tuned two steps) still loads and predicts what the same weights predict
 in a model built now.
 """
+
 import json
 
 import keras
@@ -25,8 +26,17 @@ pytestmark = pytest.mark.both_backends
 
 LEGACY = REPO_ROOT / "tests" / "fixtures" / "legacy_int32_inputs.keras"
 #: the config the legacy file was built from
-LEGACY_CONFIG = dict(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=1, intermediate_size=32,
-                     attention_key_size=8, hidden_act="swish", max_position_embeddings=64, type_vocab_size=2)
+LEGACY_CONFIG = dict(
+    vocab_size=50,
+    hidden_size=16,
+    num_hidden_layers=1,
+    num_attention_heads=1,
+    intermediate_size=32,
+    attention_key_size=8,
+    hidden_act="swish",
+    max_position_embeddings=64,
+    type_vocab_size=2,
+)
 TOKENS = np.array([[2, 7, 9, 3, 0], [2, 5, 3, 0, 0]])
 
 
@@ -67,8 +77,9 @@ class SegmentMaskedCrossEntropy(Loss):
 
 
 def test_a_loss_does_arithmetic_on_the_segment_input(config_path):
-    bert = build_transformer_model(config_path, None, model="gau_alpha", application="unilm", with_mlm=True,
-                                   return_keras_model=False)
+    bert = build_transformer_model(
+        config_path, None, model="gau_alpha", application="unilm", with_mlm=True, return_keras_model=False
+    )
     output = SegmentMaskedCrossEntropy(2)(bert.model.inputs + bert.model.outputs)
     model = keras.Model(bert.model.inputs, output)
     model.compile(optimizer=keras.optimizers.Adam(1e-3))
@@ -93,11 +104,10 @@ def test_a_keras_file_with_int32_inputs_still_loads(config_path):
 
 
 def test_bert4keras_bias_attributes_name_the_own_graphs_tensors(config_path):
-    bert = build_transformer_model(config_path, None, model="gau_alpha", application="unilm",
-                                   return_keras_model=False)
+    bert = build_transformer_model(config_path, None, model="gau_alpha", application="unilm", return_keras_model=False)
     assert bert.attention_bias is not None and bert.position_bias is not None
-    assert bert.attention_bias is bert.compute_attention_bias(bert.inputs)      # built once for the graph
-    bert.attention_bias = "replaced"                                            # bert4keras assigns it
+    assert bert.attention_bias is bert.compute_attention_bias(bert.inputs)  # built once for the graph
+    bert.attention_bias = "replaced"  # bert4keras assigns it
     assert bert.compute_attention_bias(bert.inputs) == "replaced"
     encoder = build_transformer_model(config_path, None, model="gau_alpha", return_keras_model=False)
     assert encoder.attention_bias is None and encoder.position_bias is not None

@@ -13,6 +13,7 @@ its own, runs mixed_bfloat16 and fits a few steps; this process compares:
 * fit with LAMB, no dropout: the same losses on both backends for 3 updates (1e-4
   relative: the backends' float32 round-off, amplified by the updates).
 """
+
 import json
 import os
 import subprocess
@@ -28,18 +29,18 @@ BOUND = 1e-5
 BFLOAT16 = 3e-2
 
 #: what both backends run; `job` holds the paths, the outputs go to job["out"] (an .npz)
-WORK = r'''
+WORK = r"""
 import json, sys
 import numpy as np
 import keras
 from tests.models import test_jax as T
 job = json.loads(sys.argv[1])
 np.savez(job["out"], **T.backend_outputs(job))
-'''
+"""
 
 
 def _inputs(model, ids):
-    return [ids, np.zeros_like(ids)][:len(model.inputs)]
+    return [ids, np.zeros_like(ids)][: len(model.inputs)]
 
 
 def bundled_probabilities(policy="float32"):
@@ -82,8 +83,9 @@ def classifier(config, checkpoint):
     from gau_keras.layers.heads import FirstToken
     from gau_keras.models import build_transformer_model
 
-    encoder = build_transformer_model(config, checkpoint, model="gau_alpha", dropout_rate=0.0,
-                                      attention_dropout_rate=0.0)  # no dropout masks to differ
+    encoder = build_transformer_model(
+        config, checkpoint, model="gau_alpha", dropout_rate=0.0, attention_dropout_rate=0.0
+    )  # no dropout masks to differ
     cls = FirstToken(name="CLS-token")(encoder.output)
     head = keras.layers.Dense(2, name="label")
     model = keras.Model(encoder.inputs, head(cls))
@@ -105,7 +107,7 @@ def fit_losses(config, checkpoint, steps=3):
     ids[:, 0], ids[:, -1] = 2, 3
     labels = rng.integers(0, 2, (4 * steps,))
     model.compile(LAMB(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    history = [model.train_on_batch(_inputs(model, ids[i:i + 4]), labels[i:i + 4]) for i in range(0, 4 * steps, 4)]
+    history = [model.train_on_batch(_inputs(model, ids[i : i + 4]), labels[i : i + 4]) for i in range(0, 4 * steps, 4)]
     return np.asarray(history, "float64")
 
 
@@ -130,8 +132,14 @@ def backend_outputs(job):
 
 def _run(job, backend):
     env = dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu")
-    result = subprocess.run([sys.executable, "-c", WORK, json.dumps(job)], cwd=REPO_ROOT, env=env,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", WORK, json.dumps(job)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return dict(np.load(job["out"]))
 
@@ -145,11 +153,13 @@ def outputs(tmp_path_factory, requires_jax):
     job = {}
     for model, key in (("roformer_v2", "roformer"), ("gau_alpha", "gau")):
         (root / model).mkdir()
-        job[f"{key}_config"], job[f"{key}_checkpoint"] = random_checkpoint(str(root / model), model=model,
-                                                                           vocab_size=50)
+        job[f"{key}_config"], job[f"{key}_checkpoint"] = random_checkpoint(
+            str(root / model), model=model, vocab_size=50
+        )
     tensorflow = backend_outputs(dict(job, save=str(root / "tensorflow.keras")))
-    jax = _run(dict(job, load=str(root / "tensorflow.keras"), save=str(root / "jax.keras"),
-                    out=str(root / "jax.npz")), "jax")
+    jax = _run(
+        dict(job, load=str(root / "tensorflow.keras"), save=str(root / "jax.keras"), out=str(root / "jax.npz")), "jax"
+    )
     assert str(jax["backend"]) == "jax"
     return tensorflow, jax, str(root / "jax.keras")
 
@@ -162,14 +172,14 @@ def _relative(got, want):
 def test_mlm_probabilities_equal_tensorflows(outputs, key):
     tensorflow, jax, _ = outputs
     keep = tensorflow["keep"] if key == "bundled" else np.ones(tensorflow[key].shape[:2], bool)
-    assert tensorflow[key][keep].max() > 0.05                      # not a uniform guess
+    assert tensorflow[key][keep].max() > 0.05  # not a uniform guess
     assert np.abs(jax[key] - tensorflow[key])[keep].max() <= BOUND
 
 
 def test_keras_file_crosses_backends_both_ways(outputs):
     tensorflow, jax, jax_keras = outputs
-    assert np.abs(jax["loaded"] - tensorflow["saved"]).max() <= BOUND          # saved by TF, loaded by JAX
-    assert np.abs(keras_file_prediction(jax_keras) - jax["saved"]).max() <= BOUND   # saved by JAX, loaded by TF
+    assert np.abs(jax["loaded"] - tensorflow["saved"]).max() <= BOUND  # saved by TF, loaded by JAX
+    assert np.abs(keras_file_prediction(jax_keras) - jax["saved"]).max() <= BOUND  # saved by JAX, loaded by TF
 
 
 def test_mixed_bfloat16_on_jax_within_the_tensorflow_bound(outputs):

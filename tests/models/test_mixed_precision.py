@@ -7,6 +7,7 @@ of its pretraining corpus with characters masked, on both backends), and a
 RoFormerV2 and an SRU++ pretrained here for 300 updates (LAMB 1e-2). Also:
 pretraining under mixed_float16 with loss scaling tracks the float32 losses.
 """
+
 import json
 
 import keras
@@ -18,9 +19,13 @@ from gau_keras.training.pretrain import pretrain
 from tests.pretrain_utils import TEXTS, losses, make_shards, write_config
 
 #: everyday sentences of several lengths (padded batch: masking is exercised too)
-SENTENCES = TEXTS + ["北京是中国的首都，也是政治和文化中心。", "物流很快，质量也不错，下次还会再来买。",
-                     "今天是星期一。", "这部电影的故事情节非常精彩，演员的表演也很自然，值得一看。",
-                     "我每天早上喝一杯牛奶，然后坐地铁去公司上班。"]
+SENTENCES = TEXTS + [
+    "北京是中国的首都，也是政治和文化中心。",
+    "物流很快，质量也不错，下次还会再来买。",
+    "今天是星期一。",
+    "这部电影的故事情节非常精彩，演员的表演也很自然，值得一看。",
+    "我每天早上喝一杯牛奶，然后坐地铁去公司上班。",
+]
 #: largest |p - p_float32| over the kept positions (the bundled GAU-alpha)
 TOLERANCE = {"mixed_float16": 1e-2, "mixed_bfloat16": 3e-2}
 #: the same for the small models trained here. bfloat16 keeps 8 significant bits, 3 fewer than
@@ -42,9 +47,9 @@ def _batch(tokenizer, texts, mask_rate=0.0, maxlen=None):
     rows = [tokenizer.encode(text, maxlen=maxlen)[0] for text in texts]
     ids = np.zeros((len(rows), max(map(len, rows))), "int32")
     for i, row in enumerate(rows):
-        ids[i, 1:len(row) - 1] = row[1:-1]
+        ids[i, 1 : len(row) - 1] = row[1:-1]
         masked = np.random.RandomState(i).rand(len(row) - 2) < mask_rate
-        ids[i, 1:len(row) - 1][masked] = tokenizer.token_mask_id
+        ids[i, 1 : len(row) - 1][masked] = tokenizer.token_mask_id
         ids[i, [0, len(row) - 1]] = row[0], row[-1]
     return ids
 
@@ -56,7 +61,7 @@ def _probabilities(model_dir, model, policy, texts, **masking):
     finally:
         keras.mixed_precision.set_global_policy("float32")
     ids = _batch(tokenizer, texts, **masking)
-    probs = network.predict([ids, np.zeros_like(ids)][:len(network.inputs)], verbose=0)
+    probs = network.predict([ids, np.zeros_like(ids)][: len(network.inputs)], verbose=0)
     assert probs.dtype == np.float32
     return probs, ids > 0
 
@@ -67,8 +72,10 @@ def trained_dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("trained")
     shards = make_shards(root)
     dirs = {}
-    for model, extra in (("roformer_v2", {"num_attention_heads": 2, "intermediate_size": 32, "hidden_act": "relu"}),
-                         ("srupp", {"proj_size": 8})):
+    for model, extra in (
+        ("roformer_v2", {"num_attention_heads": 2, "intermediate_size": 32, "hidden_act": "relu"}),
+        ("srupp", {"proj_size": 8}),
+    ):
         path = write_config(root, shards, model, steps=300, save_every=300, log_every=50)
         config = json.loads(open(path).read())
         base = {k: config["model_config"][k] for k in ("vocab_size", "hidden_size", "num_hidden_layers")}
@@ -101,7 +108,7 @@ def test_bundled_gau_alpha_on_held_out_documents(restore_policy, shared_data, po
     lines = (shared_data / "corpus" / "zh_corpus.txt").read_text(encoding="utf-8").splitlines()[49::50]
     texts = [line for line in lines if line.strip()][:64]
     reference, keep = _probabilities(None, "gau_alpha", "float32", texts, mask_rate=0.15, maxlen=128)
-    assert reference[keep].max(axis=-1).mean() > 0.5           # a trained model: confident where it can be
+    assert reference[keep].max(axis=-1).mean() > 0.5  # a trained model: confident where it can be
     got, _ = _probabilities(None, "gau_alpha", policy, texts, mask_rate=0.15, maxlen=128)
     assert np.abs(got - reference)[keep].max() < TOLERANCE[policy]
 
@@ -110,7 +117,7 @@ def test_bundled_gau_alpha_on_held_out_documents(restore_policy, shared_data, po
 @pytest.mark.parametrize("model", ["roformer_v2", "srupp"])
 def test_trained_roformer_v2_and_srupp_probabilities(restore_policy, trained_dirs, model, policy):
     reference, keep = _probabilities(trained_dirs[model], model, "float32", TEXTS)
-    assert reference[keep].max() > 0.3          # trained: confident predictions, not a uniform guess
+    assert reference[keep].max() > 0.3  # trained: confident predictions, not a uniform guess
     got, _ = _probabilities(trained_dirs[model], model, policy, TEXTS)
     assert np.abs(got - reference)[keep].max() < TRAINED_TOLERANCE[policy]
 

@@ -1,5 +1,6 @@
 """Whole GAU-alpha / RoFormerV2 forwards against the numpy reference, and the
 builder's behaviour (applications, configs, .keras round trip)."""
+
 import json
 
 import numpy as np
@@ -11,14 +12,16 @@ from tests import numpy_reference as ref
 from tests.harness import SEGMENT_IDS, TOKEN_IDS, run_backbone_test
 from tests.model_utils import TINY_GAU, TINY_ROFORMER, random_checkpoint, read_checkpoint, write_config
 
-pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+pytestmark = pytest.mark.both_backends  # also runs in the JAX pass (tests/conftest.py)
 
-BATCH = np.array([[2, 9, 14, 33, 5, 3, 0, 0, 0],      # right padding
-                  [0, 0, 0, 2, 9, 14, 33, 5, 3],      # left padding
-                  [2, 40, 41, 42, 43, 44, 45, 46, 3]])
-SEGMENTS = np.array([[0, 0, 0, 1, 1, 1, 0, 0, 0],
-                     [0, 0, 0, 0, 0, 1, 1, 1, 1],
-                     [0, 0, 0, 0, 1, 1, 1, 1, 1]])
+BATCH = np.array(
+    [
+        [2, 9, 14, 33, 5, 3, 0, 0, 0],  # right padding
+        [0, 0, 0, 2, 9, 14, 33, 5, 3],  # left padding
+        [2, 40, 41, 42, 43, 44, 45, 46, 3],
+    ]
+)
+SEGMENTS = np.array([[0, 0, 0, 1, 1, 1, 0, 0, 0], [0, 0, 0, 0, 0, 1, 1, 1, 1], [0, 0, 0, 0, 1, 1, 1, 1, 1]])
 
 
 def reference(model, weights, ids, segments, application="encoder", min_len=16):
@@ -36,13 +39,15 @@ def test_forward_matches_numpy(tmp_path, model, application):
     logits = build_transformer_model(config, ckpt, model=model, application=application, with_mlm="linear")
     min_len = 1 if model == "gau_alpha" else 16
     if model == "gau_alpha":
-        hidden = build_transformer_model(config, ckpt, model=model, application=application,
-                                         softmax_plus_min_len=min_len)
-        logits = build_transformer_model(config, ckpt, model=model, application=application,
-                                         softmax_plus_min_len=min_len, with_mlm="linear")
+        hidden = build_transformer_model(
+            config, ckpt, model=model, application=application, softmax_plus_min_len=min_len
+        )
+        logits = build_transformer_model(
+            config, ckpt, model=model, application=application, softmax_plus_min_len=min_len, with_mlm="linear"
+        )
     exp_hidden, exp_logits = reference(model, weights, BATCH, SEGMENTS, application, min_len)
     got_logits = logits.predict([BATCH, SEGMENTS], verbose=0)
-    if application == "encoder":   # LM and UniLM models always have the head (bert4keras)
+    if application == "encoder":  # LM and UniLM models always have the head (bert4keras)
         got_hidden = hidden.predict([BATCH, SEGMENTS], verbose=0)
         print(f"{model}/{application}: max abs diff hidden {np.abs(got_hidden - exp_hidden).max():.2e}")
         assert np.abs(got_hidden - exp_hidden).max() <= 1e-5
@@ -95,15 +100,32 @@ def test_lm_is_causal(tmp_path):
 
 
 def test_layer_names_follow_bert4keras():
-    model = build_transformer_model(model="gau_alpha", with_mlm=True, embedding_size=12,
-                                    **{k: v for k, v in TINY_GAU.items() if k not in
-                                       ("hidden_dropout_prob", "attention_probs_dropout_prob",
-                                        "max_position_embeddings", "type_vocab_size")})
+    model = build_transformer_model(
+        model="gau_alpha",
+        with_mlm=True,
+        embedding_size=12,
+        **{
+            k: v
+            for k, v in TINY_GAU.items()
+            if k
+            not in ("hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size")
+        },
+    )
     names = {layer.name for layer in model.layers}
-    for name in ["Input-Token", "Input-Segment", "Embedding-Token", "Embedding-Segment",
-                 "Embedding-Token-Segment", "Embedding-Norm", "Embedding-Mapping",
-                 "Embedding-Rotary-Position", "Transformer-0-GatedAttentionUnit",
-                 "Transformer-1-GatedAttentionUnit-Norm", "Output-Mapping", "Output-MLM-Activation"]:
+    for name in [
+        "Input-Token",
+        "Input-Segment",
+        "Embedding-Token",
+        "Embedding-Segment",
+        "Embedding-Token-Segment",
+        "Embedding-Norm",
+        "Embedding-Mapping",
+        "Embedding-Rotary-Position",
+        "Transformer-0-GatedAttentionUnit",
+        "Transformer-1-GatedAttentionUnit-Norm",
+        "Output-Mapping",
+        "Output-MLM-Activation",
+    ]:
         assert name in names
     assert model.output.shape == (None, None, 60)
 
@@ -121,12 +143,26 @@ def test_keep_and_compound_tokens(tmp_path):
 
 
 def test_hf_style_config_is_accepted(tmp_path):
-    hf = {"architectures": ["GAUAlphaForMaskedLM"], "model_type": "gau_alpha", "vocab_size": 60,
-          "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2, "attention_key_size": 8,
-          "hidden_act": "swish", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
-          "max_position_embeddings": 512, "type_vocab_size": 2, "initializer_range": 0.02,
-          "layer_norm_eps": 1e-12, "pad_token_id": 0, "use_bias": False, "normalization": "softmax_plus",
-          "attention_scale": True}
+    hf = {
+        "architectures": ["GAUAlphaForMaskedLM"],
+        "model_type": "gau_alpha",
+        "vocab_size": 60,
+        "hidden_size": 16,
+        "intermediate_size": 24,
+        "num_hidden_layers": 2,
+        "attention_key_size": 8,
+        "hidden_act": "swish",
+        "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1,
+        "max_position_embeddings": 512,
+        "type_vocab_size": 2,
+        "initializer_range": 0.02,
+        "layer_norm_eps": 1e-12,
+        "pad_token_id": 0,
+        "use_bias": False,
+        "normalization": "softmax_plus",
+        "attention_scale": True,
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(hf))
     transformer = build_transformer_model(str(path), return_keras_model=False, model="gau_alpha")
@@ -153,32 +189,55 @@ def test_bad_arguments_are_named(tmp_path):
 
 
 def test_bert_config_names_accepted_as_keywords():
-    t = build_transformer_model(model="gau_alpha", vocab_size=30, hidden_size=8, num_hidden_layers=1,
-                                intermediate_size=8, attention_key_size=4, hidden_dropout_prob=0.2,
-                                type_vocab_size=3, return_keras_model=False)
+    t = build_transformer_model(
+        model="gau_alpha",
+        vocab_size=30,
+        hidden_size=8,
+        num_hidden_layers=1,
+        intermediate_size=8,
+        attention_key_size=4,
+        hidden_dropout_prob=0.2,
+        type_vocab_size=3,
+        return_keras_model=False,
+    )
     assert t.dropout_rate == 0.2 and t.segment_vocab_size == 3
 
 
 def test_model_classes_accepted_directly():
     for cls in (GAU_alpha, RoFormerV2):
-        model = build_transformer_model(model=cls, vocab_size=30, hidden_size=8, num_hidden_layers=1,
-                                        num_attention_heads=2, intermediate_size=8, attention_key_size=4)
+        model = build_transformer_model(
+            model=cls,
+            vocab_size=30,
+            hidden_size=8,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=8,
+            attention_key_size=4,
+        )
         assert model.output.shape == (None, None, 8)
 
 
 def test_initializer_scale():
-    t = build_transformer_model(model="gau_alpha", vocab_size=20000, hidden_size=64, num_hidden_layers=8,
-                                intermediate_size=128, attention_key_size=16, return_keras_model=False)
+    t = build_transformer_model(
+        model="gau_alpha",
+        vocab_size=20000,
+        hidden_size=64,
+        num_hidden_layers=8,
+        intermediate_size=128,
+        attention_key_size=16,
+        return_keras_model=False,
+    )
     std = t.model.get_layer("Transformer-0-GatedAttentionUnit").i_dense.kernel.numpy().std()
     # truncated at 2 std: 1.13684723 * 0.8796 ~ 1 * stddev / sqrt(fan) * L**(-1/3)
-    assert std == pytest.approx(64 ** -0.5 * 8 ** (-1 / 3), rel=0.05)
+    assert std == pytest.approx(64**-0.5 * 8 ** (-1 / 3), rel=0.05)
     emb = t.model.get_layer("Embedding-Token").embeddings.numpy().std()
-    assert emb == pytest.approx(64 ** -0.5 * 8 ** (-1 / 3), rel=0.05)
+    assert emb == pytest.approx(64**-0.5 * 8 ** (-1 / 3), rel=0.05)
 
 
 def test_gau_alpha_backbone_passes_the_backbone_harness():
-    run_backbone_test(GAUAlphaBackbone, {**TINY_GAU, "application": "unilm", "with_mlm": True},
-                      [TOKEN_IDS, SEGMENT_IDS], (2, 8, 60))
+    run_backbone_test(
+        GAUAlphaBackbone, {**TINY_GAU, "application": "unilm", "with_mlm": True}, [TOKEN_IDS, SEGMENT_IDS], (2, 8, 60)
+    )
 
 
 def test_roformer_v2_backbone_passes_the_backbone_harness():

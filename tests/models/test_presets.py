@@ -1,5 +1,6 @@
 """Opening a model directory: every mismatch is an error naming the file (and key),
 through load_pretrained, the fill-mask CLI and the fine-tuning runner."""
+
 import json
 
 import numpy as np
@@ -67,13 +68,16 @@ def test_truncated_checkpoint_names_the_file(model_dir, capsys):
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("key, value, message", [
-    ("hidden_size", -1, "hidden_size must be an integer >= 1, got -1"),
-    ("num_hidden_layers", 0, "num_hidden_layers must be an integer >= 1, got 0"),
-    ("hidden_dropout_prob", 1.5, "dropout_rate must be a number in \\[0, 1\\), got 1.5"),
-    ("intermediate_size", "24", "intermediate_size must be an integer >= 1, got '24'"),
-    ("hidden_act", "swoosh", "hidden_act='swoosh' is not a Keras activation"),
-])
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("hidden_size", -1, "hidden_size must be an integer >= 1, got -1"),
+        ("num_hidden_layers", 0, "num_hidden_layers must be an integer >= 1, got 0"),
+        ("hidden_dropout_prob", 1.5, "dropout_rate must be a number in \\[0, 1\\), got 1.5"),
+        ("intermediate_size", "24", "intermediate_size must be an integer >= 1, got '24'"),
+        ("hidden_act", "swoosh", "hidden_act='swoosh' is not a Keras activation"),
+    ],
+)
 def test_config_values_are_validated_naming_key_and_file(model_dir, capsys, key, value, message):
     config = json.loads((model_dir / "bert_config.json").read_text())
     config[key] = value
@@ -86,10 +90,18 @@ def test_config_values_are_validated_naming_key_and_file(model_dir, capsys, key,
 
 def test_keep_tokens_out_of_range(model_dir):
     with pytest.raises(CheckpointError, match=r"keep_tokens: id\(s\) \[60, 99\] are not rows of .*60 rows"):
-        build_transformer_model(str(model_dir / "bert_config.json"), str(model_dir / "bert_model.ckpt"),
-                                keep_tokens=[0, 1, 60, 99], model="gau_alpha")
-    model = build_transformer_model(str(model_dir / "bert_config.json"), str(model_dir / "bert_model.ckpt"),
-                                    keep_tokens=[0, 2, 3, 5], model="gau_alpha")
+        build_transformer_model(
+            str(model_dir / "bert_config.json"),
+            str(model_dir / "bert_model.ckpt"),
+            keep_tokens=[0, 1, 60, 99],
+            model="gau_alpha",
+        )
+    model = build_transformer_model(
+        str(model_dir / "bert_config.json"),
+        str(model_dir / "bert_model.ckpt"),
+        keep_tokens=[0, 2, 3, 5],
+        model="gau_alpha",
+    )
     assert model.get_layer("Embedding-Token").embeddings.shape == (4, TINY_GAU["hidden_size"])
 
 

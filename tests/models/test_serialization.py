@@ -2,6 +2,7 @@
 on our Backbones with heads on top (a classifier; a compiled global pointer) load in a fresh
 process that imports nothing else (safe_mode on). Each Backbone's own .keras reload, with the
 options that add layers: its run_backbone_test (tests/harness.py)."""
+
 import keras
 import pytest
 

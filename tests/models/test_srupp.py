@@ -1,5 +1,6 @@
 """gau_keras.models.srupp through build_transformer_model: segment memory, checkpoint names,
 encoder heads; SRUppBackbone and SegmentMemory through the harness (tests/harness.py)."""
+
 import keras
 import numpy as np
 import pytest
@@ -10,10 +11,18 @@ from gau_keras.models import SRUppBackbone
 from gau_keras.models.srupp.model import SegmentMemory
 from tests.harness import PADDING, TOKEN_IDS, floats, run_backbone_test, run_layer_test
 
-pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+pytestmark = pytest.mark.both_backends  # also runs in the JAX pass (tests/conftest.py)
 
-CONFIG = dict(model="srupp", vocab_size=23, hidden_size=8, num_hidden_layers=3, proj_size=4,
-              num_attention_heads=2, attention_every_n_layers=2, embedding_size=6)
+CONFIG = dict(
+    model="srupp",
+    vocab_size=23,
+    hidden_size=8,
+    num_hidden_layers=3,
+    proj_size=4,
+    num_attention_heads=2,
+    attention_every_n_layers=2,
+    embedding_size=6,
+)
 
 
 def test_lm_with_memory_continues_the_whole_sequence(rng):
@@ -46,12 +55,16 @@ def test_lm_is_causal(rng):
 
 def test_encoder_checkpoint_names():
     """(Its checkpoint and .keras round trips: test_srupp_backbone_passes_the_backbone_harness.)"""
-    transformer = build_transformer_model(application="encoder", with_mlm=True, return_keras_model=False,
-                                          **CONFIG)
+    transformer = build_transformer_model(application="encoder", with_mlm=True, return_keras_model=False, **CONFIG)
     names = set(name for layer in transformer.variable_mapping().values() for name in layer.values())
-    assert {"srupp/embeddings/word_embeddings", "srupp/layer_0/transform/linear2/kernel",
-            "srupp/layer_1/transform/linear3/kernel", "srupp/layer_1/transform/alpha",
-            "srupp/layer_2/weight_c", "cls/predictions/transform/dense/kernel"} <= names
+    assert {
+        "srupp/embeddings/word_embeddings",
+        "srupp/layer_0/transform/linear2/kernel",
+        "srupp/layer_1/transform/linear3/kernel",
+        "srupp/layer_1/transform/alpha",
+        "srupp/layer_2/weight_c",
+        "cls/predictions/transform/dense/kernel",
+    } <= names
     assert "srupp/layer_0/transform/alpha" not in names  # layer 0 has no attention (every 2nd layer)
 
 
@@ -67,9 +80,12 @@ def test_encoder_with_classifier_trains(rng):
 
 def test_its_layers_on_hidden_states_of_the_wrong_rank_name_the_layout_and_the_shape():
     t = build_transformer_model(application="lm", return_keras_model=False, **CONFIG)
-    with pytest.raises(ValueError, match=r"^SRUpp-0: the input must be \[batch, length, features\] \(rank 3\), "
-                                         r"got shape \(None, 6\)$"):
-        t.apply_main_layers(keras.Input((6,)), 0)      # layers reused on other tensors, bert-of-theseus style
+    with pytest.raises(
+        ValueError,
+        match=r"^SRUpp-0: the input must be \[batch, length, features\] \(rank 3\), "
+        r"got shape \(None, 6\)$",
+    ):
+        t.apply_main_layers(keras.Input((6,)), 0)  # layers reused on other tensors, bert-of-theseus style
 
 
 def test_srupp_backbone_passes_the_backbone_harness():
@@ -78,5 +94,11 @@ def test_srupp_backbone_passes_the_backbone_harness():
 
 
 def test_segment_memory_passes_the_layer_harness():
-    run_layer_test(SegmentMemory, {"memory_length": 3}, [floats(2, 3, 8), floats(2, 5, 8, seed=1)], (2, 3, 8),
-                   input_mask=[None, PADDING], expected_output_mask=None)
+    run_layer_test(
+        SegmentMemory,
+        {"memory_length": 3},
+        [floats(2, 3, 8), floats(2, 5, 8, seed=1)],
+        (2, 3, 8),
+        input_mask=[None, PADDING],
+        expected_output_mask=None,
+    )

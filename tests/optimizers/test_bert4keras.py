@@ -5,65 +5,125 @@ initial weights and gradient sequences; each case here must end on its
 weights (≤ 1e-6 of the largest weight) after STEPS updates, enough for
 several accumulation cycles, lookahead syncs and schedule knots.
 """
+
 import numpy as np
 import pytest
 
 import gau_keras.optimizers as ours
 from tests.reference.harness import run_bert4keras_code
 
-pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+pytestmark = pytest.mark.both_backends  # also runs in the JAX pass (tests/conftest.py)
 
 STEPS = 9
 # (path, shape): "Norm" and "bias" are exclusion patterns below; the 6x5 kernel
 # is factored by AdaFactor with min_dim_size_to_factor=4; lazy optimisation
 # acts on "Embedding" (its gradients have all-zero rows).
-VARIABLES = [("Encoder-Dense/kernel", (6, 5)), ("Encoder-Dense/bias", (5,)),
-             ("Encoder-Norm/gamma", (5,)), ("Embedding-Token/embeddings", (7, 3))]
+VARIABLES = [
+    ("Encoder-Dense/kernel", (6, 5)),
+    ("Encoder-Dense/bias", (5,)),
+    ("Encoder-Norm/gamma", (5,)),
+    ("Embedding-Token/embeddings", (7, 3)),
+]
 GAU_ALPHA = ["weight_decay", "layer_adaptation", "piecewise_linear_lr", "gradient_accumulation"]
 # name: (base class, extensions innermost first, constructor arguments)
 CASES = {
     "adam": ("Adam", [], {"learning_rate": 0.01}),
     "adam_no_bias_correction": ("Adam", [], {"learning_rate": 0.01, "bias_correction": False}),
-    "weight_decay": ("Adam", ["weight_decay"], {
-        "learning_rate": 0.01, "weight_decay_rate": 0.1, "exclude_from_weight_decay": ["Norm", "bias"]}),
-    "layer_adaptation": ("Adam", ["layer_adaptation"], {
-        "learning_rate": 0.01, "exclude_from_layer_adaptation": ["Norm"]}),
-    "piecewise_linear_lr": ("Adam", ["piecewise_linear_lr"], {
-        "learning_rate": 0.02, "lr_schedule": {2: 1.0, 5: 0.2}}),
+    "weight_decay": (
+        "Adam",
+        ["weight_decay"],
+        {"learning_rate": 0.01, "weight_decay_rate": 0.1, "exclude_from_weight_decay": ["Norm", "bias"]},
+    ),
+    "layer_adaptation": (
+        "Adam",
+        ["layer_adaptation"],
+        {"learning_rate": 0.01, "exclude_from_layer_adaptation": ["Norm"]},
+    ),
+    "piecewise_linear_lr": ("Adam", ["piecewise_linear_lr"], {"learning_rate": 0.02, "lr_schedule": {2: 1.0, 5: 0.2}}),
     "gradient_accumulation": ("Adam", ["gradient_accumulation"], {"learning_rate": 0.01, "grad_accum_steps": 3}),
-    "lookahead": ("Adam", ["lookahead"], {
-        "learning_rate": 0.01, "steps_per_slow_update": 3, "slow_step_size": 0.6}),
-    "lazy_optimization": ("Adam", ["lazy_optimization"], {
-        "learning_rate": 0.01, "include_in_lazy_optimization": ["Embedding"]}),
-    "exponential_moving_average": ("Adam", ["exponential_moving_average"], {
-        "learning_rate": 0.01, "ema_momentum": 0.8}),
-    "parameter_wise_lr": ("Adam", ["parameter_wise_lr"], {
-        "learning_rate": 0.01, "paramwise_lr_schedule": {"Norm": 0.1, "Dense": 3.0, "kernel": 0.5}}),
+    "lookahead": ("Adam", ["lookahead"], {"learning_rate": 0.01, "steps_per_slow_update": 3, "slow_step_size": 0.6}),
+    "lazy_optimization": (
+        "Adam",
+        ["lazy_optimization"],
+        {"learning_rate": 0.01, "include_in_lazy_optimization": ["Embedding"]},
+    ),
+    "exponential_moving_average": (
+        "Adam",
+        ["exponential_moving_average"],
+        {"learning_rate": 0.01, "ema_momentum": 0.8},
+    ),
+    "parameter_wise_lr": (
+        "Adam",
+        ["parameter_wise_lr"],
+        {"learning_rate": 0.01, "paramwise_lr_schedule": {"Norm": 0.1, "Dense": 3.0, "kernel": 0.5}},
+    ),
     # GAU-α's train.py: its settings, and again with exclusions and a schedule that moves within STEPS.
-    "gau_alpha_train_py": ("Adam", GAU_ALPHA, {
-        "learning_rate": 1.76e-3, "bias_correction": False, "weight_decay_rate": 0.01, "grad_accum_steps": 4,
-        "lr_schedule": {0: 1, 160000: 0.5, 640000: 0.1, 1280000: 0.01}}),
-    "gau_alpha_fast_schedule": ("Adam", GAU_ALPHA, {
-        "learning_rate": 0.05, "bias_correction": False, "weight_decay_rate": 0.1,
-        "exclude_from_weight_decay": ["Norm", "bias"], "grad_accum_steps": 2,
-        "lr_schedule": {2: 1.0, 6: 0.3}}),
+    "gau_alpha_train_py": (
+        "Adam",
+        GAU_ALPHA,
+        {
+            "learning_rate": 1.76e-3,
+            "bias_correction": False,
+            "weight_decay_rate": 0.01,
+            "grad_accum_steps": 4,
+            "lr_schedule": {0: 1, 160000: 0.5, 640000: 0.1, 1280000: 0.01},
+        },
+    ),
+    "gau_alpha_fast_schedule": (
+        "Adam",
+        GAU_ALPHA,
+        {
+            "learning_rate": 0.05,
+            "bias_correction": False,
+            "weight_decay_rate": 0.1,
+            "exclude_from_weight_decay": ["Norm", "bias"],
+            "grad_accum_steps": 2,
+            "lr_schedule": {2: 1.0, 6: 0.3},
+        },
+    ),
     "adafactor": ("AdaFactor", [], {"min_dim_size_to_factor": 4}),
-    "adafactor_relative_step": ("AdaFactor", [], {
-        "learning_rate": None, "beta1": 0.5, "beta2": 0.99, "min_dim_size_to_factor": 4,
-        "exclude_from_parameter_scale": ["bias"]}),
+    "adafactor_relative_step": (
+        "AdaFactor",
+        [],
+        {
+            "learning_rate": None,
+            "beta1": 0.5,
+            "beta2": 0.99,
+            "min_dim_size_to_factor": 4,
+            "exclude_from_parameter_scale": ["bias"],
+        },
+    ),
     "lion": ("Lion", [], {"learning_rate": 0.01}),
     # Other orders: decay outside accumulation acts at every micro-step; lookahead inside accumulation
     # syncs on delayed updates only; a long AdaFactor chain.
-    "weight_decay_outside_accumulation": ("Adam", ["gradient_accumulation", "weight_decay"], {
-        "learning_rate": 0.01, "weight_decay_rate": 0.05, "grad_accum_steps": 2}),
-    "accumulated_lookahead_paramwise": ("Adam", ["parameter_wise_lr", "lookahead", "gradient_accumulation"], {
-        "learning_rate": 0.01, "paramwise_lr_schedule": {"bias": 4.0}, "steps_per_slow_update": 2,
-        "grad_accum_steps": 2, "bias_correction": False}),
-    "adafactor_chain": ("AdaFactor", ["piecewise_linear_lr", "lazy_optimization", "layer_adaptation",
-                                      "exponential_moving_average"], {
-        "learning_rate": 0.01, "min_dim_size_to_factor": 4, "lr_schedule": {3: 1.0},
-        "include_in_lazy_optimization": ["Embedding"], "exclude_from_layer_adaptation": ["gamma"],
-        "ema_momentum": 0.9}),
+    "weight_decay_outside_accumulation": (
+        "Adam",
+        ["gradient_accumulation", "weight_decay"],
+        {"learning_rate": 0.01, "weight_decay_rate": 0.05, "grad_accum_steps": 2},
+    ),
+    "accumulated_lookahead_paramwise": (
+        "Adam",
+        ["parameter_wise_lr", "lookahead", "gradient_accumulation"],
+        {
+            "learning_rate": 0.01,
+            "paramwise_lr_schedule": {"bias": 4.0},
+            "steps_per_slow_update": 2,
+            "grad_accum_steps": 2,
+            "bias_correction": False,
+        },
+    ),
+    "adafactor_chain": (
+        "AdaFactor",
+        ["piecewise_linear_lr", "lazy_optimization", "layer_adaptation", "exponential_moving_average"],
+        {
+            "learning_rate": 0.01,
+            "min_dim_size_to_factor": 4,
+            "lr_schedule": {3: 1.0},
+            "include_in_lazy_optimization": ["Embedding"],
+            "exclude_from_layer_adaptation": ["gamma"],
+            "ema_momentum": 0.9,
+        },
+    ),
 }
 EMA_CASES = [k for k, (_, exts, _) in CASES.items() if "exponential_moving_average" in exts]
 

@@ -2,6 +2,7 @@
 
 Their update rules are compared with the original bert4keras in test_optimizers_bert4keras.py.
 """
+
 import json
 import os
 import pathlib
@@ -24,7 +25,7 @@ from gau_keras.optimizers import (
     extend_with_weight_decay,
 )
 
-pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+pytestmark = pytest.mark.both_backends  # also runs in the JAX pass (tests/conftest.py)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -67,8 +68,10 @@ def test_lamb_is_the_composed_class(rng):
     values = rng.normal(size=(4, 3)).astype("float32")
     grads = rng.normal(size=(3, 4, 3)).astype("float32")
     results = []
-    for optimizer in (LAMB(0.01, weight_decay_rate=0.1),
-                      Composed(learning_rate=0.01, weight_decay_rate=0.1, bias_correction=False)):
+    for optimizer in (
+        LAMB(0.01, weight_decay_rate=0.1),
+        Composed(learning_rate=0.01, weight_decay_rate=0.1, bias_correction=False),
+    ):
         variable = keras.Variable(values, name="w")
         for grad in grads:
             optimizer.apply([grad], [variable])
@@ -79,9 +82,16 @@ def test_lamb_is_the_composed_class(rng):
 
 def test_composed_config_round_trip_through_json():
     LAMBLRG = extend_with_gradient_accumulation(
-        extend_with_piecewise_linear_lr(extend_with_layer_adaptation(extend_with_weight_decay(Adam))), "LAMBLRG")
-    opt = LAMBLRG(learning_rate=1.76e-3, bias_correction=False, weight_decay_rate=0.01, grad_accum_steps=4,
-                  exclude_from_weight_decay=["Norm", "bias"], lr_schedule={0: 1, 160000: 0.5})
+        extend_with_piecewise_linear_lr(extend_with_layer_adaptation(extend_with_weight_decay(Adam))), "LAMBLRG"
+    )
+    opt = LAMBLRG(
+        learning_rate=1.76e-3,
+        bias_correction=False,
+        weight_decay_rate=0.01,
+        grad_accum_steps=4,
+        exclude_from_weight_decay=["Norm", "bias"],
+        lr_schedule={0: 1, 160000: 0.5},
+    )
     payload = json.loads(json.dumps(keras.optimizers.serialize(opt)))
     assert payload["class_name"] == "LAMBLRG"
     restored = keras.optimizers.deserialize(payload)
@@ -105,8 +115,11 @@ print(json.dumps({"class": type(opt).__name__, "mro": [c.__name__ for c in type(
 
 def test_keras_file_with_a_composed_optimizer_loads_in_a_fresh_process(tmp_path, rng):
     x, y = tiny_data(rng)
-    model = tiny_model(adamw_lr()(learning_rate=0.01, weight_decay_rate=0.05, lr_schedule={2: 1.0},
-                                  exclude_from_weight_decay=["Norm", "bias"]))
+    model = tiny_model(
+        adamw_lr()(
+            learning_rate=0.01, weight_decay_rate=0.05, lr_schedule={2: 1.0}, exclude_from_weight_decay=["Norm", "bias"]
+        )
+    )
     model.fit(x, y, batch_size=8, epochs=2, verbose=0)
     path = tmp_path / "m.keras"
     model.save(path)
@@ -114,12 +127,16 @@ def test_keras_file_with_a_composed_optimizer_loads_in_a_fresh_process(tmp_path,
     script = tmp_path / "load.py"
     script.write_text(FRESH_LOAD)
     env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run([sys.executable, str(script), str(path), str(tmp_path / "v.npz")],
-                            capture_output=True, text=True, env=env, timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(script), str(path), str(tmp_path / "v.npz")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     seen = json.loads(result.stdout.strip().splitlines()[-1])
-    assert seen == {"class": "AdamWLR", "mro": ["AdamWLR", "AdamW", "Adam"], "iterations": 4,
-                    "weight_decay_rate": 0.05}
+    assert seen == {"class": "AdamWLR", "mro": ["AdamWLR", "AdamW", "Adam"], "iterations": 4, "weight_decay_rate": 0.05}
     with np.load(tmp_path / "v.npz") as saved:
         fresh = [saved[f"arr_{i}"] for i in range(len(saved.files))]
     assert len(fresh) == len(model.optimizer.variables)
@@ -149,7 +166,8 @@ def test_fit_with_delayed_accumulation_updates_every_kth_micro_step(rng):
     model = tiny_model(AdamG(learning_rate=0.05, grad_accum_steps=3))
     kernels = []
     callback = keras.callbacks.LambdaCallback(
-        on_train_batch_end=lambda batch, logs: kernels.append(_synced(model).get_layer("Output").kernel.numpy()))
+        on_train_batch_end=lambda batch, logs: kernels.append(_synced(model).get_layer("Output").kernel.numpy())
+    )
     start = model.get_layer("Output").kernel.numpy()
     model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0, callbacks=[callback])
     assert int(model.optimizer.iterations) == 6
@@ -164,7 +182,8 @@ def test_ema_apply_and_reset_after_fit(rng):
     model = tiny_model(AdamEMA(learning_rate=0.05, ema_momentum=0.5))
     history = []
     callback = keras.callbacks.LambdaCallback(
-        on_train_batch_end=lambda batch, logs: history.append([w.numpy() for w in _synced(model).trainable_weights]))
+        on_train_batch_end=lambda batch, logs: history.append([w.numpy() for w in _synced(model).trainable_weights])
+    )
     model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0, callbacks=[callback])
     trained = [w.numpy() for w in model.trainable_weights]
     average = [np.zeros_like(w) for w in trained]
@@ -174,7 +193,7 @@ def test_ema_apply_and_reset_after_fit(rng):
     opt = model.optimizer
     opt.apply_ema_weights()
     for w, a in zip(model.trainable_weights, average):
-        np.testing.assert_allclose(w.numpy(), a / (1 - 0.5 ** steps), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(w.numpy(), a / (1 - 0.5**steps), rtol=1e-5, atol=1e-6)
     opt.reset_old_weights()
     for w, t in zip(model.trainable_weights, trained):
         np.testing.assert_array_equal(w.numpy(), t)
@@ -215,16 +234,22 @@ def test_lazy_optimization_with_sparse_embedding_gradients(rng):
     assert not np.allclose(plain.numpy()[1], table.numpy()[1])
 
 
-@pytest.mark.parametrize("make, error, message", [
-    (lambda: extend_with_weight_decay(object), TypeError, "BaseOptimizer"),
-    (lambda: extend_with_weight_decay(keras.optimizers.Adam), TypeError, "BaseOptimizer"),
-    (lambda: extend_with_weight_decay(Adam, "not a name"), ValueError, "`name`"),
-    (lambda: extend_with_gradient_accumulation(Adam)(grad_accum_steps=0), ValueError, "grad_accum_steps"),
-    (lambda: extend_with_piecewise_linear_lr(Adam)(lr_schedule={"x": 1}), ValueError, "'x'"),
-    (lambda: extend_with_weight_decay(Adam)(exclude_from_weight_decay="Norm"), TypeError,
-     "exclude_from_weight_decay"),
-    (lambda: extend_with_weight_decay(Adam)(weight_decay=0.1), ValueError, "weight_decay_rate"),
-])
+@pytest.mark.parametrize(
+    "make, error, message",
+    [
+        (lambda: extend_with_weight_decay(object), TypeError, "BaseOptimizer"),
+        (lambda: extend_with_weight_decay(keras.optimizers.Adam), TypeError, "BaseOptimizer"),
+        (lambda: extend_with_weight_decay(Adam, "not a name"), ValueError, "`name`"),
+        (lambda: extend_with_gradient_accumulation(Adam)(grad_accum_steps=0), ValueError, "grad_accum_steps"),
+        (lambda: extend_with_piecewise_linear_lr(Adam)(lr_schedule={"x": 1}), ValueError, "'x'"),
+        (
+            lambda: extend_with_weight_decay(Adam)(exclude_from_weight_decay="Norm"),
+            TypeError,
+            "exclude_from_weight_decay",
+        ),
+        (lambda: extend_with_weight_decay(Adam)(weight_decay=0.1), ValueError, "weight_decay_rate"),
+    ],
+)
 def test_bad_arguments_name_the_argument(make, error, message):
     with pytest.raises(error, match=message):
         make()
@@ -233,9 +258,12 @@ def test_bad_arguments_name_the_argument(make, error, message):
 def test_adafactor_and_lion_chains_round_trip_through_json():
     from gau_keras.optimizers import AdaFactor, Lion, extend_with_lookahead
 
-    for opt in (AdaFactor(learning_rate=None, beta1=0.9, exclude_from_parameter_scale=["bias"]),
-                extend_with_lookahead(extend_with_exponential_moving_average(Lion), "LionEMALA")(
-                    1e-3, ema_momentum=0.9, steps_per_slow_update=3)):
+    for opt in (
+        AdaFactor(learning_rate=None, beta1=0.9, exclude_from_parameter_scale=["bias"]),
+        extend_with_lookahead(extend_with_exponential_moving_average(Lion), "LionEMALA")(
+            1e-3, ema_momentum=0.9, steps_per_slow_update=3
+        ),
+    ):
         payload = json.loads(json.dumps(keras.optimizers.serialize(opt)))
         restored = keras.optimizers.deserialize(payload)
         assert type(restored) is type(opt) and restored.get_config() == opt.get_config()
@@ -245,25 +273,47 @@ def test_adafactor_and_lion_chains_round_trip_through_json():
 
 # ---------------------------------------------------------------- bad arguments (issue 36)
 
-@pytest.mark.parametrize("make, error, message", [
-    (lambda: Adam(float("nan")), ValueError, "Adam: learning_rate must be a finite number >= 0, got nan"),
-    (lambda: Adam(float("inf")), ValueError, "learning_rate must be a finite number >= 0, got inf"),
-    (lambda: Adam(-1e-3), ValueError, "learning_rate must be a finite number >= 0"),
-    (lambda: Adam("1e-3"), TypeError, "Adam: learning_rate must be a number or a schedule, got str"),
-    (lambda: extend_with_weight_decay(Adam)(1e-3, weight_decay_rate=-0.01), ValueError,
-     "weight_decay_rate must be a finite number >= 0, got -0.01"),
-    (lambda: extend_with_weight_decay(Adam)(1e-3, weight_decay_rate="0.01"), TypeError,
-     "weight_decay_rate must be a number, got str"),
-    (lambda: extend_with_exponential_moving_average(Adam)(1e-3, ema_momentum=1.5), ValueError,
-     r"ema_momentum must be a finite number in \[0, 1\], got 1.5"),
-    (lambda: extend_with_lookahead(Adam)(1e-3, steps_per_slow_update=0), ValueError,
-     "steps_per_slow_update must be an integer >= 1, got 0"),
-    (lambda: extend_with_lookahead(Adam)(1e-3, slow_step_size=-0.5), ValueError,
-     r"slow_step_size must be a finite number in \[0, 1\], got -0.5"),
-    (lambda: extend_with_weight_decay(extend_with_weight_decay(Adam)), ValueError,
-     "Adam_weight_decay already applies weight decay"),
-    (lambda: extend_with_weight_decay(LAMB), ValueError, "LAMB already applies weight decay"),
-])
+
+@pytest.mark.parametrize(
+    "make, error, message",
+    [
+        (lambda: Adam(float("nan")), ValueError, "Adam: learning_rate must be a finite number >= 0, got nan"),
+        (lambda: Adam(float("inf")), ValueError, "learning_rate must be a finite number >= 0, got inf"),
+        (lambda: Adam(-1e-3), ValueError, "learning_rate must be a finite number >= 0"),
+        (lambda: Adam("1e-3"), TypeError, "Adam: learning_rate must be a number or a schedule, got str"),
+        (
+            lambda: extend_with_weight_decay(Adam)(1e-3, weight_decay_rate=-0.01),
+            ValueError,
+            "weight_decay_rate must be a finite number >= 0, got -0.01",
+        ),
+        (
+            lambda: extend_with_weight_decay(Adam)(1e-3, weight_decay_rate="0.01"),
+            TypeError,
+            "weight_decay_rate must be a number, got str",
+        ),
+        (
+            lambda: extend_with_exponential_moving_average(Adam)(1e-3, ema_momentum=1.5),
+            ValueError,
+            r"ema_momentum must be a finite number in \[0, 1\], got 1.5",
+        ),
+        (
+            lambda: extend_with_lookahead(Adam)(1e-3, steps_per_slow_update=0),
+            ValueError,
+            "steps_per_slow_update must be an integer >= 1, got 0",
+        ),
+        (
+            lambda: extend_with_lookahead(Adam)(1e-3, slow_step_size=-0.5),
+            ValueError,
+            r"slow_step_size must be a finite number in \[0, 1\], got -0.5",
+        ),
+        (
+            lambda: extend_with_weight_decay(extend_with_weight_decay(Adam)),
+            ValueError,
+            "Adam_weight_decay already applies weight decay",
+        ),
+        (lambda: extend_with_weight_decay(LAMB), ValueError, "LAMB already applies weight decay"),
+    ],
+)
 def test_bad_optimizer_arguments_are_refused_where_given(make, error, message):
     with pytest.raises(error, match=message):
         make()

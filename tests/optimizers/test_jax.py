@@ -8,6 +8,7 @@ which applies them eagerly (``optimizer.apply``) and inside ``jax.jit``
 (``stateless_apply``, the path ``model.fit`` takes on JAX). Bound: 1e-6 of
 the largest weight.
 """
+
 import os
 import subprocess
 import sys
@@ -22,8 +23,15 @@ STEPS = 10
 PATTERNS = ["Norm", "bias"]
 #: cases beyond the bert4keras ones: name -> (class name in gau_keras.optimizers, constructor arguments)
 EXTRA = {
-    "lamb": ("LAMB", {"learning_rate": 0.01, "weight_decay_rate": 0.05, "exclude_from_weight_decay": PATTERNS,
-                      "exclude_from_layer_adaptation": PATTERNS}),
+    "lamb": (
+        "LAMB",
+        {
+            "learning_rate": 0.01,
+            "weight_decay_rate": 0.05,
+            "exclude_from_weight_decay": PATTERNS,
+            "exclude_from_layer_adaptation": PATTERNS,
+        },
+    ),
     "lamb_piecewise_linear_decay": ("LAMB", {"learning_rate": "schedule", "weight_decay_rate": 0.01}),
     "adam_keras_accumulation": ("Adam", {"learning_rate": 0.01, "gradient_accumulation_steps": 3}),
 }
@@ -88,8 +96,9 @@ def results(jit):
 def jax_results(tmp_path_factory, requires_jax):
     out = tmp_path_factory.mktemp("jax") / "weights.npz"
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
-    result = subprocess.run([sys.executable, "-c", JAX_RUN, str(out)], cwd=REPO_ROOT, env=env,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", JAX_RUN, str(out)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return dict(np.load(out))
 

@@ -3,6 +3,7 @@
 The extend_with_* factories against the original bert4keras: test_optimizers_bert4keras.py;
 their serialisation, model.fit and EMA: test_optimizers_extensions.py.
 """
+
 import json
 
 import keras
@@ -11,13 +12,12 @@ import pytest
 
 from gau_keras.optimizers import LAMB, PiecewiseLinearDecay
 
-pytestmark = pytest.mark.both_backends     # also runs in the JAX pass (tests/conftest.py)
+pytestmark = pytest.mark.both_backends  # also runs in the JAX pass (tests/conftest.py)
 
 B1, B2 = 0.9, 0.999
 
 
-def reference_lamb(weights, grad_steps, lrs, *, eps=1e-6, wd=0.0, bias_correction=False,
-                   no_decay=(), no_adapt=()):
+def reference_lamb(weights, grad_steps, lrs, *, eps=1e-6, wd=0.0, bias_correction=False, no_decay=(), no_adapt=()):
     """Plain numpy LAMB: `weights` {name: array}, one {name: grad} dict and one lr per update."""
     w = {k: v.astype(np.float64).copy() for k, v in weights.items()}
     m = {k: np.zeros_like(v) for k, v in w.items()}
@@ -29,7 +29,7 @@ def reference_lamb(weights, grad_steps, lrs, *, eps=1e-6, wd=0.0, bias_correctio
             v2[k] = B2 * v2[k] + (1 - B2) * g * g
             mh, vh = m[k], v2[k]
             if bias_correction:
-                mh, vh = mh / (1 - B1 ** t), vh / (1 - B2 ** t)
+                mh, vh = mh / (1 - B1**t), vh / (1 - B2**t)
             u = mh / (np.sqrt(vh) + eps)
             if k not in no_decay:
                 u = u + wd * w[k]
@@ -52,8 +52,7 @@ def tiny_variables():
 
 
 def random_grads(rng, variables, n):
-    return [{k: rng.normal(size=v.shape).astype("float32") for k, v in variables.items()}
-            for _ in range(n)]
+    return [{k: rng.normal(size=v.shape).astype("float32") for k, v in variables.items()} for _ in range(n)]
 
 
 def run_lamb(optimizer, variables, grad_steps):
@@ -66,16 +65,31 @@ def run_lamb(optimizer, variables, grad_steps):
 @pytest.mark.parametrize("bias_correction", [False, True])
 def test_lamb_matches_numpy_with_exclusions(rng, bias_correction):
     variables = tiny_variables()
-    assert set(variables) == {"Transformer-0-FeedForward/kernel", "Transformer-0-FeedForward/bias",
-                              "Transformer-0-FeedForward-Norm/gamma", "Transformer-0-FeedForward-Norm/beta"}
+    assert set(variables) == {
+        "Transformer-0-FeedForward/kernel",
+        "Transformer-0-FeedForward/bias",
+        "Transformer-0-FeedForward-Norm/gamma",
+        "Transformer-0-FeedForward-Norm/beta",
+    }
     start = {k: v.numpy() for k, v in variables.items()}
     grads = random_grads(rng, variables, 5)
-    opt = LAMB(0.01, weight_decay_rate=0.1, bias_correction=bias_correction,
-               exclude_from_weight_decay=["Norm", "bias"], exclude_from_layer_adaptation=["gamma$"])
+    opt = LAMB(
+        0.01,
+        weight_decay_rate=0.1,
+        bias_correction=bias_correction,
+        exclude_from_weight_decay=["Norm", "bias"],
+        exclude_from_layer_adaptation=["gamma$"],
+    )
     got = run_lamb(opt, variables, grads)
-    want = reference_lamb(start, grads, [0.01] * 5, wd=0.1, bias_correction=bias_correction,
-                          no_decay={k for k in start if "Norm" in k or "bias" in k},
-                          no_adapt={"Transformer-0-FeedForward-Norm/gamma"})
+    want = reference_lamb(
+        start,
+        grads,
+        [0.01] * 5,
+        wd=0.1,
+        bias_correction=bias_correction,
+        no_decay={k for k in start if "Norm" in k or "bias" in k},
+        no_adapt={"Transformer-0-FeedForward-Norm/gamma"},
+    )
     for k in start:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
@@ -86,8 +100,7 @@ def test_exclusions_change_the_update(rng):
     start = {k: v.numpy() for k, v in variables.items()}
     grads = random_grads(rng, variables, 3)
     got = run_lamb(LAMB(0.01, weight_decay_rate=0.1), variables, grads)
-    excluded = reference_lamb(start, grads, [0.01] * 3, wd=0.1,
-                              no_decay=set(start), no_adapt=set(start))
+    excluded = reference_lamb(start, grads, [0.01] * 3, wd=0.1, no_decay=set(start), no_adapt=set(start))
     plain = reference_lamb(start, grads, [0.01] * 3, wd=0.1)
     kernel = "Transformer-0-FeedForward/kernel"
     np.testing.assert_allclose(got[kernel], plain[kernel], rtol=1e-5, atol=1e-6)
@@ -99,12 +112,10 @@ def test_lamb_follows_the_schedule(rng):
     start = {k: v.numpy() for k, v in variables.items()}
     grads = random_grads(rng, variables, 6)
     schedule = {2: 1.0, 4: 0.5}
-    opt = LAMB(PiecewiseLinearDecay(0.02, schedule), weight_decay_rate=0.01,
-               exclude_from_weight_decay=["Norm", "bias"])
+    opt = LAMB(PiecewiseLinearDecay(0.02, schedule), weight_decay_rate=0.01, exclude_from_weight_decay=["Norm", "bias"])
     got = run_lamb(opt, variables, grads)
     lrs = 0.02 * np.interp(np.arange(6), [0, 2, 4], [0.0, 1.0, 0.5])
-    want = reference_lamb(start, grads, lrs, wd=0.01,
-                          no_decay={k for k in start if "Norm" in k or "bias" in k})
+    want = reference_lamb(start, grads, lrs, wd=0.01, no_decay={k for k in start if "Norm" in k or "bias" in k})
     for k in start:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
@@ -114,8 +125,9 @@ def test_gradient_accumulation_is_one_update_with_the_mean_gradient(rng):
     names = list(variables)
     start = {k: v.numpy() for k, v in variables.items()}
     micro = random_grads(rng, variables, 4)
-    opt = LAMB(PiecewiseLinearDecay(0.05, {0: 1.0, 1: 0.5, 2: 0.25}), weight_decay_rate=0.01,
-               gradient_accumulation_steps=2)
+    opt = LAMB(
+        PiecewiseLinearDecay(0.05, {0: 1.0, 1: 0.5, 2: 0.25}), weight_decay_rate=0.01, gradient_accumulation_steps=2
+    )
     opt.apply([micro[0][k] for k in names], [variables[k] for k in names])
     for k in names:  # the first micro-step only accumulates
         np.testing.assert_array_equal(variables[k].numpy(), start[k])
@@ -129,9 +141,17 @@ def test_gradient_accumulation_is_one_update_with_the_mean_gradient(rng):
         np.testing.assert_allclose(variables[k].numpy(), want[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
-@pytest.mark.parametrize("step, expected", [
-    (0, 0.0), (500, 0.5), (1000, 1.0), (1500, 0.55), (2000, 0.1), (10 ** 6, 0.1),
-])
+@pytest.mark.parametrize(
+    "step, expected",
+    [
+        (0, 0.0),
+        (500, 0.5),
+        (1000, 1.0),
+        (1500, 0.55),
+        (2000, 0.1),
+        (10**6, 0.1),
+    ],
+)
 def test_piecewise_linear_warmup_then_decay(step, expected):
     schedule = PiecewiseLinearDecay(2.0, {1000: 1, 2000: 0.1})
     assert float(schedule(step)) == pytest.approx(2.0 * expected, rel=1e-6)
@@ -151,10 +171,16 @@ def test_piecewise_linear_without_from_zero_is_constant_before_first_knot():
     assert [float(schedule(s)) for s in (0, 10, 15, 30)] == pytest.approx([0.5, 0.5, 0.75, 1.0])
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({}, "non-empty"), ({"ten": 1}, "'ten'"), ({-1: 1}, "non-negative"), ({"5": 1, 5: 2}, "twice"),
-    ({1: "x"}, "not a number"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({}, "non-empty"),
+        ({"ten": 1}, "'ten'"),
+        ({-1: 1}, "non-negative"),
+        ({"5": 1, 5: 2}, "twice"),
+        ({1: "x"}, "not a number"),
+    ],
+)
 def test_piecewise_linear_rejects_bad_schedules(bad, message):
     with pytest.raises(ValueError, match=message):
         PiecewiseLinearDecay(1.0, bad)
@@ -194,10 +220,15 @@ def test_exclude_from_weight_decay_method(rng):
 
 
 def test_config_round_trip_through_json():
-    opt = LAMB(PiecewiseLinearDecay(1e-3, {100: 1, 200: 0.1}, from_zero=True), weight_decay_rate=0.01,
-               bias_correction=True, exclude_from_weight_decay=["Norm", "bias"],
-               exclude_from_layer_adaptation=["Embedding"], gradient_accumulation_steps=4,
-               global_clipnorm=1.0)
+    opt = LAMB(
+        PiecewiseLinearDecay(1e-3, {100: 1, 200: 0.1}, from_zero=True),
+        weight_decay_rate=0.01,
+        bias_correction=True,
+        exclude_from_weight_decay=["Norm", "bias"],
+        exclude_from_layer_adaptation=["Embedding"],
+        gradient_accumulation_steps=4,
+        global_clipnorm=1.0,
+    )
     restored = keras.optimizers.deserialize(json.loads(json.dumps(keras.optimizers.serialize(opt))))
     assert isinstance(restored, LAMB)
     config, restored_config = opt.get_config(), restored.get_config()
@@ -218,8 +249,12 @@ def test_keras_model_round_trip_keeps_optimizer_state(tmp_path, rng):
         hidden = keras.layers.Dense(4, name="Encoder-Dense")(inputs)
         hidden = keras.layers.LayerNormalization(name="Encoder-Norm")(hidden)
         model = keras.Model(inputs, keras.layers.Dense(2, name="Output")(hidden))
-        model.compile(optimizer=LAMB(PiecewiseLinearDecay(0.01, {2: 1.0}), weight_decay_rate=0.01,
-                                     exclude_from_weight_decay=["Norm", "bias"]), loss="mse")
+        model.compile(
+            optimizer=LAMB(
+                PiecewiseLinearDecay(0.01, {2: 1.0}), weight_decay_rate=0.01, exclude_from_weight_decay=["Norm", "bias"]
+            ),
+            loss="mse",
+        )
         return model
 
     model = make()
@@ -237,7 +272,7 @@ def test_keras_model_round_trip_keeps_optimizer_state(tmp_path, rng):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7, err_msg=a.path)
 
 
-@pytest.mark.tensorflow_only     # tf.IndexedSlices
+@pytest.mark.tensorflow_only  # tf.IndexedSlices
 def test_sparse_gradients_with_repeated_rows(rng):
     """Embedding gradients arrive as IndexedSlices (TF), possibly repeating rows."""
     import tensorflow as tf
@@ -254,7 +289,7 @@ def test_sparse_gradients_with_repeated_rows(rng):
     np.testing.assert_allclose(table.numpy(), want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.tensorflow_only     # tf.IndexedSlices
+@pytest.mark.tensorflow_only  # tf.IndexedSlices
 def test_dense_adamw_updates_repeated_rows_as_a_dense_gradient(rng):
     """Keras 3's AdamW squares an IndexedSlices gradient's slices before summing the rows that
     repeat; DenseAdamW (the fine-tuning runner's) gives the dense gradient's update, as on JAX."""
@@ -272,7 +307,7 @@ def test_dense_adamw_updates_repeated_rows_as_a_dense_gradient(rng):
         for _ in range(3):
             opt.apply([gradient], [table])
         tables.append(table.numpy())
-    assert np.abs(tables[1] - start)[1].min() > 0.1          # the repeated row moved
+    assert np.abs(tables[1] - start)[1].min() > 0.1  # the repeated row moved
     np.testing.assert_allclose(tables[0], tables[1], rtol=1e-6, atol=1e-7)
     restored = keras.optimizers.deserialize(json.loads(json.dumps(keras.optimizers.serialize(opt))))
     assert isinstance(restored, DenseAdamW) and restored.get_config() == opt.get_config()
@@ -326,7 +361,7 @@ sys.exit(0 if ok else 1)
 """
 
 
-@pytest.mark.tensorflow_only     # tf.distribute.MirroredStrategy
+@pytest.mark.tensorflow_only  # tf.distribute.MirroredStrategy
 def test_accumulation_inside_a_distribution_strategy(tmp_path):
     """Two logical CPUs under MirroredStrategy give the single-device result (LAMB, GAU-α's chain).
 

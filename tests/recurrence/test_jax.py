@@ -20,6 +20,7 @@ This process runs on TensorFlow; every JAX check runs in ONE subprocess
 
 Skipped where jax is not installed.
 """
+
 import json
 import os
 import subprocess
@@ -36,21 +37,37 @@ DIFF_ARGS = ("U", "x", "weight_c", "bias", "c0", "scale_x")
 CASES = [dict(k=k, bidirectional=bi, pad=True, scale=True, dropout=True) for k in (3, 4) for bi in (False, True)]
 CASE_IDS = [f"k{c['k']}-{'bi' if c['bidirectional'] else 'uni'}" for c in CASES]
 #: the parity tests of tests/layers/test_srupp.py run under JAX: (test function, its argument or None)
-PARITY = [("test_matches_numpy_reference", name)
-          for name in ("uni-k4-causal", "bi-layernorm-pre", "post-norm-rescale-every2", "last1-input-to-hidden")]
+PARITY = [
+    ("test_matches_numpy_reference", name)
+    for name in ("uni-k4-causal", "bi-layernorm-pre", "post-norm-rescale-every2", "last1-input-to-hidden")
+]
 PARITY += [("test_memory_equals_concatenated_sequence", None)]
 PARITY_IDS = [f"{fn}[{arg}]" if arg else fn for fn, arg in PARITY]
-MODEL = dict(model="srupp", application="encoder", vocab_size=23, hidden_size=8, num_hidden_layers=2,
-             proj_size=4, num_attention_heads=2, attention_every_n_layers=2, embedding_size=6)
+MODEL = dict(
+    model="srupp",
+    application="encoder",
+    vocab_size=23,
+    hidden_size=8,
+    num_hidden_layers=2,
+    proj_size=4,
+    num_attention_heads=2,
+    attention_every_n_layers=2,
+    embedding_size=6,
+)
 #: TensorFlow's recurrence modules, which a JAX process must never import
-TF_MODULES = ("gau_keras.recurrence.tensorflow", "gau_keras.recurrence.tensorflow.xla_loops",
-              "gau_keras.recurrence.tensorflow.native", "gau_keras.recurrence.tensorflow.prepare",
-              "gau_keras.recurrence.tensorflow.autodiff")
+TF_MODULES = (
+    "gau_keras.recurrence.tensorflow",
+    "gau_keras.recurrence.tensorflow.xla_loops",
+    "gau_keras.recurrence.tensorflow.native",
+    "gau_keras.recurrence.tensorflow.prepare",
+    "gau_keras.recurrence.tensorflow.autodiff",
+)
 
 JAX_RUN = "import sys; from tests.recurrence import test_jax as T; T.jax_main(*sys.argv[1:])"
 
 
 # ---------------------------------------------------------------- the JAX process
+
 
 def _jax_recurrence(arrays, case, out):
     """Forward and gradients of sum(h·w_h) + sum(c·w_c) for the custom_vjp pair
@@ -66,6 +83,7 @@ def _jax_recurrence(arrays, case, out):
         def value(U, x, weight_c, bias, c0, scale_x):
             h, c = fn(U, x, weight_c, bias, c0, scale_x=scale_x, bidirectional=case["bidirectional"], **fixed)
             return jnp.sum(h * arrays["w_h"]) + jnp.sum(c * arrays["w_c"]), (h, c)
+
         return value
 
     inputs = [jnp.asarray(arrays[key]) for key in DIFF_ARGS]
@@ -83,25 +101,32 @@ def _jax_contract(arrays):
     from gau_keras import recurrence
 
     args = {key: arrays[key] for key in ("U", "x", "weight_c", "bias", "c0", "mask_pad")}
-    spec = jax.eval_shape(lambda U, x: recurrence.sru_recurrence(U, x, args["weight_c"], args["bias"],
-                                                                 bidirectional=True),
-                          jax.ShapeDtypeStruct(args["U"].shape, jnp.float32),
-                          jax.ShapeDtypeStruct(args["x"].shape, jnp.float32))
-    result = {"kernel_choice": recurrence.kernel_choice(), "eval_shape": [[list(s.shape), str(s.dtype)]
-                                                                          for s in spec]}
-    full, _ = recurrence.sru_recurrence(**{k: v.astype(np.float32) if v.dtype == np.float64 else v
-                                           for k, v in args.items()}, bidirectional=True)
+    spec = jax.eval_shape(
+        lambda U, x: recurrence.sru_recurrence(U, x, args["weight_c"], args["bias"], bidirectional=True),
+        jax.ShapeDtypeStruct(args["U"].shape, jnp.float32),
+        jax.ShapeDtypeStruct(args["x"].shape, jnp.float32),
+    )
+    result = {"kernel_choice": recurrence.kernel_choice(), "eval_shape": [[list(s.shape), str(s.dtype)] for s in spec]}
+    full, _ = recurrence.sru_recurrence(
+        **{k: v.astype(np.float32) if v.dtype == np.float64 else v for k, v in args.items()}, bidirectional=True
+    )
     for dtype in ("float16", "bfloat16"):
         half = {k: jnp.asarray(v, dtype) if v.dtype == np.float64 else v for k, v in args.items()}
         h, c = recurrence.sru_recurrence(**half, bidirectional=True)
         rounded = {k: jnp.asarray(v, jnp.float32) if v.dtype == jnp.dtype(dtype) else v for k, v in half.items()}
         h32, _ = recurrence.sru_recurrence(**rounded, bidirectional=True)
-        result[dtype] = {"dtypes": [str(h.dtype), str(c.dtype)],
-                         "error": float(jnp.max(jnp.abs(h.astype(jnp.float32) - h32))),
-                         "vs_float32_inputs": float(jnp.max(jnp.abs(h32 - full)))}
+        result[dtype] = {
+            "dtypes": [str(h.dtype), str(c.dtype)],
+            "error": float(jnp.max(jnp.abs(h.astype(jnp.float32) - h32))),
+            "vs_float32_inputs": float(jnp.max(jnp.abs(h32 - full))),
+        }
     result["errors"] = {}
-    for name, bad in (("weight_c", dict(weight_c=np.zeros(5))), ("mask_pad", dict(mask_pad=np.zeros((2, 5, 1)))),
-                      ("scale_x", dict(scale_x=np.array([1.0, 2.0]))), ("native", dict(implementation="native"))):
+    for name, bad in (
+        ("weight_c", dict(weight_c=np.zeros(5))),
+        ("mask_pad", dict(mask_pad=np.zeros((2, 5, 1)))),
+        ("scale_x", dict(scale_x=np.array([1.0, 2.0]))),
+        ("native", dict(implementation="native")),
+    ):
         try:
             recurrence.sru_recurrence(**{**args, **bad}, bidirectional=True)
             result["errors"][name] = None
@@ -164,7 +189,7 @@ def jax_main(inputs_path, outputs_path, json_path):
     if keras.backend.backend() != "jax":
         raise RuntimeError(f"tests/recurrence/test_jax.py: expected KERAS_BACKEND=jax, got {keras.backend.backend()}")
     data = dict(np.load(inputs_path))
-    by_prefix = lambda prefix: {k[len(prefix):]: v for k, v in data.items() if k.startswith(prefix)}  # noqa: E731
+    by_prefix = lambda prefix: {k[len(prefix) :]: v for k, v in data.items() if k.startswith(prefix)}  # noqa: E731
     arrays = {}
     for i, case in enumerate(CASES):
         out = {}
@@ -179,6 +204,7 @@ def jax_main(inputs_path, outputs_path, json_path):
 
 
 # ---------------------------------------------------------------- this (TensorFlow) process
+
 
 def _tf_recurrence(rng, case):
     """Inputs of one case and TensorFlow's forward and gradients on them."""
@@ -247,8 +273,14 @@ def jax_run(tmp_path_factory, requires_jax):
     np.savez(paths[0], **inputs)
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_ENABLE_X64="1", JAX_PLATFORMS="cpu")
     env.pop("GAU_KERAS_SRU_KERNEL", None)
-    result = subprocess.run([sys.executable, "-c", JAX_RUN, *map(str, paths)], cwd=REPO_ROOT, env=env,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", JAX_RUN, *map(str, paths)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     return inputs, expected, dict(np.load(paths[1])), json.loads(paths[2].read_text())
 
@@ -260,8 +292,9 @@ def test_forward_equals_tensorflow_and_autodiff_reference(jax_run, i):
         tf_value = expected[f"case{i}/tf/{name}"]
         assert got[f"case{i}/jax/{name}"].dtype == np.float64
         np.testing.assert_allclose(got[f"case{i}/jax/{name}"], tf_value, rtol=1e-10, atol=1e-12, err_msg=name)
-        np.testing.assert_allclose(got[f"case{i}/autodiff/{name}"], tf_value, rtol=1e-10, atol=1e-12,
-                                   err_msg=f"autodiff {name}")
+        np.testing.assert_allclose(
+            got[f"case{i}/autodiff/{name}"], tf_value, rtol=1e-10, atol=1e-12, err_msg=f"autodiff {name}"
+        )
 
 
 @pytest.mark.parametrize("i", range(len(CASES)), ids=CASE_IDS)
@@ -274,10 +307,12 @@ def test_gradients_equal_autodiff_and_tensorflow(jax_run, i):
             assert not np.any(ours) and not np.any(reference) and not np.any(expected[f"case{i}/tf/d{key}"])
             continue
         assert np.abs(reference).max() > 1e-3, f"d{key}: the reference gradient vanishes, nothing is compared"
-        np.testing.assert_allclose(ours, reference, rtol=1e-6, atol=1e-6 * np.abs(reference).max(),
-                                   err_msg=f"d{key} vs autodiff")
-        np.testing.assert_allclose(ours, expected[f"case{i}/tf/d{key}"], rtol=1e-9, atol=1e-12,
-                                   err_msg=f"d{key} vs TensorFlow")
+        np.testing.assert_allclose(
+            ours, reference, rtol=1e-6, atol=1e-6 * np.abs(reference).max(), err_msg=f"d{key} vs autodiff"
+        )
+        np.testing.assert_allclose(
+            ours, expected[f"case{i}/tf/d{key}"], rtol=1e-9, atol=1e-12, err_msg=f"d{key} vs TensorFlow"
+        )
 
 
 def test_jit_eval_shape_half_precision_and_errors(jax_run):
@@ -307,8 +342,13 @@ def test_srupp_model_predicts_and_trains_as_on_tensorflow(jax_run):
     for i in range(count):
         before, want = inputs[f"model/weight/{i}"], expected[f"trained/{i}"]
         moved += not np.allclose(want, before)
-        np.testing.assert_allclose(got[f"trained/{i}"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max(),
-                                   err_msg=f"weight {i} after one SGD step")
+        np.testing.assert_allclose(
+            got[f"trained/{i}"],
+            want,
+            rtol=1e-5,
+            atol=1e-5 * np.abs(want).max(),
+            err_msg=f"weight {i} after one SGD step",
+        )
     assert moved == count  # the step changed every weight
 
 

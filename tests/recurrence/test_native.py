@@ -4,6 +4,7 @@ A stand-in compiler (a shell script that copies a library built earlier)
 keeps the rebuilds fast; each check runs in a fresh process, since a library
 once loaded stays loaded.
 """
+
 import os
 import pathlib
 import shutil
@@ -30,13 +31,14 @@ def good_library():
 
 def _fake_compiler_env(folder, good_library):
     script = folder / "fake-cxx"
-    script.write_text("#!/bin/sh\n"
-                      'if [ "$1" = "--version" ]; then echo "fake-cxx 1.0"; exit 0; fi\n'
-                      'while [ "$#" -gt 0 ]; do if [ "$1" = "-o" ]; then out="$2"; fi; shift; done\n'
-                      f'cp "{good_library}" "$out"\n')
+    script.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "--version" ]; then echo "fake-cxx 1.0"; exit 0; fi\n'
+        'while [ "$#" -gt 0 ]; do if [ "$1" = "-o" ]; then out="$2"; fi; shift; done\n'
+        f'cp "{good_library}" "$out"\n'
+    )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return dict(os.environ, CXX=str(script), GAU_KERAS_KERNEL_CACHE=str(folder / "cache"),
-                GAU_KERAS_SRU_KERNEL="auto")
+    return dict(os.environ, CXX=str(script), GAU_KERAS_KERNEL_CACHE=str(folder / "cache"), GAU_KERAS_SRU_KERNEL="auto")
 
 
 @pytest.fixture
@@ -61,8 +63,14 @@ def cache_copy(tmp_path, built_cache):
 
 
 def _run(env):
-    return subprocess.run([sys.executable, "-W", "always", "-c", CHOICE], env=env, cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-W", "always", "-c", CHOICE],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _cached_library(env):
@@ -84,7 +92,7 @@ def test_damaged_library_is_rebuilt_not_loaded(cache_copy, good_library, damage)
     else:
         kernels.checksum_path(library).unlink()
     again = _run(cache_copy)
-    assert again.returncode == 0, again.stderr[-2000:]           # before: a bus error (SIGBUS) here
+    assert again.returncode == 0, again.stderr[-2000:]  # before: a bus error (SIGBUS) here
     assert again.stdout.strip() == "native"
     assert "rebuilding" in again.stderr and str(library) in again.stderr
     assert kernels._sha256(library) == kernels._sha256(good_library)
@@ -95,7 +103,7 @@ def test_intact_library_is_not_rebuilt(fake_compiler_env):
     library = _cached_library(fake_compiler_env)
     before = library.stat().st_mtime_ns
     with open(fake_compiler_env["CXX"], "a") as f:
-        f.write("exit 1\n")            # any compiler call would now fail the build
+        f.write("exit 1\n")  # any compiler call would now fail the build
     again = _run(fake_compiler_env)
     assert again.returncode == 0 and again.stdout.strip() == "native"
     assert "rebuilding" not in again.stderr and library.stat().st_mtime_ns == before

@@ -14,6 +14,7 @@ calls and no loop over time.
 ``python3 -m tests.recurrence.test_pallas`` prints the parity figures of every
 case on the platform at hand (on a GPU, the Triton kernel against the scan).
 """
+
 import os
 
 import numpy as np
@@ -22,10 +23,15 @@ import pytest
 pytestmark = pytest.mark.jax_only
 
 #: k, bidirectional, padding, L, B, d: every option, odd sizes (L = 1; d = 5 and 33: no multiple of a block)
-CASES = [(3, False, False, 9, 2, 5), (3, True, True, 7, 3, 33), (4, False, True, 1, 2, 5), (4, True, False, 6, 1, 33),
-         (3, True, False, 1, 2, 4), (4, False, True, 12, 3, 17)]
-CASE_IDS = [f"k{k}-{'bi' if bi else 'uni'}-{'pad' if pad else 'nopad'}-L{L}-B{B}-d{d}"
-            for k, bi, pad, L, B, d in CASES]
+CASES = [
+    (3, False, False, 9, 2, 5),
+    (3, True, True, 7, 3, 33),
+    (4, False, True, 1, 2, 5),
+    (4, True, False, 6, 1, 33),
+    (3, True, False, 1, 2, 4),
+    (4, False, True, 12, 3, 17),
+]
+CASE_IDS = [f"k{k}-{'bi' if bi else 'uni'}-{'pad' if pad else 'nopad'}-L{L}-B{B}-d{d}" for k, bi, pad, L, B, d in CASES]
 DIFF_ARGS = ("U", "x", "weight_c", "bias", "c0", "scale_x")
 RTOL = 2e-5
 
@@ -37,11 +43,18 @@ def case_inputs(k, bidirectional, padded, L, B, d, seed=0):
     rng = np.random.default_rng(seed)
     dirs = 2 if bidirectional else 1
     f32 = lambda *shape, scale=1.0: jnp.asarray(rng.normal(size=shape) * scale, jnp.float32)  # noqa: E731
-    arrays = {"U": f32(B, L, dirs * d * k), "x": f32(B, L, dirs * d if k == 3 else 7),
-              "weight_c": f32(2 * dirs * d, scale=0.5), "bias": f32(2 * dirs * d), "c0": f32(B, dirs * d),
-              "scale_x": jnp.float32(1.3)}
-    fixed = {"mask_pad": jnp.asarray(rng.random((B, L)) < 0.3) if padded else None,
-             "dropout_mask": jnp.asarray((rng.random((B, dirs * d)) < 0.8) / 0.8, jnp.float32)}
+    arrays = {
+        "U": f32(B, L, dirs * d * k),
+        "x": f32(B, L, dirs * d if k == 3 else 7),
+        "weight_c": f32(2 * dirs * d, scale=0.5),
+        "bias": f32(2 * dirs * d),
+        "c0": f32(B, dirs * d),
+        "scale_x": jnp.float32(1.3),
+    }
+    fixed = {
+        "mask_pad": jnp.asarray(rng.random((B, L)) < 0.3) if padded else None,
+        "dropout_mask": jnp.asarray((rng.random((B, dirs * d)) < 0.8) / 0.8, jnp.float32),
+    }
     weights = {"w_h": f32(B, L, dirs * d), "w_c": f32(B, dirs * d)}
     return arrays, fixed, weights
 
@@ -56,9 +69,13 @@ def values_and_gradients(fn, arrays, fixed, weights, bidirectional):
         return jnp.sum(h.astype(jnp.float32) * weights["w_h"]) + jnp.sum(c.astype(jnp.float32) * weights["w_c"]), (h, c)
 
     (_, (h, c)), grads = jax.jit(jax.value_and_grad(loss, argnums=tuple(range(6)), has_aux=True))(
-        *(arrays[name] for name in DIFF_ARGS))
-    return {"h": np.asarray(h, np.float32), "c": np.asarray(c, np.float32),
-            **{f"d{name}": np.asarray(g, np.float32) for name, g in zip(DIFF_ARGS, grads)}}
+        *(arrays[name] for name in DIFF_ARGS)
+    )
+    return {
+        "h": np.asarray(h, np.float32),
+        "c": np.asarray(c, np.float32),
+        **{f"d{name}": np.asarray(g, np.float32) for name, g in zip(DIFF_ARGS, grads)},
+    }
 
 
 def relative_differences(result, reference):
@@ -82,16 +99,21 @@ def kernel_and_scan(case, plan_target=None):
     if plan_target is None:
         kernel = lambda **kw: backend.sru_recurrence(implementation="pallas", **kw)  # noqa: E731
     else:
+
         def kernel(U, x, weight_c, bias, c0, scale_x, mask_pad=None, dropout_mask=None, bidirectional=False):
             from gau_keras.recurrence.jax.prepare import prepare
 
             p = prepare(U, x, weight_c, bias, c0, mask_pad, scale_x, dropout_mask, bidirectional)
-            plan = pallas_kernel.plan(p.layout, B, L, x.shape[-1], "float32", plan_target, mask_pad is not None,
-                                      interpret=True)
+            plan = pallas_kernel.plan(
+                p.layout, B, L, x.shape[-1], "float32", plan_target, mask_pad is not None, interpret=True
+            )
             return pallas_kernel.recurrence(plan, *p.arrays)
+
     scan = lambda **kw: backend.sru_recurrence(implementation="scan", **kw)  # noqa: E731
-    return relative_differences(values_and_gradients(kernel, arrays, fixed, weights, bidirectional),
-                                values_and_gradients(scan, arrays, fixed, weights, bidirectional))
+    return relative_differences(
+        values_and_gradients(kernel, arrays, fixed, weights, bidirectional),
+        values_and_gradients(scan, arrays, fixed, weights, bidirectional),
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -103,6 +125,7 @@ def _jax_backend():
 
 
 # ---------------------------------------------------------------- parity with the scan pair
+
 
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_kernel_equals_the_scan_pair(case):
@@ -154,8 +177,10 @@ def test_half_precision_inputs_compute_in_float32(dtype):
 
 # ---------------------------------------------------------------- the official SRU++'s parity fixtures
 
-@pytest.mark.parametrize("name", ["uni-k4-causal", "bi-layernorm-pre", "post-norm-rescale-every2",
-                                  "last1-input-to-hidden"])
+
+@pytest.mark.parametrize(
+    "name", ["uni-k4-causal", "bi-layernorm-pre", "post-norm-rescale-every2", "last1-input-to-hidden"]
+)
 def test_official_srupp_parity_in_float32_with_the_kernel(monkeypatch, name):
     """tests/layers/test_srupp.py's numpy transcription of the official SRU++ on its random state
     dicts, the layer in float32 with the kernel forced (the float64 cases there stay on the scan)."""
@@ -179,13 +204,19 @@ def test_official_srupp_parity_in_float32_with_the_kernel(monkeypatch, name):
     additive, allowed = S.causal_additive(L) if causal else (None, None)
     c0 = rng.normal(size=(cfg["num_layers"], B, cfg["hidden_size"] * (2 if cfg.get("bidirectional") else 1)))
     h_ref, c_ref, _ = S.np_srupp(sd, cfg, x.transpose(1, 0, 2), c0=c0, mask_pad=~keep.T, attn_add=additive)
-    h, c = layer(x.astype("float32"), mask=keep, attention_mask=None if allowed is None else allowed[None],
-                 initial_state=c0.astype("float32"), return_state=True)
+    h, c = layer(
+        x.astype("float32"),
+        mask=keep,
+        attention_mask=None if allowed is None else allowed[None],
+        initial_state=c0.astype("float32"),
+        return_state=True,
+    )
     for ours, ref in ((ops.convert_to_numpy(h), h_ref.transpose(1, 0, 2)), (ops.convert_to_numpy(c), c_ref)):
         assert np.max(np.abs(ours - ref)) <= RTOL * np.max(np.abs(ref))
 
 
 # ---------------------------------------------------------------- the choice of implementation
+
 
 def test_kernel_choice_by_mode_platform_and_dtype(monkeypatch):
     from gau_keras.recurrence import jax as backend
@@ -194,7 +225,7 @@ def test_kernel_choice_by_mode_platform_and_dtype(monkeypatch):
     monkeypatch.delenv("GAU_KERAS_SRU_KERNEL", raising=False)
     assert kernel_choice("float32") == "scan"  # auto on this CPU
     assert backend.kernel_choice("float32", platform="cuda") == "pallas"
-    assert backend.kernel_choice("float32", platform="rocm") == "scan"   # no kernel for ROCm GPUs
+    assert backend.kernel_choice("float32", platform="rocm") == "scan"  # no kernel for ROCm GPUs
     assert backend.kernel_choice("bfloat16", platform="tpu") == "pallas"
     assert backend.kernel_choice("float64", platform="cuda") == "scan"  # the kernel's state is float32
     assert kernel_choice("float32", "pallas") == "pallas"
@@ -203,11 +234,14 @@ def test_kernel_choice_by_mode_platform_and_dtype(monkeypatch):
     assert kernel_choice("float16") == "pallas"
 
 
-@pytest.mark.parametrize("implementation, dtype, message", [
-    ("pallas", "float64", "implementation 'pallas' takes float32, bfloat16, float16"),
-    ("native", "float32", "'native' is TensorFlow's C++ kernel"),
-    ("cuda", "float32", "implementation='cuda'; expected one of auto, pallas, scan, xla"),
-])
+@pytest.mark.parametrize(
+    "implementation, dtype, message",
+    [
+        ("pallas", "float64", "implementation 'pallas' takes float32, bfloat16, float16"),
+        ("native", "float32", "'native' is TensorFlow's C++ kernel"),
+        ("cuda", "float32", "implementation='cuda'; expected one of auto, pallas, scan, xla"),
+    ],
+)
 def test_a_request_the_platform_cannot_honour_is_an_error(implementation, dtype, message):
     from gau_keras.recurrence import kernel_choice
 
@@ -256,8 +290,11 @@ def test_the_environment_variable_selects_the_kernel_in_a_layer(monkeypatch):
     layer(x)
     for mode, expected in (("pallas", True), ("scan", False)):
         monkeypatch.setenv("GAU_KERAS_SRU_KERNEL", mode)
-        jaxpr = str(jax.make_jaxpr(lambda v, n, x: layer.stateless_call(v, n, x)[0])(
-            [v.value for v in layer.trainable_variables], [v.value for v in layer.non_trainable_variables], x))
+        jaxpr = str(
+            jax.make_jaxpr(lambda v, n, x: layer.stateless_call(v, n, x)[0])(
+                [v.value for v in layer.trainable_variables], [v.value for v in layer.non_trainable_variables], x
+            )
+        )
         assert ("pallas_call" in jaxpr) is expected, mode
 
 
@@ -291,14 +328,20 @@ def exported_training_step(platform):
         def loss_fn(trainable):
             out, _ = model.stateless_call(trainable, non_trainable, [x, mask], training=True)
             return jnp.mean(jnp.square(out - y))
+
         loss, grads = jax.value_and_grad(loss_fn)(trainable)
         trainable, opt_vars = optimizer.stateless_apply(opt_vars, grads, trainable)
         return trainable, opt_vars, loss
 
     spec = lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype)  # noqa: E731
-    args = ([spec(v.value) for v in model.trainable_variables], [spec(v.value) for v in model.non_trainable_variables],
-            [spec(v.value) for v in optimizer.variables], jax.ShapeDtypeStruct((B, L, d), jnp.float32),
-            jax.ShapeDtypeStruct((B, L), jnp.bool_), jax.ShapeDtypeStruct((B, L, 8), jnp.float32))
+    args = (
+        [spec(v.value) for v in model.trainable_variables],
+        [spec(v.value) for v in model.non_trainable_variables],
+        [spec(v.value) for v in optimizer.variables],
+        jax.ShapeDtypeStruct((B, L, d), jnp.float32),
+        jax.ShapeDtypeStruct((B, L), jnp.bool_),
+        jax.ShapeDtypeStruct((B, L, 8), jnp.float32),
+    )
     checks = [export.DisabledSafetyCheck.custom_call(CUSTOM_CALLS[platform])] if platform in CUSTOM_CALLS else []
     return export.export(jax.jit(step), platforms=[platform], disabled_checks=checks)(*args).mlir_module()
 

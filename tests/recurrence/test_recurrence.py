@@ -2,6 +2,7 @@
 and against numerical differentiation (float64) — every test for both
 implementations (the native C++ kernel and the XLA loops) — and the choice
 between them."""
+
 import functools
 import warnings
 
@@ -45,7 +46,7 @@ def numpy_sru(U, x, weight_c, bias, c0, mask_pad, scale_x, dropout_mask, bidirec
     c_last = np.zeros((B, dirs, d))
     for di in range(dirs):
         c = c0.reshape(B, dirs, d)[:, di].copy()
-        for t in (range(L) if di == 0 else range(L - 1, -1, -1)):
+        for t in range(L) if di == 0 else range(L - 1, -1, -1):
             u = Uk[:, t, di]
             xp = u[..., 3] if k == 4 else x.reshape(B, L, dirs, d)[:, t, di] * scale_x
             f = sig(u[..., 1] + b[0, di] + w[0, di] * c)
@@ -59,8 +60,9 @@ def numpy_sru(U, x, weight_c, bias, c0, mask_pad, scale_x, dropout_mask, bidirec
     return h.reshape(B, L, dirs * d), c_last.reshape(B, dirs * d)
 
 
-def make_inputs(rng, B=2, L=5, d=3, k=3, bidirectional=False, d_in=None, pad=False,
-                scale=False, dropout=False, dtype=np.float64):
+def make_inputs(
+    rng, B=2, L=5, d=3, k=3, bidirectional=False, d_in=None, pad=False, scale=False, dropout=False, dtype=np.float64
+):
     dirs = 2 if bidirectional else 1
     d_in = dirs * d if k == 3 else (d_in or 4)
     args = dict(
@@ -69,10 +71,14 @@ def make_inputs(rng, B=2, L=5, d=3, k=3, bidirectional=False, d_in=None, pad=Fal
         weight_c=rng.uniform(-1, 1, size=2 * dirs * d),
         bias=rng.normal(size=2 * dirs * d) * 0.5,
         c0=rng.normal(size=(B, dirs * d)),
-        mask_pad=None, scale_x=None, dropout_mask=None, bidirectional=bidirectional)
+        mask_pad=None,
+        scale_x=None,
+        dropout_mask=None,
+        bidirectional=bidirectional,
+    )
     if pad:  # right padding for row 0, left padding for row 1
         mask = np.zeros((B, L), bool)
-        mask[0, L - 2:] = True
+        mask[0, L - 2 :] = True
         mask[1, :1] = True
         args["mask_pad"] = mask
     if scale:
@@ -85,9 +91,12 @@ def make_inputs(rng, B=2, L=5, d=3, k=3, bidirectional=False, d_in=None, pad=Fal
     return args
 
 
-CASES = [dict(k=k, bidirectional=bi, pad=pad, scale=scale, dropout=drop)
-         for k in (3, 4) for bi in (False, True)
-         for pad, scale, drop in ((False, False, False), (True, True, True))]
+CASES = [
+    dict(k=k, bidirectional=bi, pad=pad, scale=scale, dropout=drop)
+    for k in (3, 4)
+    for bi in (False, True)
+    for pad, scale, drop in ((False, False, False), (True, True, True))
+]
 
 
 DIFF_ARGS = ("U", "x", "weight_c", "bias", "c0")
@@ -140,20 +149,23 @@ def test_gradient_only_through_h(implementation, rng):
         tape.watch(U)
         h, _ = sru_recurrence(U, **args)
         h2, _ = sru_recurrence_autodiff(U, **args)
-        loss, loss2 = tf.reduce_sum(h ** 2), tf.reduce_sum(h2 ** 2)
-    np.testing.assert_allclose(tape.gradient(loss, U).numpy(), tape.gradient(loss2, U).numpy(),
-                               rtol=1e-9, atol=1e-10)
+        loss, loss2 = tf.reduce_sum(h**2), tf.reduce_sum(h2**2)
+    np.testing.assert_allclose(tape.gradient(loss, U).numpy(), tape.gradient(loss2, U).numpy(), rtol=1e-9, atol=1e-10)
 
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
 def test_half_precision_computed_in_float32(rng, dtype):
     args = make_inputs(rng, L=6, bidirectional=True, pad=True, dtype=np.float32)
-    half = {key: (tf.cast(v, dtype) if isinstance(v, np.ndarray) and v.dtype == np.float32 else v)
-            for key, v in args.items()}
+    half = {
+        key: (tf.cast(v, dtype) if isinstance(v, np.ndarray) and v.dtype == np.float32 else v)
+        for key, v in args.items()
+    }
     h, c = sru_recurrence(**half)
     assert h.dtype == dtype and c.dtype == dtype
-    rounded = {key: (tf.cast(v, tf.float32).numpy().astype(np.float64) if isinstance(v, tf.Tensor) else v)
-               for key, v in half.items()}
+    rounded = {
+        key: (tf.cast(v, tf.float32).numpy().astype(np.float64) if isinstance(v, tf.Tensor) else v)
+        for key, v in half.items()
+    }
     h_ref, c_ref = numpy_sru(**rounded)
     tol = 1e-2 if dtype == tf.float16 else 4e-2
     np.testing.assert_allclose(tf.cast(h, tf.float32).numpy(), h_ref, rtol=tol, atol=tol)
@@ -168,8 +180,7 @@ def test_inside_tf_function_with_unknown_length(implementation, rng):
     def run(U, x):
         with tf.GradientTape() as tape:
             tape.watch(U)
-            h, _ = sru_recurrence(U, x, args["weight_c"], args["bias"], mask_pad=args["mask_pad"],
-                                  bidirectional=True)
+            h, _ = sru_recurrence(U, x, args["weight_c"], args["bias"], mask_pad=args["mask_pad"], bidirectional=True)
             loss = tf.reduce_sum(h)
         return h, tape.gradient(loss, U)
 
@@ -179,13 +190,16 @@ def test_inside_tf_function_with_unknown_length(implementation, rng):
     assert np.all(np.isfinite(dU.numpy()))
 
 
-@pytest.mark.parametrize("bad, message", [
-    (dict(weight_c=np.zeros(5)), "weight_c"),
-    (dict(bias=np.zeros(8)), "bias"),
-    (dict(U=np.zeros((2, 5, 10))), "U's last dimension"),
-    (dict(x=np.zeros((2, 5, 4))), "x's last dimension"),
-    (dict(mask_pad=np.zeros((2, 5, 1), bool)), "mask_pad"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(weight_c=np.zeros(5)), "weight_c"),
+        (dict(bias=np.zeros(8)), "bias"),
+        (dict(U=np.zeros((2, 5, 10))), "U's last dimension"),
+        (dict(x=np.zeros((2, 5, 4))), "x's last dimension"),
+        (dict(mask_pad=np.zeros((2, 5, 1), bool)), "mask_pad"),
+    ],
+)
 def test_bad_arguments_are_named(rng, bad, message):
     args = make_inputs(rng)
     with pytest.raises(ValueError, match=message):
@@ -213,8 +227,12 @@ def test_the_requested_implementation_runs(implementation, rng):
     assert kernel_choice(tf.float64) == implementation
     args = make_inputs(rng)
     assert kernel_choice(tf.float64, implementation="xla") == "xla"
-    np.testing.assert_allclose(sru_recurrence(**args, implementation="xla")[0].numpy(),
-                               sru_recurrence(**args)[0].numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        sru_recurrence(**args, implementation="xla")[0].numpy(),
+        sru_recurrence(**args)[0].numpy(),
+        rtol=1e-12,
+        atol=1e-12,
+    )
 
 
 def test_auto_uses_xla_inside_xla_compiled_functions(monkeypatch, rng):
@@ -267,8 +285,9 @@ def test_without_a_compiler_auto_falls_back_and_native_says_why(monkeypatch, tmp
 def test_on_an_accelerator_auto_takes_the_xla_loops_and_says_so_once(monkeypatch):
     """TensorFlow has no GPU/TPU kernel: "auto" takes the XLA loops there and points at the JAX backend's."""
     real = tf.config.list_logical_devices
-    monkeypatch.setattr(tf.config, "list_logical_devices",
-                        lambda kind=None: ["/gpu:0"] if kind == "GPU" else real(kind))
+    monkeypatch.setattr(
+        tf.config, "list_logical_devices", lambda kind=None: ["/gpu:0"] if kind == "GPU" else real(kind)
+    )
     monkeypatch.setenv("GAU_KERAS_SRU_KERNEL", "auto")
     recurrence._warn_once.cache_clear()
     with pytest.warns(RuntimeWarning, match="KERAS_BACKEND=jax runs it as one fused Pallas kernel"):
@@ -287,8 +306,16 @@ def test_xla_in_place_backward_equals_the_plain_graph_one(rng, case):
     failing here) rows go through a TensorArray.  Both on the same saved state."""
     args = make_inputs(rng, **case)
     prepared = prepare(
-        args["U"], args["x"], args["weight_c"], args["bias"], args["c0"], args["mask_pad"], args["scale_x"],
-        args["dropout_mask"], case["bidirectional"])
+        args["U"],
+        args["x"],
+        args["weight_c"],
+        args["bias"],
+        args["c0"],
+        args["mask_pad"],
+        args["scale_x"],
+        args["dropout_mask"],
+        case["bidirectional"],
+    )
     inputs = prepared.tensors
     fwd, bwd = xla.compiled("float64", prepared.layout)
     if not getattr(bwd, "_jit_compile", False):

@@ -1,4 +1,5 @@
 """gau_keras.recurrence.switches: the recurrence's environment switches, read in one place."""
+
 import os
 import pathlib
 

@@ -25,6 +25,7 @@ modified), on top of ``bert4keras_forward.py``'s (tf_keras, TF1 names):
     the new API, which has none of those, so bert4keras's optimizers cannot be
     constructed without this alias.
 """
+
 import argparse
 import os
 import sys
@@ -103,9 +104,17 @@ def main(argv=None):
     if args.inputs:
         with np.load(args.inputs, allow_pickle=False) as data:
             inputs = {k: data[k] for k in data.files}
-    namespace = {"np": np, "tf": tf, "keras": keras, "K": keras.backend, "bert4keras": bert4keras,
-                 "inputs": inputs, "outputs": {}, "__name__": "__bert4keras_snippet__",
-                 "session": _session if args.graph else None}
+    namespace = {
+        "np": np,
+        "tf": tf,
+        "keras": keras,
+        "K": keras.backend,
+        "bert4keras": bert4keras,
+        "inputs": inputs,
+        "outputs": {},
+        "__name__": "__bert4keras_snippet__",
+        "session": _session if args.graph else None,
+    }
     with open(args.code, encoding="utf-8") as f:
         source = f.read()
     exec(compile(source, args.code, "exec"), namespace)

@@ -49,6 +49,7 @@ GAU-alpha repository (a RoFormerV2 subclass whose layers are bert4keras's
 own layers; its checkpoint mapping is made from the layer's weights by identity,
 because bert4keras 0.11.4 changed the creation order of the GAU sub-layers.
 """
+
 import argparse
 import json
 import os
@@ -265,8 +266,10 @@ def _probe():
     tf, bert4keras = _import_or_exit()
     import tf_keras
 
-    print("bert4keras %s, tf_keras %s, tensorflow %s, tf.keras -> %s" % (
-        bert4keras.__version__, tf_keras.__version__, tf.__version__, tf.keras.__name__))
+    print(
+        "bert4keras %s, tf_keras %s, tensorflow %s, tf.keras -> %s"
+        % (bert4keras.__version__, tf_keras.__version__, tf.__version__, tf.keras.__name__)
+    )
 
 
 def _parse_args(argv):
@@ -276,13 +279,27 @@ def _parse_args(argv):
     p.add_argument("--model", required=True, choices=["gau_alpha", "roformer_v2"])
     p.add_argument("--inputs", help="npz with token_ids, segment_ids [B, L]")
     p.add_argument("--output", help="npz to write hidden (and mlm_logits, mlm_output)")
-    p.add_argument("--with-mlm", nargs="?", const=True, default=False, type=_with_mlm,
-                   help="add the MLM head; optional activation name (default softmax)")
-    p.add_argument("--application", default="encoder", type=_applications,
-                   help="encoder, lm or unilm; a comma-separated list runs each in turn "
-                        "(output keys then read 'APPLICATION:hidden', ...)")
-    p.add_argument("--softmax-plus-min-len", type=int, default=BERT4KERAS_SOFTMAX_PLUS_MIN_LEN,
-                   help="floor on softmax_plus's n (bert4keras 0.11.5: 16; 0.11.3: 1)")
+    p.add_argument(
+        "--with-mlm",
+        nargs="?",
+        const=True,
+        default=False,
+        type=_with_mlm,
+        help="add the MLM head; optional activation name (default softmax)",
+    )
+    p.add_argument(
+        "--application",
+        default="encoder",
+        type=_applications,
+        help="encoder, lm or unilm; a comma-separated list runs each in turn "
+        "(output keys then read 'APPLICATION:hidden', ...)",
+    )
+    p.add_argument(
+        "--softmax-plus-min-len",
+        type=int,
+        default=BERT4KERAS_SOFTMAX_PLUS_MIN_LEN,
+        help="floor on softmax_plus's n (bert4keras 0.11.5: 16; 0.11.3: 1)",
+    )
     p.add_argument("--init-random", action="store_true", help="random init instead of --checkpoint")
     p.add_argument("--save-checkpoint", help="write the weights with save_weights_as_checkpoint")
     p.add_argument("--seed", type=int, default=0, help="numpy and TF graph seed for --init-random")
@@ -307,8 +324,9 @@ def main(argv=None):
     args = _parse_args(argv)
     tf, bert4keras = _import_or_exit()
     if bert4keras.__version__ != REFERENCE_VERSION:
-        print("warning: bert4keras %s, the reference is %s" % (bert4keras.__version__, REFERENCE_VERSION),
-              file=sys.stderr)
+        print(
+            "warning: bert4keras %s, the reference is %s" % (bert4keras.__version__, REFERENCE_VERSION), file=sys.stderr
+        )
     if args.softmax_plus_min_len != BERT4KERAS_SOFTMAX_PLUS_MIN_LEN:
         _set_softmax_plus_floor(args.softmax_plus_min_len)
     inputs = _load_inputs(args.inputs) if args.inputs else None

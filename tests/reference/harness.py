@@ -19,6 +19,7 @@ installed (``require_bert4keras()`` checks that up front, in one extra process);
 any other failure of the reference raises ``RuntimeError`` carrying the command
 and the end of its stderr.
 """
+
 import functools
 import hashlib
 import importlib.metadata
@@ -41,25 +42,29 @@ _STDERR_TAIL = 4000
 def reference_env(pythonpath=None):
     """Environment for the reference process: Keras 2 via tf_keras, CPU, quiet logs."""
     env = dict(os.environ)
-    env.update(TF_KERAS="1", TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3",
-               CUDA_VISIBLE_DEVICES="")
+    env.update(TF_KERAS="1", TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     if pythonpath:
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(pythonpath)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return env
 
 
 @functools.cache
 def probe(pythonpath=None):
     """Return ``(available, detail)``: can the reference run here, and which versions."""
-    result = subprocess.run([sys.executable, str(SCRIPT), "--probe"], env=reference_env(pythonpath),
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--probe"],
+        env=reference_env(pythonpath),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if result.returncode == 0:
         return True, result.stdout.strip()
     if result.returncode == EXIT_MISSING_PACKAGE:
         return False, result.stderr.strip().splitlines()[-1]
-    raise RuntimeError("bert4keras reference probe failed (exit %d):\n%s"
-                       % (result.returncode, result.stderr[-_STDERR_TAIL:]))
+    raise RuntimeError(
+        "bert4keras reference probe failed (exit %d):\n%s" % (result.returncode, result.stderr[-_STDERR_TAIL:])
+    )
 
 
 def require_bert4keras(pythonpath=None):
@@ -73,13 +78,27 @@ def require_bert4keras(pythonpath=None):
 def _skip(detail):
     import pytest
 
-    pytest.skip("original bert4keras reference unavailable in a subprocess (%s); install it with: %s"
-                % (detail, INSTALL_HINT))
+    pytest.skip(
+        "original bert4keras reference unavailable in a subprocess (%s); install it with: %s" % (detail, INSTALL_HINT)
+    )
 
 
-def run_bert4keras(config, model, *, checkpoint=None, init_random=False, save_checkpoint=None,
-                   token_ids=None, segment_ids=None, with_mlm=False, application="encoder",
-                   softmax_plus_min_len=None, seed=0, pythonpath=None, timeout=600):
+def run_bert4keras(
+    config,
+    model,
+    *,
+    checkpoint=None,
+    init_random=False,
+    save_checkpoint=None,
+    token_ids=None,
+    segment_ids=None,
+    with_mlm=False,
+    application="encoder",
+    softmax_plus_min_len=None,
+    seed=0,
+    pythonpath=None,
+    timeout=600,
+):
     """Run bert4keras on one model and return its results.
 
     Args:
@@ -110,9 +129,18 @@ def run_bert4keras(config, model, *, checkpoint=None, init_random=False, save_ch
             config_path.write_text(json.dumps(config), encoding="utf-8")
         else:
             config_path = pathlib.Path(config)
-        cmd = [sys.executable, str(SCRIPT), "--config", str(config_path), "--model", model,
-               "--application", application if isinstance(application, str) else ",".join(application),
-               "--seed", str(seed)]
+        cmd = [
+            sys.executable,
+            str(SCRIPT),
+            "--config",
+            str(config_path),
+            "--model",
+            model,
+            "--application",
+            application if isinstance(application, str) else ",".join(application),
+            "--seed",
+            str(seed),
+        ]
         if init_random:
             cmd.append("--init-random")
         if checkpoint is not None:
@@ -126,13 +154,14 @@ def run_bert4keras(config, model, *, checkpoint=None, init_random=False, save_ch
         if token_ids is not None:
             np.savez(work / "in.npz", token_ids=np.asarray(token_ids), segment_ids=np.asarray(segment_ids))
             cmd += ["--inputs", str(work / "in.npz"), "--output", str(work / "out.npz")]
-        result = subprocess.run(cmd, env=reference_env(pythonpath), capture_output=True, text=True,
-                                timeout=timeout)
+        result = subprocess.run(cmd, env=reference_env(pythonpath), capture_output=True, text=True, timeout=timeout)
         if result.returncode == EXIT_MISSING_PACKAGE:
             _skip(result.stderr.strip().splitlines()[-1])
         if result.returncode != 0:
-            raise RuntimeError("bert4keras reference failed (exit %d): %s\n%s"
-                               % (result.returncode, " ".join(cmd), result.stderr[-_STDERR_TAIL:]))
+            raise RuntimeError(
+                "bert4keras reference failed (exit %d): %s\n%s"
+                % (result.returncode, " ".join(cmd), result.stderr[-_STDERR_TAIL:])
+            )
         outputs = {}
         if token_ids is not None:
             with np.load(work / "out.npz") as data:
@@ -140,8 +169,10 @@ def run_bert4keras(config, model, *, checkpoint=None, init_random=False, save_ch
             if not isinstance(application, str) and len(application) == 1:
                 outputs = {application[0]: outputs}
             elif not isinstance(application, str):
-                outputs = {app: {key.split(":", 1)[1]: value for key, value in outputs.items()
-                                 if key.startswith(app + ":")} for app in application}
+                outputs = {
+                    app: {key.split(":", 1)[1]: value for key, value in outputs.items() if key.startswith(app + ":")}
+                    for app in application
+                }
     if save_checkpoint is not None:
         outputs["variables"] = _parse_variables(result.stdout)
     return outputs
@@ -180,20 +211,29 @@ def run_bert4keras_code(code, inputs=None, *, graph=False, seed=0, timeout=600):
     with tempfile.TemporaryDirectory(prefix="bert4keras_exec_") as work:
         work = pathlib.Path(work)
         (work / "snippet.py").write_text(code, encoding="utf-8")
-        cmd = [sys.executable, str(EXEC_SCRIPT), "--code", str(work / "snippet.py"),
-               "--output", str(work / "out.npz"), "--seed", str(seed)]
+        cmd = [
+            sys.executable,
+            str(EXEC_SCRIPT),
+            "--code",
+            str(work / "snippet.py"),
+            "--output",
+            str(work / "out.npz"),
+            "--seed",
+            str(seed),
+        ]
         if inputs:
             np.savez(work / "in.npz", **{k: np.asarray(v) for k, v in inputs.items()})
             cmd += ["--inputs", str(work / "in.npz")]
         if graph:
             cmd.append("--graph")
-        result = subprocess.run(cmd, env=reference_env(), capture_output=True, text=True,
-                                timeout=timeout)
+        result = subprocess.run(cmd, env=reference_env(), capture_output=True, text=True, timeout=timeout)
         if result.returncode == EXIT_MISSING_PACKAGE:
             _skip(result.stderr.strip().splitlines()[-1])
         if result.returncode != 0:
-            raise RuntimeError("bert4keras snippet failed (exit %d):\n%s\n%s"
-                               % (result.returncode, code, result.stderr[-_STDERR_TAIL:]))
+            raise RuntimeError(
+                "bert4keras snippet failed (exit %d):\n%s\n%s"
+                % (result.returncode, code, result.stderr[-_STDERR_TAIL:])
+            )
         if cached is not None:
             partial = cached.with_suffix(f".{os.getpid()}.partial")
             shutil.copyfile(work / "out.npz", partial)

@@ -1,4 +1,5 @@
 """gau_keras.snippets.arrays (bert4keras parity: tests/snippets/test_parity.py)."""
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -15,8 +16,12 @@ def test_to_array_one_or_several():
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.lists(st.integers(1, 9), max_size=7), min_size=1, max_size=5),
-       st.one_of(st.none(), st.integers(0, 9)), st.sampled_from(["post", "pre"]), st.integers(-2, 2))
+@given(
+    st.lists(st.lists(st.integers(1, 9), max_size=7), min_size=1, max_size=5),
+    st.one_of(st.none(), st.integers(0, 9)),
+    st.sampled_from(["post", "pre"]),
+    st.integers(-2, 2),
+)
 def test_sequence_padding_shapes_and_values(seqs, length, mode, value):
     out = arrays.sequence_padding(seqs, length=length, value=value, mode=mode)
     target = max(len(s) for s in seqs) if length is None else length
@@ -58,29 +63,39 @@ def test_orthogonally_resize_keeps_norm_and_blocks():
     b = arrays.orthogonally_resize(a, (2, 8))
     assert b.shape == (2, 8)
     assert np.isclose(np.linalg.norm(b), np.linalg.norm(a))
-    assert np.allclose(b[0] / b[0, 0], [1, 2, 1, 2, 3, 4, 3, 4])    # windows of 2 repeated
+    assert np.allclose(b[0] / b[0, 0], [1, 2, 1, 2, 3, 4, 3, 4])  # windows of 2 repeated
     with pytest.raises(ValueError, match="new_shape"):
         arrays.orthogonally_resize(a, (2,))
 
 
 # ---------------------------------------------------------------- bad input (issue 36)
 
-@pytest.mark.parametrize("args, message", [
-    (([[[1, 2], [3]], [[4]]],), "sequence 0 is ragged"),
-    (([[1, 2], [3]], -1), r"length must be None, an integer >= 0 or 1 of them, got \[-1\]"),
-    (([[1, 2], [3]], 2.5), "length must be None"),
-    (([[1, 2], [3]], None, 0, 2), r"seq_dims=2 but sequence 0 has only 1 axes \(shape \(2,\)\)"),
-    (([[1, 2], [3]], None, 0, 0), "seq_dims must be a positive integer, got 0"),
-    (([np.zeros((2, 3)), np.zeros((2, 4))],), r"the axes after the first 1 must agree; sequence 1 has shape \(2, 4\)"),
-])
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (([[[1, 2], [3]], [[4]]],), "sequence 0 is ragged"),
+        (([[1, 2], [3]], -1), r"length must be None, an integer >= 0 or 1 of them, got \[-1\]"),
+        (([[1, 2], [3]], 2.5), "length must be None"),
+        (([[1, 2], [3]], None, 0, 2), r"seq_dims=2 but sequence 0 has only 1 axes \(shape \(2,\)\)"),
+        (([[1, 2], [3]], None, 0, 0), "seq_dims must be a positive integer, got 0"),
+        (
+            ([np.zeros((2, 3)), np.zeros((2, 4))],),
+            r"the axes after the first 1 must agree; sequence 1 has shape \(2, 4\)",
+        ),
+    ],
+)
 def test_sequence_padding_names_what_is_wrong(args, message):
     with pytest.raises(ValueError, match=message):
         sequence_padding(*args)
 
 
 @settings(max_examples=60, deadline=None)
-@given(rows=st.lists(st.lists(st.integers(-5, 5), max_size=6), min_size=1, max_size=5),
-       length=st.one_of(st.none(), st.integers(0, 8)), mode=st.sampled_from(["post", "pre"]))
+@given(
+    rows=st.lists(st.lists(st.integers(-5, 5), max_size=6), min_size=1, max_size=5),
+    length=st.one_of(st.none(), st.integers(0, 8)),
+    mode=st.sampled_from(["post", "pre"]),
+)
 def test_sequence_padding_pads_and_cuts_every_row(rows, length, mode):
     padded = sequence_padding(rows, length=length, value=9, mode=mode)
     target = max(len(r) for r in rows) if length is None else length

@@ -1,6 +1,7 @@
 """gau_keras.snippets.DataGenerator: sampling, forfit/fortest under Keras 3's
 fit/predict (the bert4keras idioms), to_dataset. Sampling parity with
 bert4keras: tests/snippets/test_parity.py."""
+
 import itertools
 
 import keras
@@ -78,7 +79,7 @@ def test_forfit_and_fortest_iterated_directly_are_bert4keras_batches():
     g = PairBatches(DATA, 2)
     batches = list(itertools.islice(g.forfit(random=False), 5))
     assert isinstance(batches[0][0], list) and batches[0][0][0].tolist() == [[1, 2, 3], [4, 5, 0]]
-    assert batches[4][0][0].tolist() == [[1, 2, 3], [4, 5, 0]]          # endless: a new pass
+    assert batches[4][0][0].tolist() == [[1, 2, 3], [4, 5, 0]]  # endless: a new pass
     inputs = next(g.fortest())
     assert isinstance(inputs, list) and len(inputs) == 2
 
@@ -140,13 +141,16 @@ def test_fit_with_none_targets_for_a_loss_layer_model():
 
 def test_to_dataset_names_and_padded_batch():
     g = Samples(DATA, 3)
-    dataset = g.to_dataset(types=[("float32", "float32"), ("float32",)],
-                           shapes=[([None], [None]), ([1],)],
-                           names=[("Input-Token", "Input-Segment"), ("Probas",)], padded_batch=True)
+    dataset = g.to_dataset(
+        types=[("float32", "float32"), ("float32",)],
+        shapes=[([None], [None]), ([1],)],
+        names=[("Input-Token", "Input-Segment"), ("Probas",)],
+        padded_batch=True,
+    )
     x, y = next(iter(dataset))
     assert set(x) == {"Input-Token", "Input-Segment"}
     tokens = x["Input-Token"].numpy()
-    assert tokens.shape[0] == 3 and tokens.dtype == np.float32 and y.shape == (3, 1)   # one target: bare
+    assert tokens.shape[0] == 3 and tokens.dtype == np.float32 and y.shape == (3, 1)  # one target: bare
     lengths = (tokens != 0).sum(1)
     assert tokens.shape[1] == lengths.max()
     rows = {tuple(TEXTS[i]): LABELS[i] for i in range(len(DATA))}
@@ -163,8 +167,12 @@ def test_to_dataset_trains_a_model_by_input_and_output_names():
     model = keras.Model([tokens, segments], probas)
     model.compile("adam", "sparse_categorical_crossentropy")
     g = Samples(DATA, 2)
-    dataset = g.to_dataset(types=[("float32", "float32"), ("float32",)], shapes=[([None], [None]), ([1],)],
-                           names=[("Input-Token", "Input-Segment"), ("Probas",)], padded_batch=True)
+    dataset = g.to_dataset(
+        types=[("float32", "float32"), ("float32",)],
+        shapes=[([None], [None]), ([1],)],
+        names=[("Input-Token", "Input-Segment"), ("Probas",)],
+        padded_batch=True,
+    )
     history = model.fit(dataset, steps_per_epoch=len(g), epochs=1, shuffle=False, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
 
@@ -178,8 +186,7 @@ def test_to_dataset_single_names_and_fixed_shapes():
     dataset = Tokens(DATA, 4).to_dataset(types="int32", shapes=[6], names="Input-Token")
     batch = next(iter(dataset))
     assert list(batch) == ["Input-Token"] and batch["Input-Token"].shape == (4, 6)
-    plain = Samples(DATA[:1], 2).to_dataset(types=(("int32", "int32"), ("int32",)),
-                                            shapes=(([3], [3]), ([1],)))
+    plain = Samples(DATA[:1], 2).to_dataset(types=(("int32", "int32"), ("int32",)), shapes=(([3], [3]), ([1],)))
     (tokens, segments), (labels,) = next(iter(plain))
     assert tokens.numpy().tolist() == [[1, 2, 3], [1, 2, 3]] and labels.numpy().tolist() == [[0], [0]]
 
@@ -194,13 +201,17 @@ def test_to_dataset_over_parallel_apply_generator_as_gau_alpha_train_py():
                 _, (ids, label) = is_end_text
                 return [i + offset for i in ids], [0] * len(ids), [label] * len(ids)
 
-            for _, d in parallel_apply_generator(func=encode, iterable=self.sample(random), workers=2,
-                                                 max_queue_size=8):
+            for _, d in parallel_apply_generator(
+                func=encode, iterable=self.sample(random), workers=2, max_queue_size=8
+            ):
                 yield d
 
     dataset = Encoded(DATA, 4, 10).to_dataset(
-        types=("float32", "float32", "float32"), shapes=([None], [None], [None]),
-        names=("Input-Token", "Input-Segment", "Input-Label"), padded_batch=True)
+        types=("float32", "float32", "float32"),
+        shapes=([None], [None], [None]),
+        names=("Input-Token", "Input-Segment", "Input-Label"),
+        padded_batch=True,
+    )
     seen = set()
     for batch in dataset.take(4):
         tokens, labels = batch["Input-Token"].numpy(), batch["Input-Label"].numpy()
@@ -212,12 +223,17 @@ def test_to_dataset_over_parallel_apply_generator_as_gau_alpha_train_py():
 
 # ---------------------------------------------------------------- bad input (issue 36)
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
-    ({"batch_size": None}, "batch_size must be a positive integer, got None"),
-    ({"batch_size": -1}, "batch_size must be a positive integer, got -1"),
-    ({"batch_size": 2.5}, "batch_size must be a positive integer, got 2.5"),
-    ({"batch_size": 2, "buffer_size": 0}, "buffer_size must be a positive integer, got 0")])
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
+        ({"batch_size": None}, "batch_size must be a positive integer, got None"),
+        ({"batch_size": -1}, "batch_size must be a positive integer, got -1"),
+        ({"batch_size": 2.5}, "batch_size must be a positive integer, got 2.5"),
+        ({"batch_size": 2, "buffer_size": 0}, "buffer_size must be a positive integer, got 0"),
+    ],
+)
 def test_batch_and_buffer_sizes_are_checked_where_given(kwargs, message):
     with pytest.raises(ValueError, match=message):
         DataGenerator([1, 2, 3], **kwargs)
@@ -239,6 +255,7 @@ def test_a_one_shot_generator_is_named_on_its_second_pass():
 
 def test_a_reader_that_rewinds_in_iter_is_read_again_without_duplicates():
     """A common reader: __iter__ rewinds and returns itself. Every epoch reads it once, whole."""
+
     class Reader:
         def __init__(self, rows):
             self.rows, self.at = rows, 0
@@ -263,6 +280,7 @@ def test_a_reader_that_rewinds_in_iter_is_read_again_without_duplicates():
 
 
 # ---------------------------------------------------------------- issue 51: an endless generator under tf.data
+
 
 def endless_corpus():
     """GAU-alpha's corpus(): ``while True`` over the documents, never used up."""
@@ -301,8 +319,12 @@ def test_an_endless_generator_trains_epoch_after_epoch_through_to_dataset():
     """tf.data calls the dataset's generator function again for each iterator (each epoch here);
     an endless generator is read on where it was, not refused as used up (issue 51)."""
     generator = MaskedSamples(endless_corpus(), batch_size=2)
-    dataset = generator.to_dataset(types=("float32", "float32", "float32"), shapes=([None], [None], [None]),
-                                   names=("Input-Token", "Input-Segment", "Input-Label"), padded_batch=True)
+    dataset = generator.to_dataset(
+        types=("float32", "float32", "float32"),
+        shapes=([None], [None], [None]),
+        names=("Input-Token", "Input-Segment", "Input-Label"),
+        padded_batch=True,
+    )
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
@@ -312,5 +334,5 @@ def test_an_endless_generator_trains_epoch_after_epoch_through_to_dataset():
         model = loss_layer_model()
     history = model.fit(dataset, steps_per_epoch=3, epochs=2, verbose=0)
     assert len(history.history["loss"]) == 2 and np.all(np.isfinite(history.history["loss"]))
-    next(iter(dataset))                # a new iterator: tf.data calls the generator function again
+    next(iter(dataset))  # a new iterator: tf.data calls the generator function again
     assert generator._passes >= 2

@@ -3,6 +3,7 @@ numpy "models", and seq2seq decoding with real models (the bundled GAU-α
 under application='unilm' and 'lm', a tiny random RoFormerV2) in the manner
 of bert4keras's task_seq2seq_autotitle.py. Numbers against bert4keras:
 tests/snippets/test_parity.py."""
+
 import itertools
 
 import numpy as np
@@ -34,7 +35,7 @@ def test_viterbi_finds_the_best_path(rng, starts, ends):
     kept = nodes.copy()
     path = ViterbiDecoder(trans, starts, ends).decode(nodes)
     assert path.tolist() == _brute_viterbi(nodes, trans, starts or range(3), ends or range(3))
-    assert np.array_equal(nodes, kept)                 # the caller's scores are left alone
+    assert np.array_equal(nodes, kept)  # the caller's scores are left alone
 
 
 def _fixed(probas, rtype="probas"):
@@ -51,7 +52,7 @@ def _fixed(probas, rtype="probas"):
 
 
 def test_end_id_minlen_maxlen_and_start_id():
-    ends_soon = _fixed([0.05, 0.05, 0.1, 0.8])                 # id 3 is the likeliest
+    ends_soon = _fixed([0.05, 0.05, 0.1, 0.8])  # id 3 is the likeliest
     assert ends_soon(None, 3, maxlen=10).beam_search([[1]], topk=2).tolist() == [3]
     assert ends_soon(7, 3, maxlen=10).beam_search([[1]], topk=2).tolist() == [7, 3]
     long_enough = ends_soon(None, 3, maxlen=10, minlen=4).beam_search([[1]], topk=2)
@@ -69,7 +70,7 @@ def test_random_sample_topk_topp_and_temperature():
     decoder = _fixed(probas)(None, end_id=-1, maxlen=30)
     np.random.seed(0)
     everything = np.concatenate(decoder.random_sample([[1]], 8))
-    assert set(everything.tolist()) > {1, 3}                 # unrestricted: rarer ids appear too
+    assert set(everything.tolist()) > {1, 3}  # unrestricted: rarer ids appear too
     assert set(np.concatenate(decoder.random_sample([[1]], 8, topk=2)).tolist()) == {1, 3}
     assert set(np.concatenate(decoder.random_sample([[1]], 8, topp=0.7)).tolist()) == {1, 3}
     assert set(np.concatenate(decoder.random_sample([[1]], 8, topp=0.5)).tolist()) == {1}
@@ -85,7 +86,7 @@ def test_wraps_converts_between_probas_and_logits():
     logits, _ = decoder.predict([np.zeros((1, 1))], np.zeros((1, 0), int), None, rtype="logits")
     assert np.allclose(logits, np.log([[0.2, 0.8]]))
     hot, _ = decoder.predict([np.zeros((1, 1))], np.zeros((1, 0), int), None, temperature=2)
-    assert np.allclose(hot, [[1, 2]] / np.sum([1, 2]))      # p ** (1/2) renormalised
+    assert np.allclose(hot, [[1, 2]] / np.sum([1, 2]))  # p ** (1/2) renormalised
     with pytest.raises(ValueError, match="rtype"):
         decoder.predict([np.zeros((1, 1))], np.zeros((1, 0), int), None, rtype="scores")
     with pytest.raises(NotImplementedError):
@@ -93,12 +94,11 @@ def test_wraps_converts_between_probas_and_logits():
 
 
 MODELS = {
-    "gau_alpha-unilm": lambda: build_transformer_model(*model_files(BUNDLED_DIR)[:2], model="gau_alpha",
-                                                       application="unilm"),
-    "gau_alpha-lm": lambda: build_transformer_model(*model_files(BUNDLED_DIR)[:2], model="gau_alpha",
-                                                    application="lm"),
-    "roformer_v2-unilm": lambda: build_transformer_model(TINY_ROFORMER, model="roformer_v2",
-                                                         application="unilm"),
+    "gau_alpha-unilm": lambda: build_transformer_model(
+        *model_files(BUNDLED_DIR)[:2], model="gau_alpha", application="unilm"
+    ),
+    "gau_alpha-lm": lambda: build_transformer_model(*model_files(BUNDLED_DIR)[:2], model="gau_alpha", application="lm"),
+    "roformer_v2-unilm": lambda: build_transformer_model(TINY_ROFORMER, model="roformer_v2", application="unilm"),
 }
 
 
@@ -125,16 +125,16 @@ def _next_probas(model, token_ids, segment_ids):
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_seq2seq_decoding_with_a_model(name, capsys):
     model = MODELS[name]()
-    context, segments = [2, 11, 57, 9, 3], [0] * 5     # ids < 60 (the tiny RoFormer's vocab)
+    context, segments = [2, 11, 57, 9, 3], [0] * 5  # ids < 60 (the tiny RoFormer's vocab)
     maxlen = 3
     greedy = []
-    for _ in range(maxlen):                                   # by hand: argmax of the last position
+    for _ in range(maxlen):  # by hand: argmax of the last position
         ids = context + greedy
         greedy.append(int(_next_probas(model, ids, segments + [1] * len(greedy)).argmax()))
     decoder = Seq2Seq(model, start_id=None, end_id=-1, maxlen=maxlen)
     assert decoder.beam_search([context, segments], topk=1).tolist() == greedy
     assert decoder.last_token(model) is decoder.last_token(model)
-    assert "step" not in capsys.readouterr().out                 # last_token's predict is silent
+    assert "step" not in capsys.readouterr().out  # last_token's predict is silent
     np.random.seed(0)
     assert [s.tolist() for s in decoder.random_sample([context, segments], 2, topk=1)] == [greedy] * 2
     beams = decoder.beam_search([context, segments], topk=3)
@@ -148,24 +148,35 @@ def test_seq2seq_decoding_with_a_model(name, capsys):
 
 # ---------------------------------------------------------------- bad arguments (issue 36)
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"maxlen": 0}, "maxlen must be an integer >= 1, got 0"), ({"maxlen": -3}, "maxlen must be"),
-    ({"maxlen": 2.5}, "maxlen must be"), ({"maxlen": 5, "minlen": -1}, "minlen must be an integer >= 0")])
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"maxlen": 0}, "maxlen must be an integer >= 1, got 0"),
+        ({"maxlen": -3}, "maxlen must be"),
+        ({"maxlen": 2.5}, "maxlen must be"),
+        ({"maxlen": 5, "minlen": -1}, "minlen must be an integer >= 0"),
+    ],
+)
 def test_decoder_lengths_are_checked_where_given(kwargs, message):
     with pytest.raises(ValueError, match=message):
         _fixed([0.5, 0.5])(None, 1, **kwargs)
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda d: d.random_sample([[1]], 0), "n must be an integer >= 1"),
-    (lambda d: d.random_sample([[1]], 2, topk=0), "topk must be an integer >= 1, got 0"),
-    (lambda d: d.random_sample([[1]], 2, topp=0), r"topp must be in \(0, 1\]"),
-    (lambda d: d.random_sample([[1]], 2, topp=-0.5), r"topp must be in \(0, 1\]"),
-    (lambda d: d.random_sample([[1]], 2, topp=1.5), r"topp must be in \(0, 1\]"),
-    (lambda d: d.random_sample([[1]], 2, temperature=0), "temperature must be a finite number > 0"),
-    (lambda d: d.beam_search([[1]], topk=0), "topk must be an integer >= 1"),
-    (lambda d: d.beam_search([[1]], topk=2, temperature=float("nan")), "temperature must be"),
-    (lambda d: d.beam_search([[1]], topk=2, min_ends=0), "min_ends must be an integer >= 1")])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda d: d.random_sample([[1]], 0), "n must be an integer >= 1"),
+        (lambda d: d.random_sample([[1]], 2, topk=0), "topk must be an integer >= 1, got 0"),
+        (lambda d: d.random_sample([[1]], 2, topp=0), r"topp must be in \(0, 1\]"),
+        (lambda d: d.random_sample([[1]], 2, topp=-0.5), r"topp must be in \(0, 1\]"),
+        (lambda d: d.random_sample([[1]], 2, topp=1.5), r"topp must be in \(0, 1\]"),
+        (lambda d: d.random_sample([[1]], 2, temperature=0), "temperature must be a finite number > 0"),
+        (lambda d: d.beam_search([[1]], topk=0), "topk must be an integer >= 1"),
+        (lambda d: d.beam_search([[1]], topk=2, temperature=float("nan")), "temperature must be"),
+        (lambda d: d.beam_search([[1]], topk=2, min_ends=0), "min_ends must be an integer >= 1"),
+    ],
+)
 def test_decoding_arguments_are_checked(call, message):
     with pytest.raises(ValueError, match=message):
         call(_fixed([0.2, 0.3, 0.5])(None, 2, maxlen=4))
@@ -188,9 +199,13 @@ def test_nan_scores_stop_decoding_with_an_error():
 
 
 @settings(max_examples=40, deadline=None)
-@given(probas=st.lists(st.floats(0.01, 1.0), min_size=2, max_size=6), n=st.integers(1, 4),
-       topk=st.one_of(st.none(), st.integers(1, 9)), topp=st.one_of(st.none(), st.floats(0.05, 1.0)),
-       temperature=st.floats(0.3, 3.0))
+@given(
+    probas=st.lists(st.floats(0.01, 1.0), min_size=2, max_size=6),
+    n=st.integers(1, 4),
+    topk=st.one_of(st.none(), st.integers(1, 9)),
+    topp=st.one_of(st.none(), st.floats(0.05, 1.0)),
+    temperature=st.floats(0.3, 3.0),
+)
 def test_random_sample_returns_n_sequences_of_vocabulary_ids(probas, n, topk, topp, temperature):
     probas = np.asarray(probas) / np.sum(probas)
     decoder = _fixed(probas)(None, len(probas) - 1, maxlen=5)
@@ -230,5 +245,11 @@ def test_viterbi_is_the_brute_force_best_path(seed, length, labels):
 def test_numpy_numbers_are_numbers():
     decoder = _fixed([0.2, 0.3, 0.5])(None, 2, maxlen=np.int64(4))
     np.random.seed(0)
-    assert len(decoder.random_sample([[1]], np.int64(2), topk=np.int32(2), topp=np.float32(0.9),
-                                     temperature=np.float32(1.0))) == 2
+    assert (
+        len(
+            decoder.random_sample(
+                [[1]], np.int64(2), topk=np.int32(2), topp=np.float32(0.9), temperature=np.float32(1.0)
+            )
+        )
+        == 2
+    )

@@ -1,4 +1,5 @@
 """gau_keras.snippets.insert_arguments / delete_arguments."""
+
 import pytest
 
 from gau_keras.snippets import delete_arguments, insert_arguments

@@ -1,4 +1,5 @@
 """gau_keras.snippets.open: the built-in file plus bert4keras's line index."""
+
 import json
 
 import pytest
@@ -42,7 +43,7 @@ def test_index_cache_file_is_written_then_read(corpus, tmp_path):
     first = b4k_open(corpus, encoding="utf-8", indexable=str(cache))
     offsets = json.loads(cache.read_text())
     assert offsets == first.offsets and len(offsets) == len(LINES)
-    cache.write_text(json.dumps(offsets[:2]))          # a stale cache is trusted, as in bert4keras
+    cache.write_text(json.dumps(offsets[:2]))  # a stale cache is trusted, as in bert4keras
     assert len(b4k_open(corpus, encoding="utf-8", indexable=str(cache))) == 2
 
 
@@ -50,7 +51,7 @@ def test_write_and_binary_modes(tmp_path):
     path = tmp_path / "out.txt"
     with b4k_open(path, "w", encoding="utf-8") as f:
         f.write("中文\n")
-        f.write(b"bytes\n")                                  # bytes are decoded first
+        f.write(b"bytes\n")  # bytes are decoded first
     assert path.read_text(encoding="utf-8") == "中文\nbytes\n"
     with b4k_open(path, "rb") as f:
         assert f.readline() == "中文\n".encode()

@@ -1,4 +1,5 @@
 """gau_keras.snippets.parallel_apply(_generator): processes and threads."""
+
 import multiprocessing
 import os
 import time
@@ -13,7 +14,7 @@ N = 300
 
 @pytest.mark.parametrize("dummy", [False, True], ids=["processes", "threads"])
 def test_results_ordered_and_unordered(dummy):
-    offset = 7                                   # a closure: workers inherit it (fork / threads)
+    offset = 7  # a closure: workers inherit it (fork / threads)
     func = lambda x: x * x + offset
     expected = [x * x + offset for x in range(N)]
     assert parallel_apply(func, range(N), 3, 8, dummy=dummy, unordered=False) == expected
@@ -29,7 +30,7 @@ def test_callback_gets_every_result():
 
 
 def test_generator_streams_an_endless_iterable_and_stops_its_workers():
-    stream = parallel_apply_generator(lambda x: -x, iter(int, 1), 2, 4)   # iter(int, 1): 0, 0, 0, ...
+    stream = parallel_apply_generator(lambda x: -x, iter(int, 1), 2, 4)  # iter(int, 1): 0, 0, 0, ...
     assert [next(stream)[1] for _ in range(20)] == [0] * 20
     stream.close()
     deadline = time.time() + 10
@@ -50,7 +51,7 @@ def test_a_failing_func_raises_in_the_caller_quickly(dummy):
     with pytest.raises(KeyError, match="bad item 37") as info:
         parallel_apply(_fails_on_37, range(N), 3, 8, dummy=dummy)
     assert time.time() - start < 20
-    assert "_fails_on_37" in str(info.value.__cause__)          # the worker's traceback
+    assert "_fails_on_37" in str(info.value.__cause__)  # the worker's traceback
 
 
 def test_a_dead_worker_is_reported():
@@ -67,7 +68,7 @@ def test_unpicklable_items_and_results_are_clear_errors():
     with pytest.raises(TypeError, match="item 0 cannot be sent"):
         parallel_apply(lambda f: 1, [lambda: 0], 1, 2)
     with pytest.raises(Exception, match="pickle"):
-        parallel_apply(lambda x: (lambda: x), range(3), 1, 2)
+        parallel_apply(lambda x: lambda: x, range(3), 1, 2)
     assert parallel_apply(lambda f: f(), [lambda: 4], 1, 2, dummy=True) == [4]
 
 
@@ -79,8 +80,10 @@ def test_random_seeds():
         first.setdefault(pid, value)
     assert len(set(first.values())) == len(first) > 1
     # explicit seeds make a single worker reproducible
-    runs = [parallel_apply(lambda _: float(np.random.rand()), range(5), 1, 2, random_seeds=[42],
-                           unordered=False) for _ in range(2)]
+    runs = [
+        parallel_apply(lambda _: float(np.random.rand()), range(5), 1, 2, random_seeds=[42], unordered=False)
+        for _ in range(2)
+    ]
     assert runs[0] == runs[1] == list(np.random.RandomState(42).rand(5))
 
 

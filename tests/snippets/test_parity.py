@@ -9,6 +9,7 @@ sampled ids also agree: the same random numbers are drawn in the same order.
 strQ2B is not compared: bert4keras 0.11.5's calls Python 2's ``unichr`` and
 fails on Python 3 (tests/snippets/test_text.py checks ours).
 """
+
 import json
 
 import numpy as np
@@ -17,7 +18,7 @@ import pytest
 from gau_keras import snippets
 from tests.reference.harness import run_bert4keras_code
 
-CASES = r'''
+CASES = r"""
 import json as _json
 import numpy as _np
 
@@ -151,7 +152,7 @@ def run_cases(S):
     r["wraps"] += [dec.predict([_np.array([[1, 2]])], _np.array([[4]]), None, 0.5, "probas")]
     r["first_output_ids"] = [ProbasDecoder(None, 3, 4).first_output_ids, ProbasDecoder(2, 3, 4).first_output_ids]
     return _json.loads(_json.dumps(_plain(r)))
-'''
+"""
 
 
 def _run_here():
@@ -162,14 +163,31 @@ def _run_here():
 
 @pytest.fixture(scope="module")
 def results():
-    reference = run_bert4keras_code(
-        CASES + "\noutputs['json'] = _json.dumps(run_cases(bert4keras.snippets))\n")
+    reference = run_bert4keras_code(CASES + "\noutputs['json'] = _json.dumps(run_cases(bert4keras.snippets))\n")
     return _run_here(), json.loads(str(reference["json"]))
 
 
-CASE_NAMES = ["to_array", "is_string", "string_matching", "convert", "lowercase", "is_one_of", "segmentate",
-              "pad", "truncate", "lcs", "softmax", "resize", "viterbi", "arguments", "datagen", "beam",
-              "sample", "wraps", "first_output_ids"]
+CASE_NAMES = [
+    "to_array",
+    "is_string",
+    "string_matching",
+    "convert",
+    "lowercase",
+    "is_one_of",
+    "segmentate",
+    "pad",
+    "truncate",
+    "lcs",
+    "softmax",
+    "resize",
+    "viterbi",
+    "arguments",
+    "datagen",
+    "beam",
+    "sample",
+    "wraps",
+    "first_output_ids",
+]
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)

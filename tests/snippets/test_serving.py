@@ -1,5 +1,6 @@
 """gau_keras.snippets.WebServing on the loopback interface (an ephemeral port): bert4keras's
 answers, and what a hostile or broken client sends (oversized, slow, malformed, concurrent)."""
+
 import concurrent.futures
 import json
 import logging
@@ -25,8 +26,11 @@ def _echo(text, n=1):
 
 
 def _results(kind):
-    return {"numpy": {"scalar": np.float32(0.5), "array": np.arange(3), "count": np.int64(7)},
-            "object": {"x": object()}, "nan": {"x": float("nan")}}[kind]
+    return {
+        "numpy": {"scalar": np.float32(0.5), "array": np.arange(3), "count": np.int64(7)},
+        "object": {"x": object()},
+        "nan": {"x": float("nan")},
+    }[kind]
 
 
 @pytest.fixture
@@ -54,7 +58,7 @@ def _get(url, data=None, headers=None):
 def test_get_with_typed_arguments(server):
     query = urllib.parse.urlencode({"text": "苹果", "n": "2"})
     assert _get(f"{server}/echo?{query}") == {"code": 0, "desc": "succeeded", "data": {"text": "苹果苹果", "n": 2}}
-    assert _get(f"{server}/echo?text=a")["data"] == {"text": "a", "n": 1}      # optional argument left out
+    assert _get(f"{server}/echo?text=a")["data"] == {"text": "a", "n": 1}  # optional argument left out
 
 
 def test_errors(server):
@@ -66,7 +70,7 @@ def test_errors(server):
         _get(f"{server}/missing")
     assert info.value.code == 404
     with pytest.raises(urllib.error.HTTPError) as info:
-        _get(f"{server}/echo_post?text=a")                          # GET on a POST route
+        _get(f"{server}/echo_post?text=a")  # GET on a POST route
     assert info.value.code == 405
 
 
@@ -74,8 +78,10 @@ def test_post_urlencoded_and_multipart(server):
     body = urllib.parse.urlencode({"text": "中", "n": "3"}).encode()
     assert _get(f"{server}/echo_post", body)["data"] == {"text": "中中中", "n": 3}
     boundary = "xyzBOUNDARY"
-    multipart = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"text\"\r\n\r\n文本\r\n"
-                 f"--{boundary}\r\nContent-Disposition: form-data; name=\"n\"\r\n\r\n2\r\n--{boundary}--\r\n")
+    multipart = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="text"\r\n\r\n文本\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="n"\r\n\r\n2\r\n--{boundary}--\r\n'
+    )
     headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
     assert _get(f"{server}/echo_post", multipart.encode("utf-8"), headers)["data"] == {"text": "文本文本", "n": 2}
 
@@ -105,8 +111,9 @@ def _raw(url, request, timeout=10, wait=None):
                 break
             received += chunk
             head, _, body = received.partition(b"\r\n\r\n")
-            length = [int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length:")]
+            length = [
+                int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+            ]
             if length and len(body) >= length[0]:
                 break
     elapsed = time.monotonic() - start
@@ -117,8 +124,12 @@ def _raw(url, request, timeout=10, wait=None):
 
 
 def _post(path, body, content_type="application/x-www-form-urlencoded", extra=b""):
-    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\n").encode() + extra + b"\r\n" + body
+    return (
+        (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n").encode()
+        + extra
+        + b"\r\n"
+        + body
+    )
 
 
 def test_listens_on_the_loopback_interface_by_default():
@@ -127,12 +138,13 @@ def test_listens_on_the_loopback_interface_by_default():
 
 def test_a_body_over_the_limit_gets_413_without_being_read(server):
     status, answer, _ = _raw(server, _post("/echo_post", b"text=" + b"a" * (MAX_BODY - 5)))
-    assert status == 200 and answer["data"]["n"] == 1                   # max_body bytes: read
+    assert status == 200 and answer["data"]["n"] == 1  # max_body bytes: read
     status, answer, _ = _raw(server, _post("/echo_post", b"text=" + b"a" * (2 * MAX_BODY)))
     assert status == 413 and answer["code"] == 1 and str(MAX_BODY) in answer["desc"], answer
     # announced far over the limit, 6 bytes sent: refused at once, not waited for
-    status, answer, elapsed = _raw(server, b"POST /echo_post HTTP/1.1\r\nHost: x\r\n"
-                                           b"Content-Length: 100000000\r\n\r\ntext=a")
+    status, answer, elapsed = _raw(
+        server, b"POST /echo_post HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\ntext=a"
+    )
     assert status == 413 and answer["code"] == 1 and elapsed < 5
 
 
@@ -141,9 +153,10 @@ def test_a_client_sending_64_mb_reads_the_413_instead_of_a_reset(server, chunked
     """An ordinary client sends its whole body, then reads: the server refuses a 64 MB body
     (from its Content-Length, or once the chunks pass the limit), then reads and throws away
     the rest, so that the client's sending ends without a reset and it reads the answer."""
-    block, blocks = b"a" * 2 ** 20, 64
+    block, blocks = b"a" * 2**20, 64
     head = b"POST /echo_post HTTP/1.1\r\nHost: x\r\n" + (
-        b"Transfer-Encoding: chunked\r\n\r\n" if chunked else b"Content-Length: %d\r\n\r\n" % (blocks * len(block)))
+        b"Transfer-Encoding: chunked\r\n\r\n" if chunked else b"Content-Length: %d\r\n\r\n" % (blocks * len(block))
+    )
     framed = b"%x\r\n%s\r\n" % (len(block), block) if chunked else block
     failed = []
 
@@ -153,7 +166,7 @@ def test_a_client_sending_64_mb_reads_the_413_instead_of_a_reset(server, chunked
             for _ in range(blocks):
                 sock.sendall(framed)
             sock.sendall(b"0\r\n\r\n" if chunked else b"")
-        except OSError as e:                                    # a reset (the bug), or the timeout
+        except OSError as e:  # a reset (the bug), or the timeout
             failed.append(e)
 
     with socket.create_connection(("127.0.0.1", _port(server)), timeout=10) as sock:
@@ -174,8 +187,9 @@ def test_a_client_sending_64_mb_reads_the_413_instead_of_a_reset(server, chunked
 
 @pytest.mark.parametrize("length", [b"-1", b"abc", b"1e3"])
 def test_a_malformed_content_length_gets_400_in_json(server, length):
-    status, answer, elapsed = _raw(server, b"POST /echo_post HTTP/1.1\r\nHost: x\r\nContent-Length: " + length
-                                   + b"\r\n\r\ntext=a")
+    status, answer, elapsed = _raw(
+        server, b"POST /echo_post HTTP/1.1\r\nHost: x\r\nContent-Length: " + length + b"\r\n\r\ntext=a"
+    )
     assert status == 400 and answer["code"] == 1 and "Content-Length" in answer["desc"], answer
     assert elapsed < 5
 
@@ -192,7 +206,7 @@ def test_a_slow_client_times_out_and_others_are_served_meanwhile(server):
     try:
         assert _get(f"{server}/echo?text=b")["data"] == {"text": "b", "n": 1}
         start = time.monotonic()
-        assert idle[0].recv(1024) == b""                       # closed by the server
+        assert idle[0].recv(1024) == b""  # closed by the server
         assert time.monotonic() - start < 8
     finally:
         for sock in idle:
@@ -230,8 +244,10 @@ def test_undecodable_bodies_get_400_in_json(server):
     status, answer, _ = _raw(server, _post("/echo_post", b"text=\xff\xfe"))
     assert status == 400 and "not valid utf-8" in answer["desc"], answer
     boundary = "B0UNDARY"
-    part = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"text\"\r\n"
-            f"Content-Type: text/plain; charset=bogus-8\r\n\r\nabc\r\n--{boundary}--\r\n").encode()
+    part = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="text"\r\n'
+        f"Content-Type: text/plain; charset=bogus-8\r\n\r\nabc\r\n--{boundary}--\r\n"
+    ).encode()
     status, answer, _ = _raw(server, _post("/echo_post", part, f"multipart/form-data; boundary={boundary}"))
     assert status == 400 and "bogus-8" in answer["desc"], answer
     status, answer, _ = _raw(server, b"GET /echo?text=%FF HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -241,8 +257,10 @@ def test_undecodable_bodies_get_400_in_json(server):
 def test_a_chunked_body_is_read(server):
     body = b"text=ab&n=2"
     chunked = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
-    request = (b"POST /echo_post HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n"
-               b"Transfer-Encoding: chunked\r\n\r\n" + chunked)
+    request = (
+        b"POST /echo_post HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n" + chunked
+    )
     status, answer, _ = _raw(server, request)
     assert status == 200 and answer["data"] == {"text": "abab", "n": 2}, answer
 
@@ -276,7 +294,7 @@ def test_stop_is_once_and_start_leaves_no_socket_open():
     web.stop()
     thread.join(10)
     assert not thread.is_alive()
-    web.stop()                                                   # harmless
+    web.stop()  # harmless
     again = WebServing(port=web.port)
     again.route("/echo", _echo, {"text": (None, True)})
     thread = threading.Thread(target=again.start, daemon=True)

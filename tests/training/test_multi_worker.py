@@ -7,6 +7,7 @@ float32 summation order of the all-reduce (rtol 1e-5). Dropout is 0: each
 worker draws the dropout masks of its own rows, so with dropout the runs
 would agree in distribution, not in value.
 """
+
 import json
 import os
 import socket
@@ -73,7 +74,7 @@ def test_two_workers_stopped_and_resumed_equal_one_worker(tmp_path, shards):
     assert _pretrain(two, workers=2, log_dir=str(tmp_path)) == [0, 0], _tail(tmp_path, 0) + _tail(tmp_path, 1)
     assert "resumed from" in _tail(tmp_path, 0) and "ckpt-3" in _tail(tmp_path, 1)
     log = [json.loads(line)["update"] for line in (tmp_path / "two" / "log.jsonl").read_text().splitlines()]
-    assert log == [1, 2, 3, 4, 5, 6]                      # the chief logs, once per update
+    assert log == [1, 2, 3, 4, 5, 6]  # the chief logs, once per update
     assert losses(tmp_path, "two") == pytest.approx(expected, rel=1e-5)
     assert (tmp_path / "two" / "export" / "bert_model.ckpt.index").exists()
     assert sorted(os.listdir(tmp_path / "two" / "checkpoints"))[:2] == ["checkpoint", "ckpt-3.data-00000-of-00001"]

@@ -1,6 +1,7 @@
 """gau_keras.training.run_dir through pretrain.py, and its atomic writes: resume never silently starts over,
 damaged checkpoints fall back with a warning, one trainer per directory,
 log.jsonl without repeated updates."""
+
 import json
 import os
 import shutil
@@ -85,18 +86,18 @@ def test_truncated_newest_checkpoint_falls_back_to_the_previous(tmp_path, stoppe
     assert "ckpt-3" in out.err and "does not restore" in out.err
     assert "resumed from" in out.out and "ckpt-2" in out.out
     assert (tmp_path / "run" / "checkpoints" / "unrestorable" / name).exists()
-    assert updates_logged(tmp_path, "run") == [1, 2, 3, 4]     # update 3 logged once, though run twice
+    assert updates_logged(tmp_path, "run") == [1, 2, 3, 4]  # update 3 logged once, though run twice
     assert losses(tmp_path, "run") == pytest.approx(expected, rel=1e-5)
 
 
 def test_killed_after_last_checkpoint_log_has_no_repeats(tmp_path, shards):
     path = write_config(tmp_path, shards, "run", steps=5, save_every=2, keep_checkpoints=5)
     assert pretrain.main(["--config", path, "--steps", "3"]) == 0
-    for name in os.listdir(tmp_path / "run" / "checkpoints"):   # as if killed before saving update 3
+    for name in os.listdir(tmp_path / "run" / "checkpoints"):  # as if killed before saving update 3
         if name.startswith("ckpt-3."):
             os.remove(tmp_path / "run" / "checkpoints" / name)
     with open(tmp_path / "run" / "log.jsonl", "a") as f:
-        f.write('{"update": 3, "loss": 1.')                       # a torn last line
+        f.write('{"update": 3, "loss": 1.')  # a torn last line
     assert pretrain.main(["--config", path]) == 0
     assert updates_logged(tmp_path, "run") == [1, 2, 3, 4, 5]
 
@@ -113,7 +114,7 @@ def test_no_restorable_checkpoint_refuses_unless_restart(tmp_path, shards, capsy
     out = capsys.readouterr().out
     moved = [p for p in os.listdir(tmp_path / "run") if p.startswith("restarted-")]
     assert len(moved) == 1 and moved[0] in out
-    assert (tmp_path / "run" / moved[0] / "log.jsonl").exists()            # the earlier run is kept
+    assert (tmp_path / "run" / moved[0] / "log.jsonl").exists()  # the earlier run is kept
     assert updates_logged(tmp_path, "run") == [1, 2]
 
 
@@ -122,14 +123,15 @@ def test_second_trainer_on_the_same_directory_is_refused(tmp_path, shards):
     lock = run_dir.RunLock(str(tmp_path / "run")).acquire()
     try:
         code = f"from gau_keras.training.pretrain import pretrain; pretrain.main(['--config', {path!r}])"
-        result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
-                                timeout=300)
+        result = subprocess.run(
+            [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+        )
         assert result.returncode != 0
         assert "is in use by pid" in result.stderr and str(os.getpid()) in result.stderr
         assert not (tmp_path / "run" / "checkpoints").exists()
     finally:
         lock.release()
-    assert pretrain.main(["--config", path]) == 0     # free again once the holder is gone
+    assert pretrain.main(["--config", path]) == 0  # free again once the holder is gone
 
 
 def test_continue_log_drops_later_and_torn_records(tmp_path):
@@ -169,9 +171,12 @@ def test_a_lock_that_is_a_link_or_another_file_is_refused_and_left_as_it_is(tmp_
     run.mkdir()
     lock = run / ".lock"
     advice = "not a run lock file: move it away or give another train.output_dir (--output-dir)"
-    make = {"a symbolic link": lambda: lock.symlink_to(notes), "a folder": lock.mkdir,
-            "a file with 2 hard links": lambda: os.link(notes, lock),
-            "a file holding other data": lambda: lock.write_text("the user's notes")}
+    make = {
+        "a symbolic link": lambda: lock.symlink_to(notes),
+        "a folder": lock.mkdir,
+        "a file with 2 hard links": lambda: os.link(notes, lock),
+        "a file holding other data": lambda: lock.write_text("the user's notes"),
+    }
     for what, made in make.items():
         made()
         with pytest.raises(run_dir.RunDirError) as refused:
@@ -186,7 +191,7 @@ def test_the_lock_is_removed_when_the_run_ends_and_a_removal_while_waiting_is_no
 
     run = tmp_path / "run"
     run.mkdir()
-    (run / ".lock").write_text("pid 1 on old-host since 2024-01-01 00:00:00")   # a crashed run's: taken over
+    (run / ".lock").write_text("pid 1 on old-host since 2024-01-01 00:00:00")  # a crashed run's: taken over
     lock = run_dir.RunLock(str(run)).acquire()
     assert (run / ".lock").read_text().startswith(f"pid {os.getpid()} on ")
     with pytest.raises(run_dir.RunDirError, match="is in use by pid"):
@@ -218,8 +223,10 @@ def test_a_read_only_run_directory_is_named_with_its_option(tmp_path):
         with pytest.raises(run_dir.RunDirError) as refused:
             run_dir.RunLock(str(run), option="--out-dir").acquire()
         assert str(refused.value) == f"--out-dir {run} is not writable (Permission denied)"
-        with pytest.raises(run_dir.RunDirError, match=f"train.output_dir \\(--output-dir\\) {run / 'sub'} is not "
-                                                      f"writable \\(Permission denied\\)"):
+        with pytest.raises(
+            run_dir.RunDirError,
+            match=f"train.output_dir \\(--output-dir\\) {run / 'sub'} is not writable \\(Permission denied\\)",
+        ):
             run_dir.RunLock(str(run / "sub")).acquire()
     finally:
         run.chmod(0o755)

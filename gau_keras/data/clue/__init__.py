@@ -7,6 +7,7 @@
 
 No TensorFlow here: tokenisation and batching belong to the finetuning code.
 """
+
 from gau_keras.data.clue.examples import (
     BLANK,
     OTHER_BLANK,
@@ -35,9 +36,30 @@ from gau_keras.data.clue.submission import write_predictions
 from gau_keras.data.clue.tasks import CLUENER_TYPES, HEADS, TASKS, TaskSpec, get_task
 
 __all__ = [
-    "BLANK", "OTHER_BLANK", "Answer", "ChoiceExample", "ClozeExample", "Entity", "KeywordsExample",
-    "NERExample", "PairExample", "Span", "SpanQAExample", "TextExample", "WSCExample",
-    "DataFileError", "EmptyTextWarning", "LoadStats", "MalformedRecordWarning", "find_split_files", "load_file",
+    "BLANK",
+    "OTHER_BLANK",
+    "Answer",
+    "ChoiceExample",
+    "ClozeExample",
+    "Entity",
+    "KeywordsExample",
+    "NERExample",
+    "PairExample",
+    "Span",
+    "SpanQAExample",
+    "TextExample",
+    "WSCExample",
+    "DataFileError",
+    "EmptyTextWarning",
+    "LoadStats",
+    "MalformedRecordWarning",
+    "find_split_files",
+    "load_file",
     "load_task",
-    "write_predictions", "CLUENER_TYPES", "HEADS", "TASKS", "TaskSpec", "get_task",
+    "write_predictions",
+    "CLUENER_TYPES",
+    "HEADS",
+    "TASKS",
+    "TaskSpec",
+    "get_task",
 ]

@@ -5,6 +5,7 @@ Every example keeps the id of its record (as found in the file: int or str).
 `choices` for c3, into `candidates` for chid; it is None for unlabelled (test)
 data. Character offsets are 0-based; entity `end` is inclusive, as in CLUENER.
 """
+
 from dataclasses import dataclass
 from typing import NamedTuple, Optional, Tuple, Union
 
@@ -20,6 +21,7 @@ OTHER_BLANK = "____"
 @dataclass(frozen=True)
 class TextExample:
     """Single-text classification: tnews, iflytek, eprstmt."""
+
     id: ExampleId
     text: str
     label: Optional[int] = None
@@ -28,6 +30,7 @@ class TextExample:
 @dataclass(frozen=True)
 class PairExample:
     """Sentence-pair classification: afqmc/bustm, cmnli/ocnli."""
+
     id: ExampleId
     text_a: str
     text_b: str
@@ -37,6 +40,7 @@ class PairExample:
 @dataclass(frozen=True)
 class KeywordsExample:
     """csl: does the keyword list fit the abstract?"""
+
     id: ExampleId
     abstract: str
     keywords: Tuple[str, ...]
@@ -45,6 +49,7 @@ class KeywordsExample:
 
 class Span(NamedTuple):
     """`text` found at `text_of_example[index:index + len(text)]`."""
+
     index: int
     text: str
 
@@ -52,6 +57,7 @@ class Span(NamedTuple):
 @dataclass(frozen=True)
 class WSCExample:
     """wsc/cluewsc: does the pronoun span2 refer to span1?"""
+
     id: ExampleId
     text: str
     span1: Span
@@ -61,6 +67,7 @@ class WSCExample:
 
 class Answer(NamedTuple):
     """A reference answer; `start` is None when the text is not a span of the context."""
+
     text: str
     start: Optional[int]
 
@@ -68,6 +75,7 @@ class Answer(NamedTuple):
 @dataclass(frozen=True)
 class SpanQAExample:
     """cmrc2018: an answer span of `context`; `answers` is None for unlabelled data."""
+
     id: ExampleId
     context: str
     question: str
@@ -77,6 +85,7 @@ class SpanQAExample:
 @dataclass(frozen=True)
 class ChoiceExample:
     """c3: pick one of `choices` for `question` about the dialogue/passage `context`."""
+
     id: ExampleId
     context: Tuple[str, ...]
     question: str
@@ -87,6 +96,7 @@ class ChoiceExample:
 @dataclass(frozen=True)
 class ClozeExample:
     """chid: which candidate idiom fills the one `BLANK` in `content`."""
+
     id: ExampleId
     content: str
     candidates: Tuple[str, ...]
@@ -95,6 +105,7 @@ class ClozeExample:
 
 class Entity(NamedTuple):
     """A CLUENER entity: text[start:end + 1] == text."""
+
     type: str
     start: int
     end: int
@@ -104,6 +115,7 @@ class Entity(NamedTuple):
 @dataclass(frozen=True)
 class NERExample:
     """cluener: `entities` sorted by (start, end, type); None for unlabelled data."""
+
     id: ExampleId
     text: str
     entities: Optional[Tuple[Entity, ...]] = None

@@ -19,6 +19,7 @@ A task (``tasks.TASKS``) names its form; ``FORMS[form]`` is a ``Form``:
 Adding a task of an existing form is one ``TaskSpec`` in ``tasks.py``; a new
 form is one ``Form`` here (finetune/README.md shows both).
 """
+
 import json
 import operator
 import pathlib
@@ -35,23 +36,34 @@ CHID_TAG = re.compile(r"#idiom\d+#")
 
 # ---------------------------------------------------------- record parsers
 def _parse_text(record, index, spec, labelled, context):
-    return [ex.TextExample(record_id(record, index), field(record, "sentence"),
-                        class_label(record, spec, labelled))]
+    return [ex.TextExample(record_id(record, index), field(record, "sentence"), class_label(record, spec, labelled))]
 
 
 def _parse_pair(record, index, spec, labelled, context):
-    return [ex.PairExample(record_id(record, index), field(record, "sentence1"),
-                        field(record, "sentence2"), class_label(record, spec, labelled))]
+    return [
+        ex.PairExample(
+            record_id(record, index),
+            field(record, "sentence1"),
+            field(record, "sentence2"),
+            class_label(record, spec, labelled),
+        )
+    ]
 
 
 def _parse_keywords(record, index, spec, labelled, context):
-    return [ex.KeywordsExample(record_id(record, index), field(record, "abst"),
-                            string_list(record, "keyword"), class_label(record, spec, labelled))]
+    return [
+        ex.KeywordsExample(
+            record_id(record, index),
+            field(record, "abst"),
+            string_list(record, "keyword"),
+            class_label(record, spec, labelled),
+        )
+    ]
 
 
 def _span(text, target, k):
     start, words = field(target, f"span{k}_index", int), field(target, f"span{k}_text")
-    if text[start:start + len(words)] != words:
+    if text[start : start + len(words)] != words:
         raise Malformed(f"span{k}_text {words!r} is not at span{k}_index {start}")
     return ex.Span(start, words)
 
@@ -59,8 +71,15 @@ def _span(text, target, k):
 def _parse_wsc(record, index, spec, labelled, context):
     text = field(record, "text")
     target = field(record, "target", dict)
-    return [ex.WSCExample(record_id(record, index), text, _span(text, target, 1), _span(text, target, 2),
-                       class_label(record, spec, labelled))]
+    return [
+        ex.WSCExample(
+            record_id(record, index),
+            text,
+            _span(text, target, 1),
+            _span(text, target, 2),
+            class_label(record, spec, labelled),
+        )
+    ]
 
 
 def _parse_cluener(record, index, spec, labelled, context):
@@ -78,7 +97,7 @@ def _parse_cluener(record, index, spec, labelled, context):
                 if not (isinstance(span, list) and len(span) == 2 and all(isinstance(i, int) for i in span)):
                     raise Malformed(f"label[{entity_type!r}][{words!r}] has a span {span!r}, not [start, end]")
                 start, end = span
-                if text[start:end + 1] != words:
+                if text[start : end + 1] != words:
                     raise Malformed(f"entity {words!r} is not at [{start}, {end}] (inclusive end)")
                 entities.append(ex.Entity(entity_type, start, end, words))
     entities.sort(key=lambda e: (e.start, e.end, e.type))
@@ -109,7 +128,8 @@ def _parse_chid(record, index, spec, labelled, context):
     if labelled and answers is None:
         raise FileNotFoundError(
             f"labelled chid records with '#idiomNNN#' tags need their answer file; "
-            f"none found at {context.get('chid_answer_path')} (pass answer_path=...)")
+            f"none found at {context.get('chid_answer_path')} (pass answer_path=...)"
+        )
     examples = []
     for passage in passages:
         for tag in CHID_TAG.findall(passage):
@@ -129,11 +149,13 @@ def load_json_document(path):
         with open(path, encoding="utf-8-sig") as f:
             return json.load(f)
     except json.JSONDecodeError as error:
-        raise ValueError(f"{path}:{error.lineno}: invalid JSON ({error.msg}); the whole file is one "
-                         f"JSON document, so nothing can be read from it") from None
+        raise ValueError(
+            f"{path}:{error.lineno}: invalid JSON ({error.msg}); the whole file is one "
+            f"JSON document, so nothing can be read from it"
+        ) from None
     except UnicodeDecodeError as error:
         raise ValueError(f"{path}: not UTF-8 ({error.reason} at byte {error.start})") from None
-    except (ValueError, RecursionError) as error:      # a number of > 4300 digits, nesting too deep
+    except (ValueError, RecursionError) as error:  # a number of > 4300 digits, nesting too deep
         raise ValueError(f"{path}: unreadable JSON ({str(error).split(';')[0]})") from None
 
 
@@ -153,12 +175,13 @@ def _parse_cmrc_question(question, index, spec, labelled, context):
         answers = []
         for answer in raw:
             text, start = field(answer, "text"), field(answer, "answer_start", int)
-            if context["context"][start:start + len(text)] != text:
+            if context["context"][start : start + len(text)] != text:
                 start = context["context"].find(text)
             answers.append(ex.Answer(text, start if start >= 0 else None))
         answers = tuple(answers)
-    return [ex.SpanQAExample(field(question, "id", (str, int)), context["context"],
-                          field(question, "question"), answers)]
+    return [
+        ex.SpanQAExample(field(question, "id", (str, int)), context["context"], field(question, "question"), answers)
+    ]
 
 
 def _read_cmrc2018(path, reader):
@@ -194,8 +217,15 @@ def _parse_c3_question(question, index, spec, labelled, context):
             raise ValueError(f"answer {answer!r} is not one of the choices {list(choices)}")
         label = choices.index(answer)
     qid = question.get("id") if isinstance(question, dict) else None
-    return [ex.ChoiceExample(qid if qid is not None else f"{context['doc_id']}-{index}", context["sentences"],
-                          field(question, "question"), choices, label)]
+    return [
+        ex.ChoiceExample(
+            qid if qid is not None else f"{context['doc_id']}-{index}",
+            context["sentences"],
+            field(question, "question"),
+            choices,
+            label,
+        )
+    ]
 
 
 def _read_c3(path, reader):
@@ -204,8 +234,13 @@ def _read_c3(path, reader):
         raise ValueError(f"{path}: expected a JSON array of [context, questions, id] documents")
     for d, doc in enumerate(document):
         where = f"{path}: document {d}"
-        if not (isinstance(doc, list) and len(doc) == 3 and isinstance(doc[0], list)
-                and all(isinstance(s, str) for s in doc[0]) and isinstance(doc[1], list)):
+        if not (
+            isinstance(doc, list)
+            and len(doc) == 3
+            and isinstance(doc[0], list)
+            and all(isinstance(s, str) for s in doc[0])
+            and isinstance(doc[1], list)
+        ):
             reader.stats.records += 1
             reader.malformed(where, "expected [list of context sentences, list of questions, id]")
             continue
@@ -274,8 +309,9 @@ def _render_cmrc2018(spec, ids, predictions):
 
 def _render_c3(spec, ids, predictions):
     """One JSON object {question id: choice index}."""
-    return json.dumps({i: _index(p, None, i, "choice index") for i, p in zip(ids, predictions)},
-                      ensure_ascii=False) + "\n"
+    return (
+        json.dumps({i: _index(p, None, i, "choice index") for i, p in zip(ids, predictions)}, ensure_ascii=False) + "\n"
+    )
 
 
 def _render_chid(spec, ids, predictions):
@@ -301,6 +337,7 @@ def _lines(rows):
 @dataclass(frozen=True)
 class Form:
     """One input form (see the module docstring)."""
+
     name: str
     example: type
     render: Callable
@@ -316,19 +353,56 @@ class Form:
         return self.fields + (self.label_fields if labelled else ())
 
 
-FORMS = {form.name: form for form in (
-    Form("text", ex.TextExample, _render_labels, parse=_parse_text, fields=("sentence",)),
-    Form("pair", ex.PairExample, _render_labels, parse=_parse_pair, fields=("sentence1", "sentence2"),
-         texts=("text_a", "text_b")),
-    Form("keywords", ex.KeywordsExample, _render_labels, parse=_parse_keywords, fields=("abst", "keyword"),
-         texts=("abstract",)),
-    Form("wsc", ex.WSCExample, _render_labels, parse=_parse_wsc, fields=("text", "target")),
-    Form("cmrc2018", ex.SpanQAExample, _render_cmrc2018, read=_read_cmrc2018, fields=("id", "question"),
-         label_fields=("answers",), texts=("context", "question")),
-    Form("c3", ex.ChoiceExample, _render_c3, read=_read_c3, fields=("question", "choice"),
-         label_fields=("answer",), texts=("question",)),
-    # the answers of labelled chid records are an "answer" field (FewCLUE) or a file of their own (CLUE)
-    Form("chid", ex.ClozeExample, _render_chid, parse=_parse_chid, context=_chid_context,
-         fields=("content", "candidates"), label_fields=(), texts=()),
-    Form("cluener", ex.NERExample, _render_cluener, parse=_parse_cluener, fields=("text",)),
-)}
+FORMS = {
+    form.name: form
+    for form in (
+        Form("text", ex.TextExample, _render_labels, parse=_parse_text, fields=("sentence",)),
+        Form(
+            "pair",
+            ex.PairExample,
+            _render_labels,
+            parse=_parse_pair,
+            fields=("sentence1", "sentence2"),
+            texts=("text_a", "text_b"),
+        ),
+        Form(
+            "keywords",
+            ex.KeywordsExample,
+            _render_labels,
+            parse=_parse_keywords,
+            fields=("abst", "keyword"),
+            texts=("abstract",),
+        ),
+        Form("wsc", ex.WSCExample, _render_labels, parse=_parse_wsc, fields=("text", "target")),
+        Form(
+            "cmrc2018",
+            ex.SpanQAExample,
+            _render_cmrc2018,
+            read=_read_cmrc2018,
+            fields=("id", "question"),
+            label_fields=("answers",),
+            texts=("context", "question"),
+        ),
+        Form(
+            "c3",
+            ex.ChoiceExample,
+            _render_c3,
+            read=_read_c3,
+            fields=("question", "choice"),
+            label_fields=("answer",),
+            texts=("question",),
+        ),
+        # the answers of labelled chid records are an "answer" field (FewCLUE) or a file of their own (CLUE)
+        Form(
+            "chid",
+            ex.ClozeExample,
+            _render_chid,
+            parse=_parse_chid,
+            context=_chid_context,
+            fields=("content", "candidates"),
+            label_fields=(),
+            texts=(),
+        ),
+        Form("cluener", ex.NERExample, _render_cluener, parse=_parse_cluener, fields=("text",)),
+    )
+}

@@ -21,6 +21,7 @@ Policy, the same for every task:
   counted under `stats.skipped`;
 * unlabelled splits (test) give examples whose label is None.
 """
+
 import json
 import logging
 import pathlib
@@ -59,6 +60,7 @@ class LoadStats:
         problems: "file:line: reason" for each malformed record.
         empty_texts: examples kept although a text of theirs is empty.
     """
+
     task: str
     paths: List[str] = field(default_factory=list)
     records: int = 0
@@ -71,8 +73,10 @@ class LoadStats:
     def summary(self):
         skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(self.skipped.items())) or "none"
         empty = f"; {self.empty_texts} with an empty text" if self.empty_texts else ""
-        return (f"{self.task}: {self.examples} examples from {self.records} records in "
-                f"{', '.join(self.paths)}; {self.malformed} malformed skipped; other skipped: {skipped}{empty}")
+        return (
+            f"{self.task}: {self.examples} examples from {self.records} records in "
+            f"{', '.join(self.paths)}; {self.malformed} malformed skipped; other skipped: {skipped}{empty}"
+        )
 
 
 # --------------------------------------------------------------- file readers
@@ -82,11 +86,16 @@ class _Reader:
     def __init__(self, spec, stats, labelled, context=None):
         self.spec, self.stats, self.labelled = spec, stats, labelled
         self.context = context or {}
-        self.examples, self.problems = [], []     # problems: (where, reason), warned when the file is accepted
+        self.examples, self.problems = [], []  # problems: (where, reason), warned when the file is accepted
         self.first_record, self.objects, self.fitting, self.found = stats.records, 0, 0, set()
         self.expected = FORMS[spec.form].expected_fields(labelled)
-        self.foreign = {mark: other.name for other in TASKS.values() if other.form == spec.form
-                        for mark in other.marks if mark not in spec.marks}
+        self.foreign = {
+            mark: other.name
+            for other in TASKS.values()
+            if other.form == spec.form
+            for mark in other.marks
+            if mark not in spec.marks
+        }
 
     @property
     def records(self):
@@ -100,8 +109,9 @@ class _Reader:
             self.found.update(list(record)[:20] if len(self.found) < 40 else ())
             marks = [key for key in record if key in self.foreign]
             if marks:
-                self.malformed(where, f"field {marks[0]!r} marks a record of {self.foreign[marks[0]]}, not of "
-                                      f"{self.spec.name}")
+                self.malformed(
+                    where, f"field {marks[0]!r} marks a record of {self.foreign[marks[0]]}, not of {self.spec.name}"
+                )
                 return
             self.fitting += all(record.get(key) is not None for key in self.expected)
         try:
@@ -128,23 +138,32 @@ class _Reader:
             for mark, other in self.foreign.items():
                 others.setdefault(other, []).append(repr(mark))
             expected = ", ".join(map(repr, self.expected)) + "".join(
-                f"; not {other}'s {', '.join(marks)}" for other, marks in others.items())
+                f"; not {other}'s {', '.join(marks)}" for other, marks in others.items()
+            )
             found = ", ".join(repr(key[:30]) for key in sorted(self.found)[:12])
-            raise DataFileError(f"{path}: no record has the fields {name} expects ({expected}); found {found}"
-                                f"{_fitting_tasks(self.found, self.labelled, name)}")
+            raise DataFileError(
+                f"{path}: no record has the fields {name} expects ({expected}); found {found}"
+                f"{_fitting_tasks(self.found, self.labelled, name)}"
+            )
         if mostly_unusable(len(self.problems), self.records):
             first = "; ".join(f"{_position(where, path)}: {reason}" for where, reason in self.problems[:3])
-            raise DataFileError(f"{path}: {len(self.problems)} of {self.records} records are malformed, more than "
-                                f"half: is it a {name} file? First problems: {first}")
+            raise DataFileError(
+                f"{path}: {len(self.problems)} of {self.records} records are malformed, more than "
+                f"half: is it a {name} file? First problems: {first}"
+            )
         texts = FORMS[self.spec.form].texts
         empty = [e for e in self.examples if any(not getattr(e, text).strip() for text in texts)]
         if empty and len(empty) == len(self.examples):
-            raise DataFileError(f"{path}: every one of its {len(empty)} {name} examples has an empty text "
-                                f"({', '.join(texts)})")
+            raise DataFileError(
+                f"{path}: every one of its {len(empty)} {name} examples has an empty text ({', '.join(texts)})"
+            )
         if empty:
-            warnings.warn(f"{path}: {len(empty)} of {len(self.examples)} {name} examples have an empty text "
-                          f"({', '.join(texts)}), the first of them record {empty[0].id!r}; they are kept",
-                          EmptyTextWarning, stacklevel=3)
+            warnings.warn(
+                f"{path}: {len(empty)} of {len(self.examples)} {name} examples have an empty text "
+                f"({', '.join(texts)}), the first of them record {empty[0].id!r}; they are kept",
+                EmptyTextWarning,
+                stacklevel=3,
+            )
         self.stats.empty_texts += len(empty)
         for where, reason in self.problems:
             warnings.warn(f"{where}: {reason}; record skipped", MalformedRecordWarning, stacklevel=3)
@@ -158,9 +177,13 @@ def _position(where, path):
 
 def _fitting_tasks(found, labelled, task):
     """The tasks whose records have the fields ``found``, as ``": the fields of <tasks>"`` ("" when none)."""
-    names = [spec.name for spec in TASKS.values() if spec.name != task
-             and set(FORMS[spec.form].expected_fields(labelled)) <= found
-             and (set(spec.marks) & found or not any(set(other.marks) & found for other in TASKS.values()))]
+    names = [
+        spec.name
+        for spec in TASKS.values()
+        if spec.name != task
+        and set(FORMS[spec.form].expected_fields(labelled)) <= found
+        and (set(spec.marks) & found or not any(set(other.marks) & found for other in TASKS.values()))
+    ]
     return f": the fields of {', '.join(names)}" if names else ""
 
 
@@ -184,7 +207,7 @@ def _read_json_lines(path, reader):
                 reader.stats.records += 1
                 reader.malformed(where, f"invalid JSON ({error.msg}, column {error.colno})")
                 continue
-            except (ValueError, RecursionError) as error:   # a number of > 4300 digits, nesting too deep
+            except (ValueError, RecursionError) as error:  # a number of > 4300 digits, nesting too deep
                 reader.stats.records += 1
                 reader.malformed(where, f"unreadable JSON ({str(error).split(';')[0]})")
                 continue
@@ -239,8 +262,7 @@ def find_split_files(task, split, data_dir):
         pair = [folder / f"m-{split}.json", folder / f"d-{split}.json"]
         if spec.form == "c3" and all(p.is_file() for p in pair):
             return pair
-    raise FileNotFoundError(
-        f"{spec.name}: no {split}.json in {', '.join(str(f) for f in folders)}")
+    raise FileNotFoundError(f"{spec.name}: no {split}.json in {', '.join(str(f) for f in folders)}")
 
 
 def load_task(task, split, data_dir, labelled=None, answer_path=None):
@@ -264,5 +286,5 @@ def load_task(task, split, data_dir, labelled=None, answer_path=None):
     for path in find_split_files(task, split, data_dir):
         found, stats = load_file(task, path, labelled=labelled, answer_path=answer_path, stats=stats)
         examples.extend(found)
-    logger.info(stats.summary())     # malformed records were warned about one by one
+    logger.info(stats.summary())  # malformed records were warned about one by one
     return examples, stats

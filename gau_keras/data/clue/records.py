@@ -1,5 +1,6 @@
 """Field access for CLUE records: typed reads whose failures are the reader's
 "malformed record" (skipped, counted, reported) or "left out" outcomes."""
+
 import re
 
 

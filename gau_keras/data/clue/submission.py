@@ -11,6 +11,7 @@
 * cluener: one line per text, `{"id": ..., "label": {type: {entity: [[start, end]]}}}`
   (end inclusive).
 """
+
 import os
 import pathlib
 
@@ -54,7 +55,7 @@ def write_predictions(task, records, path, overwrite=False):
         raise FileExistsError(f"{path} already exists; pass overwrite=True (--overwrite) to replace it")
     text = _render(spec, records)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")   # a kill never leaves half a file at `path`
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # a kill never leaves half a file at `path`
     try:
         temporary.write_text(text, encoding="utf-8")
         if path.exists() and not overwrite:

@@ -3,6 +3,7 @@ checkpoint read into BERT's unshared blocks, each starting from the shared weigh
 
 Design notes: docs/models.md (BERT and its family).
 """
+
 from gau_keras.models.backbone import Backbone, register_backbone
 from gau_keras.models.bert import checkpoint
 from gau_keras.models.bert.model import BERT
@@ -35,10 +36,8 @@ class ALBERT_Unshared(BERT):
     def variable_mapping(self):
         mapping = super().variable_mapping()
         for i in range(self.num_hidden_layers):
-            mapping.update(checkpoint.block_names(f"Transformer-{i}", checkpoint.ALBERT_GROUP,
-                                                  checkpoint.ALBERT_BLOCK))
+            mapping.update(checkpoint.block_names(f"Transformer-{i}", checkpoint.ALBERT_GROUP, checkpoint.ALBERT_BLOCK))
         return mapping
-
 
 
 @register_backbone

@@ -6,11 +6,20 @@ bias-free, norm-free variables of ZhuiyiTechnology RoFormerV2 and GAU-alpha), as
 
 #: ALBERT's one shared layer group and the names of its parts
 ALBERT_GROUP = "bert/encoder/transformer/group_0/inner_group_0/"
-BERT_BLOCK = {"attention": "attention/", "attention_norm": "attention/output/LayerNorm/",
-              "intermediate": "intermediate/dense/", "output": "output/dense/", "output_norm": "output/LayerNorm/"}
-ALBERT_BLOCK = {"attention": "attention_1/", "attention_norm": "LayerNorm/",
-                "intermediate": "ffn_1/intermediate/dense/", "output": "ffn_1/intermediate/output/dense/",
-                "output_norm": "LayerNorm_1/"}
+BERT_BLOCK = {
+    "attention": "attention/",
+    "attention_norm": "attention/output/LayerNorm/",
+    "intermediate": "intermediate/dense/",
+    "output": "output/dense/",
+    "output_norm": "output/LayerNorm/",
+}
+ALBERT_BLOCK = {
+    "attention": "attention_1/",
+    "attention_norm": "LayerNorm/",
+    "intermediate": "ffn_1/intermediate/dense/",
+    "output": "ffn_1/intermediate/output/dense/",
+    "output_norm": "LayerNorm_1/",
+}
 
 
 def dense(scope, bias=True):
@@ -56,10 +65,15 @@ def block_names(block, scope, parts=None, bias=True, norms=True):
     parts = parts or BERT_BLOCK
     attention = scope + parts["attention"]
     names = {f"{block}-MultiHeadSelfAttention": {}}
-    for part, name in (("q_dense", "self/query/"), ("k_dense", "self/key/"), ("v_dense", "self/value/"),
-                       ("o_dense", "output/dense/")):
+    for part, name in (
+        ("q_dense", "self/query/"),
+        ("k_dense", "self/key/"),
+        ("v_dense", "self/value/"),
+        ("o_dense", "output/dense/"),
+    ):
         names[f"{block}-MultiHeadSelfAttention"].update(
-            {f"{part}.{attr}": ckpt for attr, ckpt in dense(attention + name, bias).items()})
+            {f"{part}.{attr}": ckpt for attr, ckpt in dense(attention + name, bias).items()}
+        )
     if norms:
         names[f"{block}-MultiHeadSelfAttention-Norm"] = norm(scope + parts["attention_norm"])
     names[f"{block}-FeedForward"] = {

@@ -2,6 +2,7 @@
 
 Design notes: docs/models.md (BERT and its family).
 """
+
 import keras
 
 from gau_keras.layers import Add, Embedding, FeedForward, MultiHeadAttention, PositionEmbedding, ScaleOffset
@@ -43,18 +44,44 @@ class BERT(Transformer):
     #: epsilon of the embedding norm and of the blocks' norms (None: Keras's 1e-7)
     embedding_norm_epsilon = 1e-12
     block_norm_epsilon = 1e-12
-    required_config_keys = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                            "intermediate_size", "hidden_act")
+    required_config_keys = (
+        "vocab_size",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "hidden_act",
+    )
     #: the variable scope of the encoder in the checkpoint
     checkpoint_prefix = "bert/"
 
-    def __init__(self, vocab_size, hidden_size, num_hidden_layers, num_attention_heads=1, intermediate_size=None,
-                 hidden_act="gelu", max_position=512, with_nsp=False, with_pool=False, **kwargs):
+    def __init__(
+        self,
+        vocab_size,
+        hidden_size,
+        num_hidden_layers,
+        num_attention_heads=1,
+        intermediate_size=None,
+        hidden_act="gelu",
+        max_position=512,
+        with_nsp=False,
+        with_pool=False,
+        **kwargs,
+    ):
         # bert4keras: the next-sentence head sits on the pooler
         with_pool = with_pool or bool(with_nsp)
-        super().__init__(vocab_size, hidden_size, num_hidden_layers, num_attention_heads=num_attention_heads,
-                         intermediate_size=intermediate_size, hidden_act=hidden_act, max_position=max_position,
-                         with_nsp=with_nsp, with_pool=with_pool, **kwargs)
+        super().__init__(
+            vocab_size,
+            hidden_size,
+            num_hidden_layers,
+            num_attention_heads=num_attention_heads,
+            intermediate_size=intermediate_size,
+            hidden_act=hidden_act,
+            max_position=max_position,
+            with_nsp=with_nsp,
+            with_pool=with_pool,
+            **kwargs,
+        )
 
     @property
     def initializer(self):
@@ -66,23 +93,48 @@ class BERT(Transformer):
         x = inputs.pop(0)
         segments = inputs.pop(0) if self.segment_vocab_size > 0 else None
         positions = inputs.pop(0) if self.custom_position_ids else None
-        x = self.apply(x, Embedding, input_dim=self.vocab_size, output_dim=self.embedding_size,
-                       embeddings_initializer=self.initializer, mask_zero=True, name="Embedding-Token")
+        x = self.apply(
+            x,
+            Embedding,
+            input_dim=self.vocab_size,
+            output_dim=self.embedding_size,
+            embeddings_initializer=self.initializer,
+            mask_zero=True,
+            name="Embedding-Token",
+        )
         if segments is not None:
             name = "Embedding-Token" if self.shared_segment_embeddings else "Embedding-Segment"
-            s = self.apply(segments, Embedding, input_dim=self.segment_vocab_size, output_dim=self.embedding_size,
-                           embeddings_initializer=self.initializer, name=name)
+            s = self.apply(
+                segments,
+                Embedding,
+                input_dim=self.segment_vocab_size,
+                output_dim=self.embedding_size,
+                embeddings_initializer=self.initializer,
+                name=name,
+            )
             x = self.apply([x, s], Add, name="Embedding-Token-Segment")
         if self.absolute_positions:
-            x = self.apply(self.simplify([x, positions]), PositionEmbedding, input_dim=self.max_position,
-                           output_dim=self.embedding_size, merge_mode="add", hierarchical=self.hierarchical_position,
-                           embeddings_initializer=self.initializer, custom_position_ids=self.custom_position_ids,
-                           name="Embedding-Position")
+            x = self.apply(
+                self.simplify([x, positions]),
+                PositionEmbedding,
+                input_dim=self.max_position,
+                output_dim=self.embedding_size,
+                merge_mode="add",
+                hierarchical=self.hierarchical_position,
+                embeddings_initializer=self.initializer,
+                custom_position_ids=self.custom_position_ids,
+                name="Embedding-Position",
+            )
         x = self.layer_norm(x, "Embedding-Norm", self.norm_epsilon(self.embedding_norm_epsilon))
         x = self.apply(x, keras.layers.Dropout, rate=self.dropout_rate, name="Embedding-Dropout")
         if self.embedding_size != self.hidden_size:
-            x = self.apply(x, keras.layers.Dense, units=self.hidden_size, kernel_initializer=self.initializer,
-                           name="Embedding-Mapping")
+            x = self.apply(
+                x,
+                keras.layers.Dense,
+                units=self.hidden_size,
+                kernel_initializer=self.initializer,
+                name="Embedding-Mapping",
+            )
         return x
 
     def norm_epsilon(self, default):
@@ -111,15 +163,32 @@ class BERT(Transformer):
         bias = self.compute_attention_bias(x)
         position, p_bias = self.attention_position(x)
         inputs = [x, x, x] + [t for t in (bias, position) if t is not None]
-        y = self.apply(inputs, MultiHeadAttention, arguments={"a_bias": bias is not None, "p_bias": p_bias},
-                       heads=self.num_attention_heads, head_size=self.attention_head_size, out_dim=self.hidden_size,
-                       key_size=self.attention_key_size, normalization=self.normalization,
-                       attention_dropout=self.attention_dropout_rate, softmax_plus_min_len=self.softmax_plus_min_len,
-                       recompute=self.recompute, kernel_initializer=self.initializer, name=name)
+        y = self.apply(
+            inputs,
+            MultiHeadAttention,
+            arguments={"a_bias": bias is not None, "p_bias": p_bias},
+            heads=self.num_attention_heads,
+            head_size=self.attention_head_size,
+            out_dim=self.hidden_size,
+            key_size=self.attention_key_size,
+            normalization=self.normalization,
+            attention_dropout=self.attention_dropout_rate,
+            softmax_plus_min_len=self.softmax_plus_min_len,
+            recompute=self.recompute,
+            kernel_initializer=self.initializer,
+            name=name,
+        )
         x = self.residual(x, y, name)
         name = f"{block}-FeedForward"
-        y = self.apply(x, FeedForward, units=self.intermediate_size, activation=self.hidden_act,
-                       recompute=self.recompute, kernel_initializer=self.initializer, name=name)
+        y = self.apply(
+            x,
+            FeedForward,
+            units=self.intermediate_size,
+            activation=self.hidden_act,
+            recompute=self.recompute,
+            kernel_initializer=self.initializer,
+            name=name,
+        )
         return self.residual(x, y, name)
 
     # ------------------------------------------------------------------- heads
@@ -131,13 +200,26 @@ class BERT(Transformer):
         pooled = super().apply_pooler(x)
         if not self.with_nsp:
             return pooled
-        return self.apply(pooled, keras.layers.Dense, units=2, activation="softmax", dtype="float32",
-                          kernel_initializer=self.initializer, name="NSP-Proba")
+        return self.apply(
+            pooled,
+            keras.layers.Dense,
+            units=2,
+            activation="softmax",
+            dtype="float32",
+            kernel_initializer=self.initializer,
+            name="NSP-Proba",
+        )
 
     def mlm_transform(self, x, width, arguments=None):
         """BERT's MLM transform: MLM-Dense (hidden_act, to the embedding size) -> MLM-Norm."""
-        x = self.apply(x, keras.layers.Dense, units=self.embedding_size, activation=self.hidden_act,
-                       kernel_initializer=self.initializer, name="MLM-Dense")
+        x = self.apply(
+            x,
+            keras.layers.Dense,
+            units=self.embedding_size,
+            activation=self.hidden_act,
+            kernel_initializer=self.initializer,
+            name="MLM-Dense",
+        )
         return self.layer_norm(x, "MLM-Norm", self.norm_epsilon(1e-12))
 
     def mlm_output_bias(self, logits):
@@ -164,7 +246,6 @@ class BERT(Transformer):
         """None: a BERT checkpoint missing a variable the model uses is an error, as in bert4keras
         (``ignore_invalid_weights=True`` keeps the initial weights instead)."""
         return set()
-
 
 
 @register_backbone

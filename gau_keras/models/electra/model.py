@@ -3,6 +3,7 @@ discriminator's replaced-token head instead of the pooler and the MLM head.
 
 Design notes: docs/models.md (BERT and its family).
 """
+
 import keras
 
 from gau_keras.models.backbone import Backbone, register_backbone
@@ -23,14 +24,19 @@ class ELECTRA(BERT):
     def __init__(self, *args, with_discriminator=False, **kwargs):
         for name in ("with_pool", "with_mlm"):
             if name in kwargs:
-                raise TypeError(f"ELECTRA got an unexpected keyword argument {name!r}: ELECTRA has no pooler "
-                                f"or MLM head (use with_discriminator)")
-        if kwargs.get("with_nsp"):     # bert4keras takes it and builds no head: refused rather than dropped
-            raise ValueError(f"with_nsp={kwargs['with_nsp']!r}: ELECTRA has no next-sentence head "
-                             f"(use with_discriminator)")
+                raise TypeError(
+                    f"ELECTRA got an unexpected keyword argument {name!r}: ELECTRA has no pooler "
+                    f"or MLM head (use with_discriminator)"
+                )
+        if kwargs.get("with_nsp"):  # bert4keras takes it and builds no head: refused rather than dropped
+            raise ValueError(
+                f"with_nsp={kwargs['with_nsp']!r}: ELECTRA has no next-sentence head (use with_discriminator)"
+            )
         if kwargs.get("application", "encoder") != "encoder":
-            raise ValueError(f"application={kwargs['application']!r}: ELECTRA can not be used as an "
-                             f"{kwargs['application']!r} model (it has no MLM head)")
+            raise ValueError(
+                f"application={kwargs['application']!r}: ELECTRA can not be used as an "
+                f"{kwargs['application']!r} model (it has no MLM head)"
+            )
         super().__init__(*args, **kwargs)
         self.with_discriminator = with_discriminator
 
@@ -38,24 +44,42 @@ class ELECTRA(BERT):
         if not self.with_discriminator:
             return x
         activation = "sigmoid" if self.with_discriminator is True else self.with_discriminator
-        x = self.apply(x, keras.layers.Dense, units=self.hidden_size, activation=self.hidden_act,
-                       kernel_initializer=self.initializer, name="Discriminator-Dense")
-        return self.apply(x, keras.layers.Dense, units=1, activation=activation, dtype="float32",
-                          kernel_initializer=self.initializer, name="Discriminator-Prediction")
+        x = self.apply(
+            x,
+            keras.layers.Dense,
+            units=self.hidden_size,
+            activation=self.hidden_act,
+            kernel_initializer=self.initializer,
+            name="Discriminator-Dense",
+        )
+        return self.apply(
+            x,
+            keras.layers.Dense,
+            units=1,
+            activation=activation,
+            dtype="float32",
+            kernel_initializer=self.initializer,
+            name="Discriminator-Prediction",
+        )
 
     def variable_mapping(self):
         mapping = super().variable_mapping()
-        mapping["Embedding-Mapping"] = {"kernel": "electra/embeddings_project/kernel",
-                                        "bias": "electra/embeddings_project/bias"}
-        mapping["Discriminator-Dense"] = {"kernel": "discriminator_predictions/dense/kernel",
-                                          "bias": "discriminator_predictions/dense/bias"}
-        mapping["Discriminator-Prediction"] = {"kernel": "discriminator_predictions/dense_1/kernel",
-                                               "bias": "discriminator_predictions/dense_1/bias"}
+        mapping["Embedding-Mapping"] = {
+            "kernel": "electra/embeddings_project/kernel",
+            "bias": "electra/embeddings_project/bias",
+        }
+        mapping["Discriminator-Dense"] = {
+            "kernel": "discriminator_predictions/dense/kernel",
+            "bias": "discriminator_predictions/dense/bias",
+        }
+        mapping["Discriminator-Prediction"] = {
+            "kernel": "discriminator_predictions/dense_1/kernel",
+            "bias": "discriminator_predictions/dense_1/bias",
+        }
         return mapping
 
     def embedding_variable_names(self):
         return {"electra/embeddings/word_embeddings"}
-
 
 
 @register_backbone

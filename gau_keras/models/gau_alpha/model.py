@@ -2,6 +2,7 @@
 
 Design notes: docs/models.md.
 """
+
 from gau_keras.layers import GatedAttentionUnit
 from gau_keras.models.backbone import Backbone, register_backbone
 from gau_keras.models.presets import presets_of
@@ -25,16 +26,25 @@ class GAU_alpha(RoFormerV2):
     def apply_main_layers(self, x, index):
         name = f"Transformer-{index}-GatedAttentionUnit"
         inputs, arguments = self.attention_inputs(x, 1)
-        y = self.apply(inputs, GatedAttentionUnit, arguments=arguments, units=self.intermediate_size,
-                       key_size=self.attention_key_size, activation=self.hidden_act, use_bias=False,
-                       normalization=self.normalization, attention_dropout=self.attention_dropout_rate,
-                       softmax_plus_min_len=self.softmax_plus_min_len, recompute=self.recompute,
-                       kernel_initializer=self.initializer, name=name)
+        y = self.apply(
+            inputs,
+            GatedAttentionUnit,
+            arguments=arguments,
+            units=self.intermediate_size,
+            key_size=self.attention_key_size,
+            activation=self.hidden_act,
+            use_bias=False,
+            normalization=self.normalization,
+            attention_dropout=self.attention_dropout_rate,
+            softmax_plus_min_len=self.softmax_plus_min_len,
+            recompute=self.recompute,
+            kernel_initializer=self.initializer,
+            name=name,
+        )
         return self.residual(x, y, name)
 
     def variable_mapping(self):
-        mapping = {k: v for k, v in super().variable_mapping().items()
-                   if not k.startswith("Transformer-")}
+        mapping = {k: v for k, v in super().variable_mapping().items() if not k.startswith("Transformer-")}
         for i in range(self.num_hidden_layers):
             prefix = f"GAU_alpha/encoder/layer_{i}/gau/"
             mapping[f"Transformer-{i}-GatedAttentionUnit"] = {
@@ -44,7 +54,6 @@ class GAU_alpha(RoFormerV2):
                 "o_dense.kernel": prefix + "o_dense/kernel",
             }
         return mapping
-
 
 
 @register_backbone

@@ -1,4 +1,5 @@
 """NEZHA."""
+
 from gau_keras.models.nezha.model import NEZHA, NezhaBackbone
 
 __all__ = ["NEZHA", "NezhaBackbone"]

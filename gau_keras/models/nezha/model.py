@@ -3,6 +3,7 @@ absolute ones in the embeddings.
 
 Design notes: docs/models.md (BERT and its family).
 """
+
 from gau_keras.initializers import Sinusoidal
 from gau_keras.layers import RelativePositionEmbedding
 from gau_keras.models.backbone import Backbone, register_backbone
@@ -25,8 +26,11 @@ class NEZHA(BERT):
 
     def __init__(self, *args, max_relative_position=64, **kwargs):
         super().__init__(*args, **kwargs)
-        if isinstance(max_relative_position, bool) or not isinstance(max_relative_position, int) \
-                or max_relative_position < 1:
+        if (
+            isinstance(max_relative_position, bool)
+            or not isinstance(max_relative_position, int)
+            or max_relative_position < 1
+        ):
             raise ValueError(f"max_relative_position must be an integer >= 1, got {max_relative_position!r}")
         self.max_relative_position = max_relative_position
 
@@ -36,11 +40,18 @@ class NEZHA(BERT):
     def compute_position_bias(self, inputs=None):
         """The relative embeddings [L, L, attention_key_size] of the graph of ``inputs``
         (hidden states [B, L, H]), built once per graph."""
-        return self._position_biases.get_or_build(self.graph_input(inputs, "Input-Token"), lambda: self.apply(
-            [inputs, inputs], RelativePositionEmbedding, input_dim=2 * self.max_relative_position + 1,
-            output_dim=self.attention_key_size, embeddings_initializer=Sinusoidal(), trainable=False,
-            name="Embedding-Relative-Position"))
-
+        return self._position_biases.get_or_build(
+            self.graph_input(inputs, "Input-Token"),
+            lambda: self.apply(
+                [inputs, inputs],
+                RelativePositionEmbedding,
+                input_dim=2 * self.max_relative_position + 1,
+                output_dim=self.attention_key_size,
+                embeddings_initializer=Sinusoidal(),
+                trainable=False,
+                name="Embedding-Relative-Position",
+            ),
+        )
 
 
 @register_backbone

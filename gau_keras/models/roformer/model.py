@@ -4,6 +4,7 @@ attention instead of absolute ones in the embeddings. RoFormerV2 shares its RoPE
 
 Design notes: docs/models.md (BERT and its family).
 """
+
 from gau_keras.models.backbone import Backbone, register_backbone
 from gau_keras.models.bert.model import BERT
 from gau_keras.models.registry import register
@@ -22,7 +23,6 @@ class RoFormer(BERT):
 
     def attention_position(self, x):
         return self.compute_position_bias(x), "rotary"
-
 
 
 @register_backbone

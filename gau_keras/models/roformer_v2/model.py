@@ -2,6 +2,7 @@
 
 Design notes: docs/models.md.
 """
+
 import keras
 
 from gau_keras.layers import Add, Embedding, FeedForward, LayerNormalization, MultiHeadAttention
@@ -29,22 +30,47 @@ class RoFormerV2(Transformer):
     supports_custom_position_ids = True
 
     def rms_norm(self, x, name):
-        return self.apply(x, LayerNormalization, zero_mean=False, scale=False, offset=False,
-                          epsilon=self.layer_norm_epsilon, name=name)
+        return self.apply(
+            x,
+            LayerNormalization,
+            zero_mean=False,
+            scale=False,
+            offset=False,
+            epsilon=self.layer_norm_epsilon,
+            name=name,
+        )
 
     def apply_embeddings(self, inputs):
-        x = self.apply(inputs[0], Embedding, input_dim=self.vocab_size, output_dim=self.embedding_size,
-                       embeddings_initializer=self.initializer, mask_zero=True, name="Embedding-Token")
+        x = self.apply(
+            inputs[0],
+            Embedding,
+            input_dim=self.vocab_size,
+            output_dim=self.embedding_size,
+            embeddings_initializer=self.initializer,
+            mask_zero=True,
+            name="Embedding-Token",
+        )
         if self.segment_vocab_size > 0:
-            s = self.apply(inputs[1], Embedding, input_dim=self.segment_vocab_size,
-                           output_dim=self.embedding_size, embeddings_initializer=self.initializer,
-                           name="Embedding-Segment")
+            s = self.apply(
+                inputs[1],
+                Embedding,
+                input_dim=self.segment_vocab_size,
+                output_dim=self.embedding_size,
+                embeddings_initializer=self.initializer,
+                name="Embedding-Segment",
+            )
             x = self.apply([x, s], Add, name="Embedding-Token-Segment")
         x = self.apply(x, keras.layers.Dropout, rate=self.dropout_rate, name="Embedding-Dropout")
         x = self.rms_norm(x, "Embedding-Norm")
         if self.embedding_size != self.hidden_size:
-            x = self.apply(x, keras.layers.Dense, units=self.hidden_size, use_bias=False,
-                           kernel_initializer=self.initializer, name="Embedding-Mapping")
+            x = self.apply(
+                x,
+                keras.layers.Dense,
+                units=self.hidden_size,
+                use_bias=False,
+                kernel_initializer=self.initializer,
+                name="Embedding-Mapping",
+            )
         return x
 
     def residual(self, x, y, name):
@@ -63,16 +89,34 @@ class RoFormerV2(Transformer):
     def apply_main_layers(self, x, index):
         name = f"Transformer-{index}-MultiHeadSelfAttention"
         inputs, arguments = self.attention_inputs(x, 3)
-        y = self.apply(inputs, MultiHeadAttention, arguments=arguments, heads=self.num_attention_heads,
-                       head_size=self.attention_head_size, out_dim=self.hidden_size,
-                       key_size=self.attention_key_size, use_bias=False, normalization=self.normalization,
-                       attention_dropout=self.attention_dropout_rate,
-                       softmax_plus_min_len=self.softmax_plus_min_len, recompute=self.recompute,
-                       kernel_initializer=self.initializer, name=name)
+        y = self.apply(
+            inputs,
+            MultiHeadAttention,
+            arguments=arguments,
+            heads=self.num_attention_heads,
+            head_size=self.attention_head_size,
+            out_dim=self.hidden_size,
+            key_size=self.attention_key_size,
+            use_bias=False,
+            normalization=self.normalization,
+            attention_dropout=self.attention_dropout_rate,
+            softmax_plus_min_len=self.softmax_plus_min_len,
+            recompute=self.recompute,
+            kernel_initializer=self.initializer,
+            name=name,
+        )
         x = self.residual(x, y, name)
         name = f"Transformer-{index}-FeedForward"
-        y = self.apply(x, FeedForward, units=self.intermediate_size, activation=self.hidden_act,
-                       use_bias=False, recompute=self.recompute, kernel_initializer=self.initializer, name=name)
+        y = self.apply(
+            x,
+            FeedForward,
+            units=self.intermediate_size,
+            activation=self.hidden_act,
+            use_bias=False,
+            recompute=self.recompute,
+            kernel_initializer=self.initializer,
+            name=name,
+        )
         return self.residual(x, y, name)
 
     def mlm_logits(self, hidden, training=False):
@@ -82,7 +126,6 @@ class RoFormerV2(Transformer):
 
     def variable_mapping(self):
         return roformer_v2_names(self.num_hidden_layers)
-
 
 
 @register_backbone

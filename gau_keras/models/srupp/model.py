@@ -35,6 +35,7 @@ TF1 checkpoint variable names (``variable_mapping``), for layer i:
 
 Design notes: docs/srupp.md.
 """
+
 import keras
 from keras import ops
 
@@ -57,7 +58,7 @@ class SegmentMemory(keras.layers.Layer):
 
     def call(self, inputs):
         memory, x = inputs
-        return ops.concatenate([memory, x], axis=1)[:, -self.memory_length:]
+        return ops.concatenate([memory, x], axis=1)[:, -self.memory_length :]
 
     def compute_mask(self, inputs, mask=None):
         return None
@@ -79,14 +80,27 @@ class SRUppModel(Transformer):
     num_attention_heads the heads of each attention.
     """
 
-    takes_segment_ids = False     # token ids only
+    takes_segment_ids = False  # token ids only
 
     initializer_order = 2
 
-    def __init__(self, vocab_size, hidden_size, num_hidden_layers, proj_size=None,
-                 layer_norm=False, normalize_after=False, attn_layer_norm=True, highway_bias=-2.0,
-                 attention_every_n_layers=1, attention_last_n_layers=-1, rescale=False,
-                 weight_c_init=1.0, memory_length=0, **kwargs):
+    def __init__(
+        self,
+        vocab_size,
+        hidden_size,
+        num_hidden_layers,
+        proj_size=None,
+        layer_norm=False,
+        normalize_after=False,
+        attn_layer_norm=True,
+        highway_bias=-2.0,
+        attention_every_n_layers=1,
+        attention_last_n_layers=-1,
+        rescale=False,
+        weight_c_init=1.0,
+        memory_length=0,
+        **kwargs,
+    ):
         kwargs.setdefault("segment_vocab_size", 0)
         super().__init__(vocab_size, hidden_size, num_hidden_layers, **kwargs)
         if self.application == "unilm":
@@ -109,15 +123,25 @@ class SRUppModel(Transformer):
     def get_inputs(self):
         inputs = [keras.Input(shape=(self.sequence_length,), dtype=keras.config.floatx(), name="Input-Token")]
         if self.memory_length:
-            inputs += [keras.Input(shape=(self.memory_length, self.layer_input_width(i)), name=f"Input-Memory-{i}")
-                       for i in range(self.num_hidden_layers)]
-            inputs += [keras.Input(shape=(self.output_size,), name=f"Input-State-{i}")
-                       for i in range(self.num_hidden_layers)]
+            inputs += [
+                keras.Input(shape=(self.memory_length, self.layer_input_width(i)), name=f"Input-Memory-{i}")
+                for i in range(self.num_hidden_layers)
+            ]
+            inputs += [
+                keras.Input(shape=(self.output_size,), name=f"Input-State-{i}") for i in range(self.num_hidden_layers)
+            ]
         return inputs
 
     def apply_embeddings(self, inputs):
-        x = self.apply(inputs[0], Embedding, input_dim=self.vocab_size, output_dim=self.embedding_size,
-                       embeddings_initializer=self.initializer, mask_zero=True, name="Embedding-Token")
+        x = self.apply(
+            inputs[0],
+            Embedding,
+            input_dim=self.vocab_size,
+            output_dim=self.embedding_size,
+            embeddings_initializer=self.initializer,
+            mask_zero=True,
+            name="Embedding-Token",
+        )
         return self.apply(x, keras.layers.Dropout, rate=self.dropout_rate, name="Embedding-Dropout")
 
     def apply_main_layers(self, x, index):
@@ -126,21 +150,35 @@ class SRUppModel(Transformer):
         if self.memory_length:
             memory = self.inputs[1 + index]
             arguments = {"memory": memory, "initial_state": self.inputs[1 + n + index], "return_state": True}
-            self.new_memory.append(self.apply([memory, x], SegmentMemory, memory_length=self.memory_length,
-                                              name=f"Output-Memory-{index}"))
+            self.new_memory.append(
+                self.apply([memory, x], SegmentMemory, memory_length=self.memory_length, name=f"Output-Memory-{index}")
+            )
         options = stacked_cell_options(
-            index, n, self.attention_every_n_layers, self.attention_last_n_layers, hidden_size=self.hidden_size,
-            proj_size=self.proj_size, num_heads=self.num_attention_heads, dropout=self.dropout_rate,
-            attn_dropout=self.attention_dropout_rate, bidirectional=self.bidirectional, layer_norm=self.layer_norm,
-            normalize_after=self.normalize_after, attn_layer_norm=self.attn_layer_norm,
-            highway_bias=self.highway_bias, rescale=self.rescale, weight_c_init=self.weight_c_init,
-            causal=self.application == "lm")
+            index,
+            n,
+            self.attention_every_n_layers,
+            self.attention_last_n_layers,
+            hidden_size=self.hidden_size,
+            proj_size=self.proj_size,
+            num_heads=self.num_attention_heads,
+            dropout=self.dropout_rate,
+            attn_dropout=self.attention_dropout_rate,
+            bidirectional=self.bidirectional,
+            layer_norm=self.layer_norm,
+            normalize_after=self.normalize_after,
+            attn_layer_norm=self.attn_layer_norm,
+            highway_bias=self.highway_bias,
+            rescale=self.rescale,
+            weight_c_init=self.weight_c_init,
+            causal=self.application == "lm",
+        )
         y = self.apply(x, SRUppCell, arguments=arguments, name=f"SRUpp-{index}", **options)
         if self.memory_length:
             y, state = y
             # Reshape (a no-op here) because it drops the token mask, which a [B, D] state must not carry
-            self.new_states.append(self.apply(state, keras.layers.Reshape, target_shape=(self.output_size,),
-                                              name=f"Output-State-{index}"))
+            self.new_states.append(
+                self.apply(state, keras.layers.Reshape, target_shape=(self.output_size,), name=f"Output-State-{index}")
+            )
         return y
 
     def apply_final_layers(self, x):
@@ -151,16 +189,21 @@ class SRUppModel(Transformer):
         return x
 
     def variable_mapping(self):
-        mapping = {"Embedding-Token": {"embeddings": "srupp/embeddings/word_embeddings"},
-                   "Output-Mapping": {"kernel": "cls/predictions/transform/dense/kernel"}}
+        mapping = {
+            "Embedding-Token": {"embeddings": "srupp/embeddings/word_embeddings"},
+            "Output-Mapping": {"kernel": "cls/predictions/transform/dense/kernel"},
+        }
         for i in range(self.num_hidden_layers):
             cell = self.layers.get(self.prefixed(f"SRUpp-{i}"))
             if cell is None:
                 continue
             prefix = f"srupp/layer_{i}/"
-            names = {"weight_c": prefix + "weight_c", "bias": prefix + "bias",
-                     "transform.linear1.kernel": prefix + "transform/linear1/kernel",
-                     "transform.linear2.kernel": prefix + "transform/linear2/kernel"}
+            names = {
+                "weight_c": prefix + "weight_c",
+                "bias": prefix + "bias",
+                "transform.linear1.kernel": prefix + "transform/linear1/kernel",
+                "transform.linear2.kernel": prefix + "transform/linear2/kernel",
+            }
             if isinstance(cell.transform, SRUppAttention):
                 names["transform.linear3.kernel"] = prefix + "transform/linear3/kernel"
                 names["transform.alpha"] = prefix + "transform/alpha"
@@ -175,7 +218,6 @@ class SRUppModel(Transformer):
 
     def embedding_variable_names(self):
         return {"srupp/embeddings/word_embeddings"}
-
 
 
 @register_backbone

@@ -9,6 +9,7 @@
 * ``prepare``: the arguments as arrays, the call's layout;
 * ``autodiff``: the same maths differentiated by JAX (the tests' reference).
 """
+
 from gau_keras.recurrence.jax.autodiff import sru_recurrence_autodiff
 from gau_keras.recurrence.jax.dispatch import MODES, kernel_choice, sru_recurrence
 

@@ -5,6 +5,7 @@ the baseline of ``benchmarks/srupp_jax.py``.  One ``lax.scan`` per direction
 (direction 1 with ``reverse=True``) computes every gate inside the step, so
 ``jax.grad`` keeps every step's intermediates for the backward pass.
 """
+
 import jax
 import jax.numpy as jnp
 
@@ -14,6 +15,7 @@ from gau_keras.recurrence.jax.prepare import prepare
 def _direction(u, xp, pad, c0, v, b, m, reverse):
     """One direction: u [L, B, d, k], xp [L, B, d], pad [L, B, 1], c0 [B, d],
     v/b [2, d] (forget, reset), m [B, d] → h [L, B, d], c_last [B, d]."""
+
     def step(c_prev, inputs):
         u_t, xp_t, pad_t = inputs
         f = jax.nn.sigmoid(u_t[..., 1] + v[0] * c_prev + b[0])
@@ -26,8 +28,9 @@ def _direction(u, xp, pad, c0, v, b, m, reverse):
     return h, c_last
 
 
-def sru_recurrence_autodiff(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,
-                            dropout_mask=None, bidirectional=False):
+def sru_recurrence_autodiff(
+    U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None, dropout_mask=None, bidirectional=False
+):
     """Same contract as ``sru_recurrence`` (U [B, L, dirs·d·k], x [B, L, d_in],
     weight_c/bias [2·dirs·d], c0 [B, dirs·d], mask_pad [B, L], dropout_mask
     [B, dirs·d] → h [B, L, dirs·d], c_last [B, dirs·d] in U's dtype), with no
@@ -43,9 +46,16 @@ def sru_recurrence_autodiff(U, x, weight_c, bias, c0=None, mask_pad=None, scale_
     c0, m = c0.reshape(B, dirs, d), mask_c.reshape(B, dirs, d)
     hs, cs = [], []
     for i in range(dirs):
-        h, c_last = _direction(time_major(Uk[:, :, i]), time_major(xp[:, :, i]), time_major(pad)[..., None],
-                               c0[:, i], v[:, i], b[:, i], m[:, i], reverse=i == 1)
+        h, c_last = _direction(
+            time_major(Uk[:, :, i]),
+            time_major(xp[:, :, i]),
+            time_major(pad)[..., None],
+            c0[:, i],
+            v[:, i],
+            b[:, i],
+            m[:, i],
+            reverse=i == 1,
+        )
         hs.append(time_major(h))
         cs.append(c_last)
-    return (jnp.concatenate(hs, axis=-1).astype(p.out_dtype),
-            jnp.concatenate(cs, axis=-1).astype(p.out_dtype))
+    return (jnp.concatenate(hs, axis=-1).astype(p.out_dtype), jnp.concatenate(cs, axis=-1).astype(p.out_dtype))

@@ -26,8 +26,10 @@ def _mode(implementation):
     """The requested mode, validated: "auto", "pallas" or "scan"."""
     mode, source = sru_kernel(implementation)
     if mode == "native":
-        raise ValueError(f"sru_recurrence: {source}='native' is TensorFlow's C++ kernel; on the JAX backend "
-                         f"use 'auto', 'pallas' (the fused kernel) or 'scan' (the lax.scan pair)")
+        raise ValueError(
+            f"sru_recurrence: {source}='native' is TensorFlow's C++ kernel; on the JAX backend "
+            f"use 'auto', 'pallas' (the fused kernel) or 'scan' (the lax.scan pair)"
+        )
     if mode not in MODES:
         raise ValueError(f"sru_recurrence: {source}={mode!r}; expected one of {', '.join(MODES)}")
     return "scan" if mode == "xla" else mode
@@ -60,9 +62,11 @@ def kernel_choice(dtype="float32", implementation=None, platform=None):
     "native" (TensorFlow's C++ kernel) raises ValueError."""
     mode = _mode(implementation)
     if mode == "pallas" and not _kernel_takes(dtype):
-        raise ValueError(f"sru_recurrence: implementation 'pallas' takes "
-                         f"{', '.join(pallas_kernel.SUPPORTED_DTYPES)} (its state is float32), "
-                         f"not {jnp.dtype(dtype).name}; use 'scan' (or 'auto') for it")
+        raise ValueError(
+            f"sru_recurrence: implementation 'pallas' takes "
+            f"{', '.join(pallas_kernel.SUPPORTED_DTYPES)} (its state is float32), "
+            f"not {jnp.dtype(dtype).name}; use 'scan' (or 'auto') for it"
+        )
     if mode != "auto":
         return mode
     platform = platform or jax.default_backend()
@@ -72,10 +76,11 @@ def kernel_choice(dtype="float32", implementation=None, platform=None):
 def _kernel_branch(target, p_args, tuning, interpret=False):
     """A function of the eight arrays running the kernel for ``target`` (Pallas's interpreter with
     ``interpret``); ``tuning``: the GPU plan's block and lookahead (None: the defaults)."""
+
     def run(U, x, weight_c, bias, c0, pad, scale, mask_c):
-        p = pallas_kernel.plan(target=target, interpret=interpret, **p_args,
-                               **({} if target == "mosaic" else tuning))
+        p = pallas_kernel.plan(target=target, interpret=interpret, **p_args, **({} if target == "mosaic" else tuning))
         return pallas_kernel.recurrence(p, U, x, weight_c, bias, c0, pad, scale, mask_c)
+
     return run
 
 
@@ -85,8 +90,9 @@ def _check_tuning(mode, block, lookahead):
         if value is None:
             continue
         if mode == "scan":
-            raise ValueError(f"sru_recurrence: {name}={value!r} tunes the Pallas kernel; implementation 'scan' "
-                             f"has none")
+            raise ValueError(
+                f"sru_recurrence: {name}={value!r} tunes the Pallas kernel; implementation 'scan' has none"
+            )
         if not isinstance(value, int) or value < 1 or (name == "block" and value & (value - 1)):
             kind = "a power of 2" if name == "block" else "a positive integer"
             raise ValueError(f"sru_recurrence: {name} must be {kind}, got {value!r}")
@@ -95,14 +101,26 @@ def _check_tuning(mode, block, lookahead):
 def _scan_branch(layout):
     def run(U, x, weight_c, bias, c0, pad, scale, mask_c):
         dtype = compute_dtype(U.dtype)
-        h, c_last = scan.recurrence(layout, U.astype(dtype), x.astype(dtype), weight_c, bias, c0, pad, scale,
-                                    mask_c)
+        h, c_last = scan.recurrence(layout, U.astype(dtype), x.astype(dtype), weight_c, bias, c0, pad, scale, mask_c)
         return h.astype(U.dtype), c_last
+
     return run
 
 
-def sru_recurrence(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,
-                   dropout_mask=None, bidirectional=False, implementation=None, block=None, lookahead=None):
+def sru_recurrence(
+    U,
+    x,
+    weight_c,
+    bias,
+    c0=None,
+    mask_pad=None,
+    scale_x=None,
+    dropout_mask=None,
+    bidirectional=False,
+    implementation=None,
+    block=None,
+    lookahead=None,
+):
     """``gau_keras.recurrence.sru_recurrence`` on JAX (same arguments and shapes):
     U [B, L, dirs·d·k], x [B, L, d_in], weight_c/bias [2·dirs·d], c0 [B, dirs·d],
     mask_pad [B, L] (True = padding), dropout_mask [B, dirs·d] →
@@ -114,8 +132,14 @@ def sru_recurrence(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,
     _check_tuning(mode, block, lookahead)
     p = prepare(U, x, weight_c, bias, c0, mask_pad, scale_x, dropout_mask, bidirectional, keep_io_dtype=True)
     kernel_choice(p.out_dtype, mode)  # refuses a dtype the kernel does not take when it is forced
-    p_args = dict(layout=p.layout, batch=p.U.shape[0], length=p.U.shape[1], x_width=p.x.shape[-1],
-                  dtype=p.out_dtype, padded=mask_pad is not None)
+    p_args = dict(
+        layout=p.layout,
+        batch=p.U.shape[0],
+        length=p.U.shape[1],
+        x_width=p.x.shape[-1],
+        dtype=p.out_dtype,
+        padded=mask_pad is not None,
+    )
     scan_branch = _scan_branch(p.layout)
     # symbolic sizes (Keras's shape inference, shape-polymorphic export) cannot size a kernel's grid
     symbolic = not all(isinstance(size, int) for size in p.U.shape)
@@ -124,8 +148,7 @@ def sru_recurrence(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,
     else:
         tuning = {"block": block, "lookahead": lookahead}
         interpreter = _kernel_branch("triton", p_args, tuning, interpret=True)
-        branches = {platform: _kernel_branch(target, p_args, tuning)
-                    for platform, target in KERNEL_PLATFORMS.items()}
+        branches = {platform: _kernel_branch(target, p_args, tuning) for platform, target in KERNEL_PLATFORMS.items()}
         default = interpreter if mode == "pallas" else scan_branch
         h, c_last = jax.lax.platform_dependent(*p.arrays, default=default, **branches)
     return h.astype(p.out_dtype), c_last.astype(p.out_dtype)

@@ -33,6 +33,7 @@ Either plan also runs in Pallas's interpreter (``interpret=True``) on any
 backend: that is how the kernel runs on a CPU and how the tests check both
 plans' semantics there.
 """
+
 import functools
 from typing import NamedTuple
 
@@ -73,6 +74,7 @@ class KernelPlan(NamedTuple):
     padded); io_dtype: dtype of the column-layout U, x, h, dh and dU arrays the
     kernel reads and writes; num_warps: Triton warps per program; lookahead:
     steps whose inputs the Triton loop loads ahead."""
+
     layout: Layout
     batch: int
     length: int
@@ -122,8 +124,10 @@ def plan(layout, batch, length, x_width, dtype, target, padded, block=None, inte
     program (a power of 2 on Triton, a multiple of 128 on Mosaic)."""
     dtype = jnp.dtype(dtype).name
     if dtype not in SUPPORTED_DTYPES:
-        raise ValueError(f"sru_recurrence: the Pallas kernel takes {', '.join(SUPPORTED_DTYPES)} "
-                         f"(its state is float32), got {dtype}; use implementation='scan'")
+        raise ValueError(
+            f"sru_recurrence: the Pallas kernel takes {', '.join(SUPPORTED_DTYPES)} "
+            f"(its state is float32), got {dtype}; use implementation='scan'"
+        )
     if target not in TARGETS:
         raise ValueError(f"sru_recurrence: Pallas target {target!r}; expected one of {TARGETS}")
     for name, value in (("block", block), ("lookahead", lookahead)):
@@ -141,11 +145,25 @@ def plan(layout, batch, length, x_width, dtype, target, padded, block=None, inte
     if target != "mosaic" and block & (block - 1):
         raise ValueError(f"sru_recurrence: a Triton block must be a power of 2, got {block}")
     padded = padded or _round_up(length, rows) != length
-    return KernelPlan(layout, batch, length, x_width, dtype, target, interpret, block, rows, padded, io_dtype,
-                      num_warps=max(1, min(8, block // 32)), lookahead=lookahead or LOOKAHEAD)
+    return KernelPlan(
+        layout,
+        batch,
+        length,
+        x_width,
+        dtype,
+        target,
+        interpret,
+        block,
+        rows,
+        padded,
+        io_dtype,
+        num_warps=max(1, min(8, block // 32)),
+        lookahead=lookahead or LOOKAHEAD,
+    )
 
 
 # ---------------------------------------------------------------- column layout
+
 
 def to_columns(t, p):
     """[B, L, dirs, d, *rest] → [*rest, Lp, Np] (direction 1 reversed in time, zero-padded)."""
@@ -161,7 +179,7 @@ def from_columns(t, p):
     """[*rest, Lp, Np] → [B, L, dirs, d, *rest] (the inverse of ``to_columns``)."""
     dirs, d, _ = p.layout
     rest = t.shape[:-2]
-    t = t[..., :p.length, :p.columns].reshape(*rest, p.length, dirs, p.batch, d)
+    t = t[..., : p.length, : p.columns].reshape(*rest, p.length, dirs, p.batch, d)
     t = jnp.transpose(t, (len(rest) + 2, len(rest), len(rest) + 1, len(rest) + 3) + tuple(range(len(rest))))
     if p.layout.bidirectional:
         t = jnp.concatenate([t[:, :, :1], t[:, ::-1, 1:]], axis=2)
@@ -188,24 +206,32 @@ def _padded_rows(rows, p):
 def _column_vectors(p, weight_c, bias, c0, mask_c, scale):
     """The [7, Np] per-column constants (rows V_F … SCALE)."""
     v, b = weight_c.reshape(2, -1), bias.reshape(2, -1)
-    rows = [_per_unit_row(v[0], p), _per_unit_row(v[1], p), _per_unit_row(b[0], p), _per_unit_row(b[1], p),
-            _per_chain_row(mask_c, p), _per_chain_row(c0, p), jnp.broadcast_to(scale, (p.columns,))]
+    rows = [
+        _per_unit_row(v[0], p),
+        _per_unit_row(v[1], p),
+        _per_unit_row(b[0], p),
+        _per_unit_row(b[1], p),
+        _per_chain_row(mask_c, p),
+        _per_chain_row(c0, p),
+        jnp.broadcast_to(scale, (p.columns,)),
+    ]
     return _padded_rows(rows, p)
 
 
 def _per_unit_sum(t, p):
     """[Np] per-column sums → [dirs·d], summed over batch rows."""
     dirs, d, _ = p.layout
-    return t[:p.columns].reshape(dirs, p.batch, d).sum(axis=1).reshape(-1)
+    return t[: p.columns].reshape(dirs, p.batch, d).sum(axis=1).reshape(-1)
 
 
 def _per_chain(t, p):
     """[Np] per-column values → [B, dirs·d]."""
     dirs, d, _ = p.layout
-    return jnp.transpose(t[:p.columns].reshape(dirs, p.batch, d), (1, 0, 2)).reshape(p.batch, dirs * d)
+    return jnp.transpose(t[: p.columns].reshape(dirs, p.batch, d), (1, 0, 2)).reshape(p.batch, dirs * d)
 
 
 # ---------------------------------------------------------------- kernels
+
 
 def _sigmoid(z):
     return 1.0 / (1.0 + jnp.exp(-z))
@@ -267,8 +293,7 @@ def _gate_inputs(p, refs, t):
 
 def _forward_kernel(p, *refs):
     """One block: c_{t−1} → f, r, c_t, h_t for every step; h and c_{t−1} stored, c_last carried."""
-    names = ["u"] + (["x"] if p.layout.k == 3 else []) + (["keep"] if p.padded else []) + ["const", "h", "cp",
-                                                                                            "c_last"]
+    names = ["u"] + (["x"] if p.layout.k == 3 else []) + (["keep"] if p.padded else []) + ["const", "h", "cp", "c_last"]
     r = _Refs(names, refs)
     const = lambda i: r.const[pl.ds(i, 1), :]  # noqa: E731 - [1, block]
     v_f, v_r, b_f, b_r, m = const(V_F), const(V_R), const(B_F), const(B_R), const(MASK)
@@ -299,8 +324,12 @@ def _forward_kernel(p, *refs):
 def _backward_kernel(p, *refs):
     """One block, back in time: dc carried, every per-step term in the loop; dU rows
     (and dx' in row 3) stored, the per-column sums accumulated."""
-    names = (["u"] + (["x"] if p.layout.k == 3 else []) + (["keep"] if p.padded else [])
-             + ["const", "cp", "dh", "dc_last", "du", "sums"])
+    names = (
+        ["u"]
+        + (["x"] if p.layout.k == 3 else [])
+        + (["keep"] if p.padded else [])
+        + ["const", "cp", "dh", "dc_last", "du", "sums"]
+    )
     r = _Refs(names, refs)
     const = lambda i: r.const[pl.ds(i, 1), :]  # noqa: E731
     v_f, v_r, b_f, b_r, m = const(V_F), const(V_R), const(B_F), const(B_R), const(MASK)
@@ -337,8 +366,14 @@ def _backward_kernel(p, *refs):
             dc_prev = jnp.where(real, dc_prev, dc)
         for gate, value in enumerate((du0, dgf, dgr, dxp)):
             _put(r.du, t, value, gate)
-        return (dc_prev, dvf + dgf * c_prev, dvr + dgr * c_prev, dbf + dgf, dbr + dgr,
-                dscale + (dxp * source if p.layout.k == 3 else 0.0))
+        return (
+            dc_prev,
+            dvf + dgf * c_prev,
+            dvr + dgr * c_prev,
+            dbf + dgf,
+            dbr + dgr,
+            dscale + (dxp * source if p.layout.k == 3 else 0.0),
+        )
 
     step = _Step(load, compute)
     sums = [r.sums[pl.ds(i, 1), :] for i in (DC, DV_F, DV_R, DB_F, DB_R, DSCALE)]
@@ -348,6 +383,7 @@ def _backward_kernel(p, *refs):
 
 
 # ---------------------------------------------------------------- pallas_call
+
 
 def _compiler_options(p):
     """pallas_call's keyword arguments for the plan's target."""
@@ -390,27 +426,42 @@ def _forward_call(p, arrays, const):
     gates, steps, per_column = _specs(p, reverse=False)
     in_specs = [gates(p.layout.k)] + [steps] * (len(arrays) - 1) + [per_column(N_CONSTANTS)]
     Lp, Np = p.padded_length, p.padded_columns
-    out_shape = (jax.ShapeDtypeStruct((Lp, Np), p.io_dtype), jax.ShapeDtypeStruct((Lp, Np), jnp.float32),
-                 jax.ShapeDtypeStruct((1, Np), jnp.float32))
+    out_shape = (
+        jax.ShapeDtypeStruct((Lp, Np), p.io_dtype),
+        jax.ShapeDtypeStruct((Lp, Np), jnp.float32),
+        jax.ShapeDtypeStruct((1, Np), jnp.float32),
+    )
     return pl.pallas_call(
-        functools.partial(_forward_kernel, p), grid=p.grid, in_specs=in_specs,
-        out_specs=(steps, steps, per_column(1)), out_shape=out_shape, name="sru_forward",
-        **_compiler_options(p))(*arrays, const)
+        functools.partial(_forward_kernel, p),
+        grid=p.grid,
+        in_specs=in_specs,
+        out_specs=(steps, steps, per_column(1)),
+        out_shape=out_shape,
+        name="sru_forward",
+        **_compiler_options(p),
+    )(*arrays, const)
 
 
 def _backward_call(p, arrays, const, cp, dh, dc_last):
     gates, steps, per_column = _specs(p, reverse=True)
-    in_specs = ([gates(p.layout.k)] + [steps] * (len(arrays) - 1)
-                + [per_column(N_CONSTANTS), steps, steps, per_column(1)])
+    in_specs = (
+        [gates(p.layout.k)] + [steps] * (len(arrays) - 1) + [per_column(N_CONSTANTS), steps, steps, per_column(1)]
+    )
     Lp, Np = p.padded_length, p.padded_columns
     out_shape = (jax.ShapeDtypeStruct((4, Lp, Np), p.io_dtype), jax.ShapeDtypeStruct((N_SUMS, Np), jnp.float32))
     return pl.pallas_call(
-        functools.partial(_backward_kernel, p), grid=p.grid, in_specs=in_specs,
-        out_specs=(gates(4), per_column(N_SUMS)), out_shape=out_shape, name="sru_backward",
-        **_compiler_options(p))(*arrays, const, cp, dh, dc_last)
+        functools.partial(_backward_kernel, p),
+        grid=p.grid,
+        in_specs=in_specs,
+        out_specs=(gates(4), per_column(N_SUMS)),
+        out_shape=out_shape,
+        name="sru_backward",
+        **_compiler_options(p),
+    )(*arrays, const, cp, dh, dc_last)
 
 
 # ---------------------------------------------------------------- the custom_vjp pair
+
 
 def _forward(p, U, x, weight_c, bias, c0, pad, scale, mask_c):
     """→ (h [B, L, dirs·d] in U's dtype, c_last [B, dirs·d]), residuals."""

@@ -4,6 +4,7 @@ Shared by the ``lax.scan`` pair (``scan``), the Pallas kernel
 (``pallas_kernel``) and the autodiff reference (``autodiff``).  Shapes:
 docs/srupp.md and ``gau_keras.recurrence.common``.
 """
+
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
@@ -18,6 +19,7 @@ class Prepared(NamedTuple):
     """The arguments of a call as arrays, and its layout.  U and x are in the
     compute dtype (float16/bfloat16 → float32) unless ``prepare`` was asked to
     keep their own; everything else is in the compute dtype."""
+
     layout: Layout
     U: Any
     x: Any
@@ -48,8 +50,10 @@ def _scale(scale_x, dtype):
     if scale.ndim:
         # any one-element tensor will do, e.g. the official package's scale_x buffer of shape (1,)
         if scale.size != 1:
-            raise ValueError(f"sru_recurrence: scale_x must hold one value (a scalar or a tensor of shape "
-                             f"(1,), ...), got shape {scale.shape}")
+            raise ValueError(
+                f"sru_recurrence: scale_x must hold one value (a scalar or a tensor of shape "
+                f"(1,), ...), got shape {scale.shape}"
+            )
         scale = scale.reshape(())
     return scale
 

@@ -12,6 +12,7 @@ Keras's stateless training step.  On a GPU or TPU every step of a scan is its
 own kernel launch; ``pallas_kernel`` runs the whole time loop in one kernel
 there, and ``gau_keras.recurrence.jax`` chooses between the two.
 """
+
 import functools
 
 import jax
@@ -23,6 +24,7 @@ __all__ = ["recurrence"]
 
 
 # ---------------------------------------------------------------- scan order
+
 
 def _scan_order(t, bidirectional):
     """Batch-major [B, L, dirs, ...] → scan order [L, B, dirs, ...] (direction 1 reversed in time)."""
@@ -49,6 +51,7 @@ def _parts(layout, U, x, weight_c, bias, scale):
 
 
 # ---------------------------------------------------------------- forward and backward
+
 
 def _forward(layout, U, x, weight_c, bias, c0, pad, scale, mask_c):
     """→ h [B, L, dirs·d], c_last [B, dirs·d], c_seq [L, B, dirs, d] (scan order),
@@ -107,8 +110,7 @@ def _backward(layout, U, x, weight_c, bias, c0, pad, scale, mask_c, c_seq, dh, d
     dirs, d, k = layout
     bidirectional = layout.bidirectional
     v_r = weight_c.reshape(2, dirs, d)[1]
-    c_prev, f, keep, dh, A, dgr, G, F = _backward_terms(
-        layout, U, x, weight_c, bias, c0, pad, scale, mask_c, c_seq, dh)
+    c_prev, f, keep, dh, A, dgr, G, F = _backward_terms(layout, U, x, weight_c, bias, c0, pad, scale, mask_c, c_seq, dh)
 
     def step(dc, inputs):
         a, f_gate, from_r = inputs

@@ -7,6 +7,7 @@
 * ``prepare``: the arguments as tensors, the call's layout;
 * ``autodiff``: the same maths differentiated by TensorFlow (the tests' reference).
 """
+
 from gau_keras.recurrence.tensorflow.autodiff import sru_recurrence_autodiff
 from gau_keras.recurrence.tensorflow.custom_gradient import ACCELERATOR_WARNING, kernel_choice, sru_recurrence
 

@@ -4,13 +4,15 @@ The reference for the tests and the baseline of ``benchmarks/srupp_speed.py``:
 one ``tf.while_loop`` per direction with every gate computed inside the loop,
 which keeps every step's intermediates for the backward pass.
 """
+
 import tensorflow as tf
 
 from gau_keras.recurrence.tensorflow.prepare import prepare
 
 
-def sru_recurrence_autodiff(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,
-                            dropout_mask=None, bidirectional=False):
+def sru_recurrence_autodiff(
+    U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None, dropout_mask=None, bidirectional=False
+):
     """Same contract as ``sru_recurrence``, written the straightforward way: one
     ``tf.while_loop`` per direction with every gate computed inside the loop
     (inputs read per step from time-major TensorArrays), differentiated by
@@ -28,13 +30,15 @@ def sru_recurrence_autodiff(U, x, weight_c, bias, c0=None, mask_pad=None, scale_
     m = tf.reshape(mask_c, [B, dirs, d])
     hs, cs_last = [], []
     for di in range(dirs):
+
         def time_major(t, di=di):
             t = tf.transpose(t, [1, 0] + list(range(2, t.shape.rank)))
             return tf.TensorArray(U.dtype, size=L).unstack(t if di == 0 else tf.reverse(t, [0]))
 
         u_ta, xp_ta = time_major(Uk[:, :, di]), time_major(xp[:, :, di])
         pad_ta = tf.TensorArray(tf.bool, size=L).unstack(
-            tf.transpose(pad if di == 0 else tf.reverse(pad, [1]))[:, :, None])
+            tf.transpose(pad if di == 0 else tf.reverse(pad, [1]))[:, :, None]
+        )
 
         def body(t, c_prev, h_acc, di=di, u_ta=u_ta, xp_ta=xp_ta, pad_ta=pad_ta):
             u, xp_t, p = u_ta.read(t), xp_ta.read(t), pad_ta.read(t)
@@ -45,9 +49,11 @@ def sru_recurrence_autodiff(U, x, weight_c, bias, c0=None, mask_pad=None, scale_
             return t + 1, tf.where(p, c_prev, c), h_acc.write(t, tf.where(p, tf.zeros_like(h), h))
 
         _, c_last, h_acc = tf.while_loop(
-            lambda t, *_: t < L, body,
+            lambda t, *_: t < L,
+            body,
             (tf.constant(0), tf.reshape(c0, [B, dirs, d])[:, di], tf.TensorArray(U.dtype, size=L)),
-            maximum_iterations=U.shape[1] or L)  # a static bound lets XLA compile the loop
+            maximum_iterations=U.shape[1] or L,
+        )  # a static bound lets XLA compile the loop
         h = h_acc.stack()
         hs.append(tf.transpose(h if di == 0 else tf.reverse(h, [0]), [1, 0, 2]))
         cs_last.append(c_last)

@@ -27,8 +27,10 @@ from gau_keras.recurrence.tensorflow.prepare import prepare
 __all__ = ["sru_recurrence", "kernel_choice", "ACCELERATOR_WARNING"]
 
 #: said once when TensorFlow sees a GPU or TPU: there is no fused kernel for them on this backend
-ACCELERATOR_WARNING = ("gau_keras: on a GPU/TPU, TensorFlow runs SRU++'s recurrence as XLA loops (one step at a "
-                       "time); KERAS_BACKEND=jax runs it as one fused Pallas kernel (docs/srupp.md, Accelerators)")
+ACCELERATOR_WARNING = (
+    "gau_keras: on a GPU/TPU, TensorFlow runs SRU++'s recurrence as XLA loops (one step at a "
+    "time); KERAS_BACKEND=jax runs it as one fused Pallas kernel (docs/srupp.md, Accelerators)"
+)
 
 
 def _in_xla_context():
@@ -54,11 +56,14 @@ def kernel_choice(dtype="float32", implementation=None):
     kernel) raises ValueError."""
     mode, source = sru_kernel(implementation)
     if mode == "pallas":
-        raise ValueError(f"sru_recurrence: {source}='pallas' is the JAX backend's fused kernel; on TensorFlow "
-                         f"use 'auto', 'native' or 'xla' (KERAS_BACKEND=jax runs the Pallas kernel)")
+        raise ValueError(
+            f"sru_recurrence: {source}='pallas' is the JAX backend's fused kernel; on TensorFlow "
+            f"use 'auto', 'native' or 'xla' (KERAS_BACKEND=jax runs the Pallas kernel)"
+        )
     if mode not in ("auto", "native", "xla", "scan"):
-        raise ValueError(f"sru_recurrence: {source}={mode!r}; expected 'auto', 'native' or 'xla' ('scan' is "
-                         f"an alias of 'xla')")
+        raise ValueError(
+            f"sru_recurrence: {source}={mode!r}; expected 'auto', 'native' or 'xla' ('scan' is an alias of 'xla')"
+        )
     if mode in ("xla", "scan"):
         return "xla"
     if mode == "native":
@@ -102,8 +107,18 @@ def _core(layout, U, x, weight_c, bias, c0, pad, scale_x, mask_c, implementation
     return op(U, x, weight_c, bias, c0, scale_x)
 
 
-def sru_recurrence(U, x, weight_c, bias, c0=None, mask_pad=None, scale_x=None,
-                   dropout_mask=None, bidirectional=False, implementation=None):
+def sru_recurrence(
+    U,
+    x,
+    weight_c,
+    bias,
+    c0=None,
+    mask_pad=None,
+    scale_x=None,
+    dropout_mask=None,
+    bidirectional=False,
+    implementation=None,
+):
     """``gau_keras.recurrence.sru_recurrence`` on TensorFlow (arguments, shapes and
     dtypes there), with a fused custom gradient. ``implementation``: "auto"
     (default, or ``$GAU_KERAS_SRU_KERNEL``): the fused C++ kernel on CPU, the XLA

@@ -5,6 +5,7 @@ parses its ``Layout`` (``common``, backend-free) once; ``flip_time`` and
 ``unflip_time`` convert between batch-major and the loops' scan order.
 Shapes: docs/srupp.md and ``common``.
 """
+
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -36,6 +37,7 @@ def unflip_time(t, bidirectional):
 
 class Prepared(NamedTuple):
     """The arguments of a call as tensors in the compute dtype, and its layout."""
+
     layout: Layout
     U: tf.Tensor
     x: tf.Tensor
@@ -77,8 +79,10 @@ def prepare(U, x, weight_c, bias, c0, mask_pad, scale_x, dropout_mask, bidirecti
     if scale.shape.rank != 0:
         # any one-element tensor will do, e.g. the official package's scale_x buffer of shape (1,)
         if scale.shape.num_elements() != 1:
-            raise ValueError(f"sru_recurrence: scale_x must hold one value (a scalar or a tensor of shape "
-                             f"(1,), ...), got shape {scale.shape}")
+            raise ValueError(
+                f"sru_recurrence: scale_x must hold one value (a scalar or a tensor of shape "
+                f"(1,), ...), got shape {scale.shape}"
+            )
         scale = tf.reshape(scale, [])
     mask_c = tf.ones_like(c0) if dropout_mask is None else cast(dropout_mask)
     return Prepared(layout, U, x, weight_c, bias, c0, pad, scale, mask_c, out_dtype)

@@ -9,6 +9,7 @@ and sums the weight_c/bias gradients. Used on GPU/TPU, inside XLA-compiled
 functions (e.g. a jit-compiled training step), for dtypes the native kernel
 lacks, and when no C++ compiler is available. The equations: docs/srupp.md.
 """
+
 import functools
 
 import tensorflow as tf
@@ -55,8 +56,7 @@ def forward(layout, U, x, weight_c, bias, c0, pad, scale_x, mask_c):
         c = u0_t + (c_prev - u0_t) * f
         return tf.where(pad_t, c_prev, c)
 
-    c_seq = tf.scan(step, (flip_time(u0, bidirectional), flip_time(u1 + b_f, bidirectional), pad_t),
-                    initializer=c0)
+    c_seq = tf.scan(step, (flip_time(u0, bidirectional), flip_time(u1 + b_f, bidirectional), pad_t), initializer=c0)
     c, c_prev = _states(c_seq, c0, bidirectional)
     r = tf.sigmoid(u2 + b_r + v_r * c_prev)
     m = tf.reshape(mask_c, [B, 1, dirs, d])
@@ -106,7 +106,7 @@ def backward(layout, U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, 
             return du.write(t, row)
         for i, time in enumerate([t, L - 1 - t][:dirs]):  # direction 1 runs back in time
             start = tf.stack([0, time, i, 0, 0])
-            du = tf2xla.dynamic_update_slice(du, row[:, None, i:i + 1], start)
+            du = tf2xla.dynamic_update_slice(du, row[:, None, i : i + 1], start)
         return du
 
     def body(t, dc, sums, du):
@@ -122,10 +122,14 @@ def backward(layout, U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, 
         return t - 1, s * f_gate + dg_r * v_r, sums, put(du, t, tf.stack(row, -1))
 
     zeros = tf.zeros_like(c_init)
-    du = (tf.zeros([B, L, dirs, d, k], U.dtype) if in_place
-          else tf.TensorArray(U.dtype, size=L, element_shape=[None, dirs, d, k]))
+    du = (
+        tf.zeros([B, L, dirs, d, k], U.dtype)
+        if in_place
+        else tf.TensorArray(U.dtype, size=L, element_shape=[None, dirs, d, k])
+    )
     _, dc0, sums, du = tf.while_loop(
-        lambda t, *_: t >= 0, body, (L - 1, tf.reshape(dc_last, [B, dirs, d]), [zeros] * 4, du))
+        lambda t, *_: t >= 0, body, (L - 1, tf.reshape(dc_last, [B, dirs, d]), [zeros] * 4, du)
+    )
     dU = tf.reshape(du if in_place else unflip_time(du.stack(), bidirectional), tf.shape(U))
     if k == 3:  # dx' = dh·(1 − m·r), from A after the loop
         dx = tf.reshape(unflip_time(dh_s - A, bidirectional) * scale_x, tf.shape(x))
@@ -134,8 +138,14 @@ def backward(layout, U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, 
     else:
         dx, dscale = tf.zeros_like(x), tf.zeros_like(scale_x)
     sums = [tf.reduce_sum(t, axis=0) for t in sums]
-    return (dU, dx, tf.reshape(tf.stack(sums[:2]), [-1]), tf.reshape(tf.stack(sums[2:]), [-1]),
-            tf.reshape(dc0, tf.shape(c0)), dscale)
+    return (
+        dU,
+        dx,
+        tf.reshape(tf.stack(sums[:2]), [-1]),
+        tf.reshape(tf.stack(sums[2:]), [-1]),
+        tf.reshape(dc0, tf.shape(c0)),
+        dscale,
+    )
 
 
 @functools.cache
@@ -145,14 +155,24 @@ def compiled(dtype_name, layout):
     loops otherwise (or with ``GAU_KERAS_SRU_XLA=0``)."""
     fwd = functools.partial(forward, layout)
     if USE_XLA:
-        xla = (tf.function(fwd, jit_compile=True),
-               tf.function(functools.partial(backward, layout, in_place=True), jit_compile=True))
+        xla = (
+            tf.function(fwd, jit_compile=True),
+            tf.function(functools.partial(backward, layout, in_place=True), jit_compile=True),
+        )
         try:
             with tf.init_scope():  # probe eagerly, even when first called while tracing
                 dirs, d, k = layout
                 z = lambda *shape: tf.zeros(shape, dtype_name)  # noqa: E731
-                args = (z(1, 2, dirs * d * k), z(1, 2, dirs * d), z(2 * dirs * d), z(2 * dirs * d), z(1, dirs * d),
-                        tf.zeros([1, 2], tf.bool), z(), z(1, dirs * d))
+                args = (
+                    z(1, 2, dirs * d * k),
+                    z(1, 2, dirs * d),
+                    z(2 * dirs * d),
+                    z(2 * dirs * d),
+                    z(1, dirs * d),
+                    tf.zeros([1, 2], tf.bool),
+                    z(),
+                    z(1, dirs * d),
+                )
                 h, c_last, c_seq = xla[0](*args)
                 xla[1](*args, c_seq, h, c_last)
             return xla

@@ -1,4 +1,5 @@
 """Batches of variable-length features, zero-padded to the longest in each batch."""
+
 import math
 
 import numpy as np
@@ -47,7 +48,7 @@ class PaddedBatches:
         self.shuffle = shuffle
         self.with_labels = with_labels
         self.seed = seed
-        self.passes = 0             # passes of tf_dataset run to their end
+        self.passes = 0  # passes of tf_dataset run to their end
         self._order = self.order(0)
 
     def __len__(self):
@@ -60,7 +61,7 @@ class PaddedBatches:
         return np.random.default_rng([self.seed, passes]).permutation(len(self.features))
 
     def batch_indices(self, index):
-        return self._order[index * self.batch_size:(index + 1) * self.batch_size]
+        return self._order[index * self.batch_size : (index + 1) * self.batch_size]
 
     def __getitem__(self, index):
         if not 0 <= index < len(self):
@@ -92,7 +93,7 @@ class PaddedBatches:
             self._order = self.order(self.passes)
             for index in range(len(self)):
                 yield self[index]
-            self.passes += 1        # reached only when the whole pass was taken
+            self.passes += 1  # reached only when the whole pass was taken
 
         dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
         return dataset.apply(tf.data.experimental.assert_cardinality(len(self))).prefetch(2)

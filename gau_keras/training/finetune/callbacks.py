@@ -1,5 +1,6 @@
 """The Keras callbacks of a fine-tuning run: a tqdm bar per epoch (`TqdmProgress`) and the dev
 evaluation after each epoch that keeps the best weights (`DevEvaluation`)."""
+
 import sys
 
 import keras
@@ -50,7 +51,7 @@ class DevEvaluation(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         scores = self.evaluate(self.model)
-        loss = (logs or {}).get("loss")     # none with --epochs 0 (the starting point)
+        loss = (logs or {}).get("loss")  # none with --epochs 0 (the starting point)
         record = {"epoch": epoch + 1, "train_loss": None if loss is None else float(loss), **scores}
         improved = self.best is None or scores[self.metric] > self.best[self.metric]
         if improved:
@@ -58,6 +59,9 @@ class DevEvaluation(keras.callbacks.Callback):
             save_atomically(self.model.save_weights, self.weights_path)
         self.history.append(record)
         shown = ", ".join(f"{k}={v:.4f}" for k, v in scores.items() if isinstance(v, float))
-        print(f"epoch {epoch + 1}: dev {shown}; best {self.metric}={self.best[self.metric]:.4f} "
-              f"(epoch {self.best['epoch']}){' *' if improved else ''}", flush=True)
+        print(
+            f"epoch {epoch + 1}: dev {shown}; best {self.metric}={self.best[self.metric]:.4f} "
+            f"(epoch {self.best['epoch']}){' *' if improved else ''}",
+            flush=True,
+        )
         self.on_record(self)

@@ -21,6 +21,7 @@ per blank instead of one per candidate (7 to 10 times less compute, which
 matters on a CPU), starts from the head pretraining trained for exactly this
 (so ``--epochs 0`` is a zero-shot baseline), and adds no new weights.
 """
+
 import numpy as np
 
 from gau_keras.data.clue import BLANK
@@ -33,7 +34,7 @@ def keep_around(left, right, budget):
     """The longest tail of ``left`` and head of ``right`` with len <= budget, split evenly when both are long."""
     keep_left = min(len(left), max(budget // 2, budget - len(right)))
     keep_right = min(len(right), budget - keep_left)
-    return left[len(left) - keep_left:], right[:keep_right]
+    return left[len(left) - keep_left :], right[:keep_right]
 
 
 class ChidTask(Task):
@@ -60,5 +61,4 @@ class ChidTask(Task):
         return heads.candidate_scoring_model(transformer, name="chid_candidates")
 
     def predict(self, example, features, outputs):
-        return int(np.argmax(outputs[0][:len(example.candidates)]))
-
+        return int(np.argmax(outputs[0][: len(example.candidates)]))

@@ -16,6 +16,7 @@ tokens of that vocab (and of the bundled model's), and none of them occurs in
 the CLUEWSC texts. Example: ``<小明>对小红说[他]明天来`` (label: does "他" mean
 "小明"?).
 """
+
 from gau_keras.training.finetune.task import ClassificationTask
 
 #: what joins csl's keywords into the first text
@@ -46,6 +47,7 @@ def mark_spans(text, span1, span2):
 
 class TextClassificationTask(ClassificationTask):
     """[CLS] classification of one text (tnews, iflytek, eprstmt)."""
+
     form = "text"
 
     def texts(self, example):
@@ -54,6 +56,7 @@ class TextClassificationTask(ClassificationTask):
 
 class PairClassificationTask(ClassificationTask):
     """[CLS] classification of a text pair ``[CLS] a [SEP] b [SEP]`` (afqmc, bustm, cmnli, ocnli)."""
+
     form = "pair"
 
     def texts(self, example):
@@ -62,6 +65,7 @@ class PairClassificationTask(ClassificationTask):
 
 class KeywordsClassificationTask(ClassificationTask):
     """csl: ``[CLS] kw1；kw2；… [SEP] abstract [SEP]`` (the abstract is cut first)."""
+
     form = "keywords"
 
     def texts(self, example):
@@ -70,6 +74,7 @@ class KeywordsClassificationTask(ClassificationTask):
 
 class WscClassificationTask(ClassificationTask):
     """wsc: ``[CLS] marked text [SEP]``, the spans marked by `mark_spans`."""
+
     form = "wsc"
 
     def texts(self, example):
@@ -77,5 +82,7 @@ class WscClassificationTask(ClassificationTask):
 
 
 #: form -> its classification task class
-FORMS = {cls.form: cls for cls in (TextClassificationTask, PairClassificationTask, KeywordsClassificationTask,
-                                   WscClassificationTask)}
+FORMS = {
+    cls.form: cls
+    for cls in (TextClassificationTask, PairClassificationTask, KeywordsClassificationTask, WscClassificationTask)
+}

@@ -22,6 +22,7 @@ entity. Why not a CRF:
 Texts longer than ``--maxlen`` are cut; entities beyond the cut cannot be
 found (CLUENER texts are at most 50 characters).
 """
+
 import keras
 import numpy as np
 
@@ -46,7 +47,7 @@ class ClueNerTask(Task):
     def features(self, example, training):
         """token ids [L], segment ids [L]; label [T, L, L] with 1 at (type, start token, end token);
         meta = the char mapping of tokens 1..L-2."""
-        tokens = self.tokenizer.tokenize(example.text)[1:-1][:self.maxlen - 2]
+        tokens = self.tokenizer.tokenize(example.text)[1:-1][: self.maxlen - 2]
         mapping = self.tokenizer.rematch(example.text, tokens)
         tokens = [self.tokenizer.token_start] + tokens + [self.tokenizer.token_end]
         token_ids = np.array(self.tokenizer.tokens_to_ids(tokens), "int32")
@@ -73,10 +74,9 @@ class ClueNerTask(Task):
         for t, i, j in zip(*np.nonzero(logits > 0)):
             if 1 <= i <= j <= len(mapping) and mapping[i - 1] and mapping[j - 1]:
                 start, end = mapping[i - 1][0], mapping[j - 1][-1]
-                entities.append((self.types[t], start, end, example.text[start:end + 1]))
+                entities.append((self.types[t], start, end, example.text[start : end + 1]))
         return sorted(set(entities), key=lambda e: (e[1], e[2], e[0]))
 
     def score(self, examples, predictions):
         scores = metrics.entity_scores([e.entities for e in examples], predictions)
         return {"precision": scores["precision"], "recall": scores["recall"], "f1": scores["f1"]}
-

@@ -19,6 +19,7 @@ e.g. an older budget, runs again). At the end the best dev metric
 of every (variant, task) and the average over the tasks are printed as a
 markdown table and written to ``OUT_DIR/summary.md`` and ``OUT_DIR/summary.json``.
 """
+
 import argparse
 import json
 import pathlib
@@ -63,14 +64,22 @@ def build_parser():
     parser = argparse.ArgumentParser(prog="gau-keras compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", required=True, help="the CLUE data folder (e.g. ../shared/data/clue)")
     parser.add_argument("--out-dir", required=True, help="one sub-folder per variant, plus summary.{md,json}")
-    parser.add_argument("--variant", action="append", type=parse_variant, required=True,
-                        help="LABEL=ARGS (repeatable): extra arguments of that variant's runs")
-    parser.add_argument("--tasks", default=",".join(COMPARED),
-                        help="comma-separated subset of: " + ", ".join(COMPARED))
+    parser.add_argument(
+        "--variant",
+        action="append",
+        type=parse_variant,
+        required=True,
+        help="LABEL=ARGS (repeatable): extra arguments of that variant's runs",
+    )
+    parser.add_argument("--tasks", default=",".join(COMPARED), help="comma-separated subset of: " + ", ".join(COMPARED))
     parser.add_argument("--lr", type=flags.positive_float, default=1e-3, help="the fine-tuning rate (without --lrs)")
-    parser.add_argument("--lrs", type=flags.positive_floats, default=None,
-                        help="a grid of rates, e.g. 3e-4,1e-3,3e-3: every (task, variant) runs each and the "
-                             "table keeps the best on dev (the rate is picked per variant and task)")
+    parser.add_argument(
+        "--lrs",
+        type=flags.positive_floats,
+        default=None,
+        help="a grid of rates, e.g. 3e-4,1e-3,3e-3: every (task, variant) runs each and the "
+        "table keeps the best on dev (the rate is picked per variant and task)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--extra", default="", help="arguments appended to every run (e.g. '--epochs 1')")
     return parser
@@ -78,9 +87,12 @@ def build_parser():
 
 def run_options(task, budget, variant_args, args, lr):
     """The task command's options for one run (budget first, so variant and --extra arguments win)."""
-    return (["--data-dir", args.data_dir, "--lr", repr(lr), "--seed", str(args.seed),
-             "--max-test-examples", "100"]
-            + shlex.split(budget) + list(variant_args) + shlex.split(args.extra))
+    return (
+        ["--data-dir", args.data_dir, "--lr", repr(lr), "--seed", str(args.seed), "--max-test-examples", "100"]
+        + shlex.split(budget)
+        + list(variant_args)
+        + shlex.split(args.extra)
+    )
 
 
 def finished_record(path):
@@ -106,9 +118,11 @@ def given_options(task, options):
 def changed_options(record, task, options):
     """'name: earlier -> now' for every option of ``options`` a finished run's record ran with otherwise."""
     recorded = record.get("args", {})
-    return [f"--{key.replace('_', '-')}: {recorded.get(key)!r} -> {value!r}"
-            for key, value in given_options(task, options).items()
-            if key not in ("out_dir", "overwrite") and recorded.get(key) != value]
+    return [
+        f"--{key.replace('_', '-')}: {recorded.get(key)!r} -> {value!r}"
+        for key, value in given_options(task, options).items()
+        if key not in ("out_dir", "overwrite") and recorded.get(key) != value
+    ]
 
 
 def run_one(task, label, variant_args, args, lr, budget):
@@ -127,11 +141,13 @@ def run_one(task, label, variant_args, args, lr, budget):
         if not changed:
             print(f"[{label}] {task} lr {lr:g}: finished earlier ({metrics_path})")
             return record
-        print(f"[{label}] {task} lr {lr:g}: the run in {metrics_path} used other options "
-              f"({'; '.join(changed)}): running again", flush=True)
+        print(
+            f"[{label}] {task} lr {lr:g}: the run in {metrics_path} used other options "
+            f"({'; '.join(changed)}): running again",
+            flush=True,
+        )
     out.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "gau_keras", "finetune", task, *options,
-               "--out-dir", str(out), "--overwrite"]
+    command = [sys.executable, "-m", "gau_keras", "finetune", task, *options, "--out-dir", str(out), "--overwrite"]
     log = out / f"{task}.log"
     print(f"[{label}] {task} lr {lr:g}: {shlex.join(command)}  (log: {log})", flush=True)
     started = time.time()
@@ -142,8 +158,11 @@ def run_one(task, label, variant_args, args, lr, budget):
         print(f"[{label}] {task} lr {lr:g}: FAILED with exit status {status}; see {log}", file=sys.stderr)
         return None
     best = record["best"]
-    print(f"[{label}] {task} lr {lr:g}: best dev {record['metric']}={best[record['metric']]:.4f} "
-          f"(epoch {best['epoch']}) in {time.time() - started:.0f} s", flush=True)
+    print(
+        f"[{label}] {task} lr {lr:g}: best dev {record['metric']}={best[record['metric']]:.4f} "
+        f"(epoch {best['epoch']}) in {time.time() - started:.0f} s",
+        flush=True,
+    )
     return record
 
 
@@ -205,6 +224,7 @@ def main(argv=None):
     args.lrs = args.lrs or [args.lr]
     cli_env.default_tf_log_level()
     from gau_keras.training.run_dir import write_json, write_text
+
     budgets = protocol(tasks)
     results, rates, grid = {}, {}, {}
     for task in tasks:
@@ -216,15 +236,24 @@ def main(argv=None):
     print(table)
     out = pathlib.Path(args.out_dir)
     write_text(out / "summary.md", table + "\n")
-    summary = {"lrs": args.lrs, "seed": args.seed, "protocol": {t: budgets[t] for t in tasks},
-               "variants": {label: shlex.join(a) for label, a in args.variant},
-               "results": {f"{label}/{task}": (None if r is None else {"metric": r["metric"], "best": r["best"],
-                                                                        "lr": rates[(label, task)],
-                                                                        "seconds": r["seconds"]})
-                           for (label, task), r in results.items()},
-               "grid": {f"{label}/{task}": {f"{lr:g}": None if r is None else r["best"][r["metric"]]
-                                            for lr, r in runs}
-                        for (label, task), runs in grid.items()}}
+    summary = {
+        "lrs": args.lrs,
+        "seed": args.seed,
+        "protocol": {t: budgets[t] for t in tasks},
+        "variants": {label: shlex.join(a) for label, a in args.variant},
+        "results": {
+            f"{label}/{task}": (
+                None
+                if r is None
+                else {"metric": r["metric"], "best": r["best"], "lr": rates[(label, task)], "seconds": r["seconds"]}
+            )
+            for (label, task), r in results.items()
+        },
+        "grid": {
+            f"{label}/{task}": {f"{lr:g}": None if r is None else r["best"][r["metric"]] for lr, r in runs}
+            for (label, task), runs in grid.items()
+        },
+    }
     write_json(out / "summary.json", summary)
     return 0 if all(r is not None for runs in grid.values() for _, r in runs) else 1
 

@@ -1,6 +1,7 @@
 """The options of a fine-tuning run: `Options` (one dataclass whose fields are the command
 line's flags, each checked by one ``gau_keras.flags`` rule: the flag's argparse type on the
 command line, `Options`' check for a library caller), and the command line that parses them."""
+
 import argparse
 import dataclasses
 from dataclasses import dataclass, field
@@ -30,12 +31,18 @@ class Options:
     task_name: the task whose files, labels and outputs the run uses (a `gau_keras.data.clue.TASKS` name).
     head_options: keywords of the task class's own options (e.g. cmrc2018's ``doc_stride``).
     """
+
     task_name: str = field(metadata={"flag": False})
-    data_dir: str = field(metadata={"help": "folder holding the task's folder (e.g. ../shared/data/clue or the "
-                                            "CLUE download folder) or the task's {train,dev,test}.json themselves"})
-    model_dir: Optional[str] = _option(None, help="bert_config.json + bert_model.ckpt.* + vocab.txt "
-                                                  "(default: the bundled GAU-alpha)")
-    model: str = _option("gau_alpha", flag=False)       # flags.add_model_option: the builder's registry
+    data_dir: str = field(
+        metadata={
+            "help": "folder holding the task's folder (e.g. ../shared/data/clue or the "
+            "CLUE download folder) or the task's {train,dev,test}.json themselves"
+        }
+    )
+    model_dir: Optional[str] = _option(
+        None, help="bert_config.json + bert_model.ckpt.* + vocab.txt (default: the bundled GAU-alpha)"
+    )
+    model: str = _option("gau_alpha", flag=False)  # flags.add_model_option: the builder's registry
     from_scratch: bool = _option(False, help="random initialisation with the model's config (baseline runs)")
     out_dir: str = _option("finetune_outputs")
     overwrite: bool = _option(False, help="replace existing outputs")
@@ -45,21 +52,29 @@ class Options:
     lr: float = _option(5e-5, flags.positive_float)
     weight_decay: float = _option(0.01, flags.non_negative_float)
     seed: int = _option(42, int)
-    max_train_examples: Optional[int] = _option(None, flags.positive_int,
-                                                "train on a random subset of this size (seeded)")
-    max_eval_examples: Optional[int] = _option(None, flags.positive_int,
-                                               "evaluate on a random subset of N dev examples (the same subset "
-                                               "for every --seed: dev files may be sorted by label)")
-    max_test_examples: Optional[int] = _option(None, flags.positive_int,
-                                               "predict only the first N test examples (smoke runs; not a valid "
-                                               "submission)")
-    predict_split: Optional[str] = _option(None, help="the unlabelled split to write predictions for "
-                                                      "(default: test, when the data has one)")
+    max_train_examples: Optional[int] = _option(
+        None, flags.positive_int, "train on a random subset of this size (seeded)"
+    )
+    max_eval_examples: Optional[int] = _option(
+        None,
+        flags.positive_int,
+        "evaluate on a random subset of N dev examples (the same subset "
+        "for every --seed: dev files may be sorted by label)",
+    )
+    max_test_examples: Optional[int] = _option(
+        None, flags.positive_int, "predict only the first N test examples (smoke runs; not a valid submission)"
+    )
+    predict_split: Optional[str] = _option(
+        None, help="the unlabelled split to write predictions for (default: test, when the data has one)"
+    )
     dropout: float = _option(0.1, flags.rate_below_one, "dropout of the task head (default: %(default)s)")
-    devices: int = _option(1, flags.positive_int,
-                           "train on this many devices: MirroredStrategy over GPUs when there are enough, else "
-                           "logical CPU devices; on JAX keras.distribution.DataParallel over its devices "
-                           "(default: 1, no strategy)")
+    devices: int = _option(
+        1,
+        flags.positive_int,
+        "train on this many devices: MirroredStrategy over GPUs when there are enough, else "
+        "logical CPU devices; on JAX keras.distribution.DataParallel over its devices "
+        "(default: 1, no strategy)",
+    )
     xla: str = _option("auto", help="jit-compile the train step; auto: on for GPU/TPU, off on CPU (default: auto)")
     head_options: dict = field(default_factory=dict, metadata={"flag": False})
 
@@ -74,8 +89,10 @@ class Options:
         if str(self.model).lower() not in MODELS:
             raise ValueError(f"model must be one of {', '.join(model_names(segment_ids=True))}, got {self.model!r}")
         if not MODELS[str(self.model).lower()].takes_segment_ids:
-            raise ValueError(f"model {self.model!r} reads no segment ids, which the CLUE tasks feed: fine-tune one "
-                             f"of {', '.join(model_names(segment_ids=True))}")
+            raise ValueError(
+                f"model {self.model!r} reads no segment ids, which the CLUE tasks feed: fine-tune one "
+                f"of {', '.join(model_names(segment_ids=True))}"
+            )
         if self.xla not in XLA_CHOICES:
             raise ValueError(f"xla must be one of {', '.join(XLA_CHOICES)}, got {self.xla!r}")
 
@@ -98,8 +115,10 @@ def build_parser(task, prog="gau-keras finetune"):
     spec = tasks.spec_of(task)
     task_cls = tasks.task_class(task)
     parser = argparse.ArgumentParser(prog=f"{prog} {spec.name}", description=spec.about)
-    defaults = {**{key: spec.defaults[key] for key in TASK_DEFAULTS if key in spec.defaults},
-                "dropout": task_cls.dropout_rate}
+    defaults = {
+        **{key: spec.defaults[key] for key in TASK_DEFAULTS if key in spec.defaults},
+        "dropout": task_cls.dropout_rate,
+    }
     for option in dataclasses.fields(Options):
         if not option.metadata.get("flag", True):
             if option.name == "model":
@@ -116,9 +135,13 @@ def build_parser(task, prog="gau-keras finetune"):
             check = option.metadata.get("check")
             parser.add_argument(name, type=check, default=default, required=option.name == "data_dir", **kwargs)
         if option.name == "data_dir":
-            parser.add_argument("--task-name", default=spec.name, choices=tasks.same_model(task),
-                                help="run these defaults on another task of the same input and head: its files, "
-                                     "labels and output names (default: %(default)s)")
+            parser.add_argument(
+                "--task-name",
+                default=spec.name,
+                choices=tasks.same_model(task),
+                help="run these defaults on another task of the same input and head: its files, "
+                "labels and output names (default: %(default)s)",
+            )
     task_cls.add_arguments(parser)
     return parser
 
@@ -131,5 +154,5 @@ def parse_options(task, argv=None, prog="gau-keras finetune"):
     head_options = {key: value for key, value in namespace.items() if key not in names}
     try:
         return Options(**{key: value for key, value in namespace.items() if key in names}, head_options=head_options)
-    except ValueError as error:     # a value the flags' types let through but Options refuses
+    except ValueError as error:  # a value the flags' types let through but Options refuses
         parser.error(str(error))

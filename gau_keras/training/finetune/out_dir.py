@@ -1,6 +1,7 @@
 """The output folder of a fine-tuning run (``--out-dir``): the names of its outputs, the
 check that a finished run's outputs are not replaced, and its run lock
 (`gau_keras.training.run_dir.RunLock`, as a pretraining run directory)."""
+
 import json
 import pathlib
 
@@ -10,10 +11,12 @@ from gau_keras.training.finetune.options import OUT_DIR_FLAG
 def output_paths(out_dir, task_name):
     """The paths of a run's outputs in ``out_dir``: ``weights``, ``model``, ``metrics``, ``predictions``."""
     out_dir = pathlib.Path(out_dir)
-    return {"weights": out_dir / f"{task_name}_best.weights.h5",
-            "model": out_dir / f"{task_name}_best.keras",
-            "metrics": out_dir / f"{task_name}_metrics.json",
-            "predictions": out_dir / f"{task_name}_predict.json"}
+    return {
+        "weights": out_dir / f"{task_name}_best.weights.h5",
+        "model": out_dir / f"{task_name}_best.keras",
+        "metrics": out_dir / f"{task_name}_metrics.json",
+        "predictions": out_dir / f"{task_name}_predict.json",
+    }
 
 
 def check_outputs(paths, overwrite):
@@ -33,11 +36,15 @@ def check_outputs(paths, overwrite):
     except (OSError, ValueError, AttributeError):
         finished = False
     if finished:
-        raise FileExistsError(f"output(s) {', '.join(existing)} already exist; pass --overwrite (Options."
-                              f"overwrite=True) to replace them, or give another {OUT_DIR_FLAG}")
-    print(f"replacing the outputs of an interrupted run ({', '.join(existing)}): {paths['metrics']} does not "
-          f"say that run finished")
-    paths["predictions"].unlink(missing_ok=True)   # its writer refuses an existing file unless overwrite is set
+        raise FileExistsError(
+            f"output(s) {', '.join(existing)} already exist; pass --overwrite (Options."
+            f"overwrite=True) to replace them, or give another {OUT_DIR_FLAG}"
+        )
+    print(
+        f"replacing the outputs of an interrupted run ({', '.join(existing)}): {paths['metrics']} does not "
+        f"say that run finished"
+    )
+    paths["predictions"].unlink(missing_ok=True)  # its writer refuses an existing file unless overwrite is set
 
 
 def lock_out_dir(out_dir):

@@ -44,6 +44,7 @@ bar, dev evaluation), `training` (data, model, fit, artefacts:
 `train_and_predict`). This module is the command (`run`, `main`) and keeps
 their names importable from here.
 """
+
 import sys
 
 from gau_keras import cli_env
@@ -72,10 +73,31 @@ from gau_keras.training.finetune.training import (
     write_test_predictions,
 )
 
-__all__ = ["main", "run", "Options", "build_parser", "parse_options", "TASK_DEFAULTS", "XLA_CHOICES", "OUT_DIR_FLAG",
-           "output_paths", "check_outputs", "lock_out_dir", "DEV_SUBSET_SEED", "load_split", "encode", "predict",
-           "check_maxlen", "build_transformer", "use_xla", "make_strategy", "make_optimizer", "check_predict_split",
-           "write_test_predictions", "train_and_predict"]
+__all__ = [
+    "main",
+    "run",
+    "Options",
+    "build_parser",
+    "parse_options",
+    "TASK_DEFAULTS",
+    "XLA_CHOICES",
+    "OUT_DIR_FLAG",
+    "output_paths",
+    "check_outputs",
+    "lock_out_dir",
+    "DEV_SUBSET_SEED",
+    "load_split",
+    "encode",
+    "predict",
+    "check_maxlen",
+    "build_transformer",
+    "use_xla",
+    "make_strategy",
+    "make_optimizer",
+    "check_predict_split",
+    "write_test_predictions",
+    "train_and_predict",
+]
 
 
 def run(task, argv=None, prog="gau-keras finetune"):
@@ -83,7 +105,7 @@ def run(task, argv=None, prog="gau-keras finetune"):
     cli_env.default_tf_log_level()
     options = parse_options(task, argv, prog)
     if options.devices > 1:
-        try:   # before anything starts TensorFlow's runtime
+        try:  # before anything starts TensorFlow's runtime
             make_strategy(options.devices)
         except ValueError as error:
             print(f"error: {error}", file=sys.stderr)
@@ -103,8 +125,10 @@ def main(argv=None, prog="gau-keras finetune"):
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] not in tasks.names():
         if argv and argv[0] in ("-h", "--help"):
-            print(f"usage: {prog} TASK [options]; TASK is one of {', '.join(tasks.names())} "
-                  f"({prog} TASK --help lists the options)")
+            print(
+                f"usage: {prog} TASK [options]; TASK is one of {', '.join(tasks.names())} "
+                f"({prog} TASK --help lists the options)"
+            )
             return 0
         print(f"usage: {prog} TASK [options]; TASK is one of {', '.join(tasks.names())}", file=sys.stderr)
         return 2

@@ -4,6 +4,7 @@ A task turns typed CLUE examples (`gau_keras.data.clue`) into model inputs,
 builds its head on the pretrained encoder, turns model outputs back into one
 prediction per example, scores them and renders them for the submission file.
 """
+
 import abc
 import collections
 from typing import Any, NamedTuple, Tuple
@@ -24,6 +25,7 @@ class Feature(NamedTuple):
     example: index of the example it came from (an example may give several features).
     meta: what `Task.predict` needs to map outputs back (windows, offsets, ...).
     """
+
     inputs: Tuple[np.ndarray, ...]
     label: Any
     example: int = 0
@@ -43,6 +45,7 @@ class Task(abc.ABC):
         with_mlm: build the encoder with its MLM head (``with_mlm='linear'``).
         dropout_rate: the head's dropout (the default of the runner's ``dropout``).
     """
+
     head = None
     form = None
     metric = "accuracy"
@@ -103,6 +106,7 @@ class Task(abc.ABC):
 class ClassificationTask(Task):
     """[CLS] classification of one text or a text pair into the task's labels
     (`gau_keras.training.finetune.classification` has one subclass per input form)."""
+
     head = "classification"
 
     @abc.abstractmethod

@@ -5,16 +5,19 @@ have a head kind. A row's head kind picks its `Task` class:
 
 Adding a task of an existing form and head is one row of that registry.
 """
+
 import importlib
 
 from gau_keras.data.clue import TASKS
 
 #: head kind -> (module, class) of its Task; classification has one class per input form
-HEADS = {"classification": ("gau_keras.training.finetune.classification", None),
-         "span": ("gau_keras.training.finetune.cmrc2018", "Cmrc2018Task"),
-         "multiple_choice": ("gau_keras.training.finetune.c3", "C3Task"),
-         "candidates": ("gau_keras.training.finetune.chid", "ChidTask"),
-         "global_pointer": ("gau_keras.training.finetune.cluener", "ClueNerTask")}
+HEADS = {
+    "classification": ("gau_keras.training.finetune.classification", None),
+    "span": ("gau_keras.training.finetune.cmrc2018", "Cmrc2018Task"),
+    "multiple_choice": ("gau_keras.training.finetune.c3", "C3Task"),
+    "candidates": ("gau_keras.training.finetune.chid", "ChidTask"),
+    "global_pointer": ("gau_keras.training.finetune.cluener", "ClueNerTask"),
+}
 
 
 def names():
@@ -42,4 +45,3 @@ def same_model(name):
     """``name`` and the other tasks its class runs (the ``--task-name`` choices of its command)."""
     spec = spec_of(name)
     return (spec.name,) + tuple(n for n in task_class(name).task_names() if n != spec.name)
-

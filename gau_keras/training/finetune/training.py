@@ -2,6 +2,7 @@
 each epoch (`gau_keras.training.finetune.callbacks`), then the best weights' artefacts and
 test predictions (`train_and_predict`). The callbacks and the run directory's writers
 (which import TensorFlow) are imported where they are used."""
+
 import functools
 import sys
 import time
@@ -70,12 +71,14 @@ def check_maxlen(args):
         return
     config_path = model_files(args.model_dir)[0]
     config = read_config(config_path)
-    table = config.get("max_position", 512)     # the models' default when the config has none
-    limit = table ** 2 if config.get("hierarchical_position") else table
+    table = config.get("max_position", 512)  # the models' default when the config has none
+    limit = table**2 if config.get("hierarchical_position") else table
     if args.maxlen > limit:
-        raise ValueError(f"--maxlen {args.maxlen} is longer than the {limit} positions model {args.model!r} has "
-                         f"(max_position_embeddings={table} in {config_path}): give --maxlen {limit} or less, or "
-                         f"fine-tune a model with rotary positions (gau_alpha, roformer_v2)")
+        raise ValueError(
+            f"--maxlen {args.maxlen} is longer than the {limit} positions model {args.model!r} has "
+            f"(max_position_embeddings={table} in {config_path}): give --maxlen {limit} or less, or "
+            f"fine-tune a model with rotary positions (gau_alpha, roformer_v2)"
+        )
 
 
 def build_transformer(args, task):
@@ -86,13 +89,16 @@ def build_transformer(args, task):
     from gau_keras.tokenizers import Tokenizer
 
     if task.with_mlm and not MODELS[args.model].has_mlm_head:
-        raise ValueError(f"{args.task_name} scores candidates with the MLM head, which model {args.model!r} does "
-                         f"not have; fine-tune a model with one")
+        raise ValueError(
+            f"{args.task_name} scores candidates with the MLM head, which model {args.model!r} does "
+            f"not have; fine-tune a model with one"
+        )
     required = REQUIRED_TOKENS + (("[MASK]",) if task.with_mlm else ())
     config, checkpoint, vocab = check_model_dir(args.model_dir, required)
     kwargs = {"with_mlm": "linear"} if task.with_mlm else {}
-    transformer = build_transformer_model(config, None if args.from_scratch else checkpoint,
-                                          model=args.model, return_keras_model=False, **kwargs)
+    transformer = build_transformer_model(
+        config, None if args.from_scratch else checkpoint, model=args.model, return_keras_model=False, **kwargs
+    )
     return transformer, Tokenizer(vocab, do_lower_case=True)
 
 
@@ -105,7 +111,7 @@ def use_xla(choice):
     import keras
 
     if keras.backend.backend() == "jax":
-        return True     # JAX compiles every step (jit_compile=False would run it op by op)
+        return True  # JAX compiles every step (jit_compile=False would run it op by op)
     import tensorflow as tf
 
     return bool(tf.config.list_physical_devices("GPU") or tf.config.list_physical_devices("TPU"))
@@ -159,8 +165,12 @@ def write_test_predictions(task, model, args, path):
     test = load_split(args.task_name, args.predict_split, args.data_dir, args.max_test_examples)
     features = encode(task, test, training=False)
     predictions = predict(task, model, test, features, args.batch_size, args.predict_split)
-    write_predictions(args.task_name, [(e.id, task.submission(e, p)) for e, p in zip(test, predictions)],
-                      path, overwrite=args.overwrite)
+    write_predictions(
+        args.task_name,
+        [(e.id, task.submission(e, p)) for e, p in zip(test, predictions)],
+        path,
+        overwrite=args.overwrite,
+    )
     print(f"wrote {len(test)} predictions to {path}")
     return len(test)
 
@@ -185,10 +195,20 @@ def _train_and_predict(args):
     strategy = make_strategy(args.devices)
     task, model, batches, train_features, dev_features = build_run(args, strategy, train, dev)
     paths["weights"].parent.mkdir(parents=True, exist_ok=True)
-    record = {"task": args.task_name, "module": type(task).__module__, "metric": task.metric,
-              "args": args.record(), "train_examples": len(train), "train_features": len(train_features),
-              "train_left_out": dict(task.left_out), "dev_examples": len(dev),
-              "replicas": strategy.num_replicas_in_sync, "xla": bool(model.jit_compile), "epochs": [], "best": None}
+    record = {
+        "task": args.task_name,
+        "module": type(task).__module__,
+        "metric": task.metric,
+        "args": args.record(),
+        "train_examples": len(train),
+        "train_features": len(train_features),
+        "train_left_out": dict(task.left_out),
+        "dev_examples": len(dev),
+        "replicas": strategy.num_replicas_in_sync,
+        "xla": bool(model.jit_compile),
+        "epochs": [],
+        "best": None,
+    }
     evaluate = functools.partial(evaluate_dev, task, dev, dev_features, args.batch_size)
     on_record = functools.partial(record_epochs, record, paths["metrics"], started)
     fit(model, batches, args.epochs, DevEvaluation(evaluate, task.metric, str(paths["weights"]), on_record))
@@ -226,12 +246,17 @@ def build_run(args, strategy, train, dev):
         train_features, dev_features = encode(task, train, training=True), encode(task, dev, training=False)
         left_out = dict(task.left_out)
         if left_out:
-            print(f"{args.task_name}: {sum(left_out.values())} of {len(train)} train examples give no training "
-                  f"input: " + ", ".join(f"{n} {reason}" for reason, n in sorted(left_out.items())))
+            print(
+                f"{args.task_name}: {sum(left_out.values())} of {len(train)} train examples give no training "
+                f"input: " + ", ".join(f"{n} {reason}" for reason, n in sorted(left_out.items()))
+            )
         model = task.build_model(transformer)
         batches = PaddedBatches(train_features, args.batch_size, shuffle=True, seed=args.seed)
-        model.compile(optimizer=make_optimizer(args.lr, args.weight_decay, len(batches) * args.epochs),
-                      loss=task.loss(), jit_compile=use_xla(args.xla))
+        model.compile(
+            optimizer=make_optimizer(args.lr, args.weight_decay, len(batches) * args.epochs),
+            loss=task.loss(),
+            jit_compile=use_xla(args.xla),
+        )
     return task, model, batches, train_features, dev_features
 
 
@@ -254,8 +279,13 @@ def fit(model, batches, epochs, dev_eval):
     from gau_keras.training.finetune.callbacks import TqdmProgress
 
     if epochs:
-        model.fit(batches.tf_dataset(), epochs=epochs, verbose=0, shuffle=False,
-                  callbacks=[TqdmProgress(len(batches), epochs), dev_eval])
+        model.fit(
+            batches.tf_dataset(),
+            epochs=epochs,
+            verbose=0,
+            shuffle=False,
+            callbacks=[TqdmProgress(len(batches), epochs), dev_eval],
+        )
         model.load_weights(dev_eval.weights_path)
     else:
         dev_eval.set_model(model)

@@ -9,6 +9,7 @@ of the new vocab tokenizes the same way; rarer tokens become [UNK]. Token
 order follows the base vocab (ids change; write the result next to the model
 that is trained with it).
 """
+
 import argparse
 import collections
 import os
@@ -38,8 +39,11 @@ def derive_vocab(base_vocab, counts, min_count):
     if missing:
         raise ValueError(f"the base vocab lacks the special token(s) {missing}")
     kept = list(SPECIAL_TOKENS)
-    kept += [t for t, _ in sorted(base_vocab.items(), key=lambda kv: kv[1])
-             if t not in SPECIAL_TOKENS and counts.get(t, 0) >= min_count]
+    kept += [
+        t
+        for t, _ in sorted(base_vocab.items(), key=lambda kv: kv[1])
+        if t not in SPECIAL_TOKENS and counts.get(t, 0) >= min_count
+    ]
     return kept
 
 
@@ -55,15 +59,17 @@ def main(argv=None):
         parser.error(f"{args.output} exists; pass --overwrite to replace it")
     try:
         base = load_vocab(args.base_vocab)
-    except (OSError, ValueError) as e:     # a missing file, a duplicate token (its line), not UTF-8
+    except (OSError, ValueError) as e:  # a missing file, a duplicate token (its line), not UTF-8
         parser.error(f"--base-vocab: {e}")
     counts = count_tokens(args.corpus, Tokenizer(base, do_lower_case=True))
     tokens = derive_vocab(base, counts, args.min_count)
     with open(args.output, "w", encoding="utf-8") as f:
         f.write("\n".join(tokens) + "\n")
     covered = sum(counts[t] for t in tokens) / max(1, sum(counts.values()))
-    print(f"{len(tokens)} tokens (of {len(base)}) cover {covered:.2%} of {sum(counts.values())} corpus tokens "
-          f"-> {args.output}")
+    print(
+        f"{len(tokens)} tokens (of {len(base)}) cover {covered:.2%} of {sum(counts.values())} corpus tokens "
+        f"-> {args.output}"
+    )
     return 0
 
 

@@ -5,6 +5,7 @@ was trained (TRAINING.md: config, updates, wall time, the masked-accuracy curve)
     python3 pretrain/bundle_model.py --run-dir runs/gau_alpha_tiny \
         --config pretrain/configs/tiny.json --output gau_keras/pretrained/gau_alpha_tiny --overwrite
 """
+
 import argparse
 import json
 import os
@@ -13,8 +14,13 @@ import sys
 
 from gau_keras.errors import DataFileError
 
-MODEL_FILES = ("bert_config.json", "vocab.txt", "bert_model.ckpt.index",
-               "bert_model.ckpt.data-00000-of-00001", "checkpoint")
+MODEL_FILES = (
+    "bert_config.json",
+    "vocab.txt",
+    "bert_model.ckpt.index",
+    "bert_model.ckpt.data-00000-of-00001",
+    "checkpoint",
+)
 
 
 def read_log(path):
@@ -34,7 +40,7 @@ def read_log(path):
 def wall_time(train):
     total, last = 0.0, 0.0
     for record in train:
-        if record["elapsed_s"] < last:      # a resumed segment
+        if record["elapsed_s"] < last:  # a resumed segment
             total += last
         last = record["elapsed_s"]
     return total + last
@@ -58,19 +64,29 @@ def quality_lines(path):
     """The figures of benchmarks/mlm_quality.py --json as Markdown lines."""
     with open(path, encoding="utf-8") as f:
         q = json.load(f)
-    lines = ["", "## What it knows (held-out documents)", "",
-             "`python3 benchmarks/mlm_quality.py` on this directory:", "",
-             "| measure | value |", "|---|---|"]
+    lines = [
+        "",
+        "## What it knows (held-out documents)",
+        "",
+        "`python3 benchmarks/mlm_quality.py` on this directory:",
+        "",
+        "| measure | value |",
+        "|---|---|",
+    ]
     if "whole_word" in q:
         w = q["whole_word"]
-        lines.append(f"| whole-word masked accuracy (the pretraining objective, maxlen {w['maxlen']}) | "
-                     f"{w['accuracy']:.4f} (loss {w['loss']:.3f}; majority {w['majority']:.4f}) |")
+        lines.append(
+            f"| whole-word masked accuracy (the pretraining objective, maxlen {w['maxlen']}) | "
+            f"{w['accuracy']:.4f} (loss {w['loss']:.3f}; majority {w['majority']:.4f}) |"
+        )
     if "random_char" in q:
         lines.append(f"| 15% of characters masked at random, first 128 tokens | {q['random_char']['accuracy']:.4f} |")
     if "random_char_pair" in q:
         pair = q["random_char_pair"]
-        lines.append(f"| the same, each document as a pair of halves (second half segment 1) | "
-                     f"{pair['accuracy']:.4f} (second half {pair['second_accuracy']:.4f}) |")
+        lines.append(
+            f"| the same, each document as a pair of halves (second half segment 1) | "
+            f"{pair['accuracy']:.4f} (second half {pair['second_accuracy']:.4f}) |"
+        )
     p = q["probes"]
     lines.append(f"| everyday sentences, answer in the top 5 | {p['hits']}/{p['total']} = {p['rate']:.3f} |")
     for length, result in sorted(q.get("lengths", {}).items(), key=lambda item: int(item[0])):
@@ -94,30 +110,45 @@ def training_notes(config_path, train, evals, quality=None, notes=None):
     per_sequence = tokens_per_sequence(config)
     updates = train[-1]["update"]
     sequences = updates * config["data"]["batch_size"] * (config["optimizer"].get("gradient_accumulation_steps") or 1)
-    seen = (f"* tokens seen: {sequences * per_sequence / 1e6:.1f} M ({sequences} sequences of "
-            f"{per_sequence:.1f} tokens on average)" if per_sequence else f"* sequences seen: {sequences}")
-    lines = ["# How this model was trained", "",
-             "Pretrained with this project's own pipeline (`pretrain/`) on",
-             "`../shared/data/corpus/zh_corpus.txt` (every 50th document held out for evaluation),",
-             f"whole-word MLM with jieba{_char_masks(config)}, on a 2-core CPU shared with other jobs.", "",
-             f"* config: `{config_path}` (copied below)",
-             f"* updates: {updates} of batch {config['data']['batch_size']} × "
-             f"{config['data']['maxlen']} tokens", seen,
-             f"* training wall time: {wall_time(train) / 60:.1f} minutes (restarts included, "
-             "evaluation excluded)",
-             f"* final training loss {train[-1]['loss']:.3f}, masked accuracy "
-             f"{train[-1]['masked_accuracy']:.4f}"]
+    seen = (
+        f"* tokens seen: {sequences * per_sequence / 1e6:.1f} M ({sequences} sequences of "
+        f"{per_sequence:.1f} tokens on average)"
+        if per_sequence
+        else f"* sequences seen: {sequences}"
+    )
+    lines = [
+        "# How this model was trained",
+        "",
+        "Pretrained with this project's own pipeline (`pretrain/`) on",
+        "`../shared/data/corpus/zh_corpus.txt` (every 50th document held out for evaluation),",
+        f"whole-word MLM with jieba{_char_masks(config)}, on a 2-core CPU shared with other jobs.",
+        "",
+        f"* config: `{config_path}` (copied below)",
+        f"* updates: {updates} of batch {config['data']['batch_size']} × {config['data']['maxlen']} tokens",
+        seen,
+        f"* training wall time: {wall_time(train) / 60:.1f} minutes (restarts included, evaluation excluded)",
+        f"* final training loss {train[-1]['loss']:.3f}, masked accuracy {train[-1]['masked_accuracy']:.4f}",
+    ]
     if evals:
         last = evals[-1]
-        lines.append(f"* held-out masked-token accuracy {last['eval_masked_accuracy']:.4f} "
-                     f"(loss {last['eval_loss']:.3f}) vs {last['majority_baseline_accuracy']:.4f} for always "
-                     f"predicting the most frequent token, over {last['eval_masked_tokens']} masked tokens")
-        lines += ["", "Held-out curve (the masked-token count shows how much of the held-out set each "
-                  "evaluation covered; runs may evaluate a prefix during training):", "",
-                  "| update | held-out masked accuracy | majority baseline | held-out loss | masked tokens |",
-                  "|---|---|---|---|---|"]
-        lines += [f"| {r['update']} | {r['eval_masked_accuracy']:.4f} | {r['majority_baseline_accuracy']:.4f} "
-                  f"| {r['eval_loss']:.3f} | {r['eval_masked_tokens']} |" for r in evals]
+        lines.append(
+            f"* held-out masked-token accuracy {last['eval_masked_accuracy']:.4f} "
+            f"(loss {last['eval_loss']:.3f}) vs {last['majority_baseline_accuracy']:.4f} for always "
+            f"predicting the most frequent token, over {last['eval_masked_tokens']} masked tokens"
+        )
+        lines += [
+            "",
+            "Held-out curve (the masked-token count shows how much of the held-out set each "
+            "evaluation covered; runs may evaluate a prefix during training):",
+            "",
+            "| update | held-out masked accuracy | majority baseline | held-out loss | masked tokens |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['update']} | {r['eval_masked_accuracy']:.4f} | {r['majority_baseline_accuracy']:.4f} "
+            f"| {r['eval_loss']:.3f} | {r['eval_masked_tokens']} |"
+            for r in evals
+        ]
     if quality:
         lines += quality_lines(quality)
     if notes:

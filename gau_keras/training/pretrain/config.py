@@ -9,6 +9,7 @@ overrides to the updates from the previous stage's ``until`` up to its own;
 the config itself applies after the last one, up to ``train.steps``
 (docs/pretraining.md, "Stages").
 """
+
 import copy
 import json
 
@@ -16,20 +17,46 @@ from gau_keras.errors import ConfigError
 
 DEFAULTS = {
     "model": "gau_alpha",
-    "model_config": None,            # bert_config.json keys, inline
-    "model_config_path": None,       # or a bert_config.json file
+    "model_config": None,  # bert_config.json keys, inline
+    "model_config_path": None,  # or a bert_config.json file
     "vocab": None,
-    "data": {"train": None, "eval": None, "maxlen": 512, "batch_size": 128, "dynamic_mask": None,
-             "shuffle_buffer": 10000, "seed": 0, "max_predictions": None,
-             "char_mask_fraction": 0.0, "pair_segments": False},
-    "optimizer": {"learning_rate": 1.76e-3, "weight_decay_rate": 0.01, "epsilon": 1e-6,
-                  "beta_1": 0.9, "beta_2": 0.999, "bias_correction": False,
-                  "exclude_from_weight_decay": ["Norm", "bias"],
-                  "exclude_from_layer_adaptation": ["Norm", "bias"],
-                  "gradient_accumulation_steps": 1, "schedule": {"0": 1.0}},
-    "train": {"steps": 1000, "save_every": 500, "keep_checkpoints": 3, "log_every": 10,
-              "eval_every": 0, "eval_batches": 0, "output_dir": None, "init_checkpoint": None,
-              "xla": None, "precision": "auto", "seed": 42},
+    "data": {
+        "train": None,
+        "eval": None,
+        "maxlen": 512,
+        "batch_size": 128,
+        "dynamic_mask": None,
+        "shuffle_buffer": 10000,
+        "seed": 0,
+        "max_predictions": None,
+        "char_mask_fraction": 0.0,
+        "pair_segments": False,
+    },
+    "optimizer": {
+        "learning_rate": 1.76e-3,
+        "weight_decay_rate": 0.01,
+        "epsilon": 1e-6,
+        "beta_1": 0.9,
+        "beta_2": 0.999,
+        "bias_correction": False,
+        "exclude_from_weight_decay": ["Norm", "bias"],
+        "exclude_from_layer_adaptation": ["Norm", "bias"],
+        "gradient_accumulation_steps": 1,
+        "schedule": {"0": 1.0},
+    },
+    "train": {
+        "steps": 1000,
+        "save_every": 500,
+        "keep_checkpoints": 3,
+        "log_every": 10,
+        "eval_every": 0,
+        "eval_batches": 0,
+        "output_dir": None,
+        "init_checkpoint": None,
+        "xla": None,
+        "precision": "auto",
+        "seed": 42,
+    },
     "stages": [],
 }
 SECTIONS = ("data", "optimizer", "train")
@@ -37,20 +64,33 @@ SECTIONS = ("data", "optimizer", "train")
 INT, NUMBER, BOOL, TEXT = "an integer", "a number", "true or false", "a string"
 #: (section, key) -> (kind, least value or None, may be null)
 SCHEMA = {
-    ("data", "maxlen"): (INT, 3, False), ("data", "batch_size"): (INT, 1, False),
-    ("data", "shuffle_buffer"): (INT, 1, False), ("data", "seed"): (INT, None, False),
-    ("data", "max_predictions"): (INT, 1, True), ("data", "dynamic_mask"): (BOOL, None, True),
-    ("data", "char_mask_fraction"): (NUMBER, 0, False), ("data", "pair_segments"): (BOOL, None, False),
-    ("data", "train"): (TEXT, None, False), ("data", "eval"): (TEXT, None, True),
-    ("optimizer", "learning_rate"): (NUMBER, 0, False), ("optimizer", "weight_decay_rate"): (NUMBER, 0, False),
-    ("optimizer", "epsilon"): (NUMBER, 0, False), ("optimizer", "beta_1"): (NUMBER, 0, False),
-    ("optimizer", "beta_2"): (NUMBER, 0, False), ("optimizer", "bias_correction"): (BOOL, None, False),
+    ("data", "maxlen"): (INT, 3, False),
+    ("data", "batch_size"): (INT, 1, False),
+    ("data", "shuffle_buffer"): (INT, 1, False),
+    ("data", "seed"): (INT, None, False),
+    ("data", "max_predictions"): (INT, 1, True),
+    ("data", "dynamic_mask"): (BOOL, None, True),
+    ("data", "char_mask_fraction"): (NUMBER, 0, False),
+    ("data", "pair_segments"): (BOOL, None, False),
+    ("data", "train"): (TEXT, None, False),
+    ("data", "eval"): (TEXT, None, True),
+    ("optimizer", "learning_rate"): (NUMBER, 0, False),
+    ("optimizer", "weight_decay_rate"): (NUMBER, 0, False),
+    ("optimizer", "epsilon"): (NUMBER, 0, False),
+    ("optimizer", "beta_1"): (NUMBER, 0, False),
+    ("optimizer", "beta_2"): (NUMBER, 0, False),
+    ("optimizer", "bias_correction"): (BOOL, None, False),
     ("optimizer", "gradient_accumulation_steps"): (INT, 1, True),
-    ("train", "steps"): (INT, 1, False), ("train", "save_every"): (INT, 1, False),
-    ("train", "keep_checkpoints"): (INT, 1, False), ("train", "log_every"): (INT, 1, False),
-    ("train", "eval_every"): (INT, 0, False), ("train", "eval_batches"): (INT, 0, False),
-    ("train", "output_dir"): (TEXT, None, False), ("train", "init_checkpoint"): (TEXT, None, True),
-    ("train", "xla"): (BOOL, None, True), ("train", "precision"): (TEXT, None, False),
+    ("train", "steps"): (INT, 1, False),
+    ("train", "save_every"): (INT, 1, False),
+    ("train", "keep_checkpoints"): (INT, 1, False),
+    ("train", "log_every"): (INT, 1, False),
+    ("train", "eval_every"): (INT, 0, False),
+    ("train", "eval_batches"): (INT, 0, False),
+    ("train", "output_dir"): (TEXT, None, False),
+    ("train", "init_checkpoint"): (TEXT, None, True),
+    ("train", "xla"): (BOOL, None, True),
+    ("train", "precision"): (TEXT, None, False),
     ("train", "seed"): (INT, None, False),
 }
 
@@ -72,11 +112,13 @@ def validate(config, where):
         if value is None and nullable:
             continue
         if value is None and kind == TEXT:
-            continue      # required paths are checked by REQUIRED
+            continue  # required paths are checked by REQUIRED
         if not _fits(value, kind) or (least is not None and value < least):
             bound = f" >= {least}" if least is not None and kind in (INT, NUMBER) else ""
-            raise ValueError(f"{where}: {section}.{key} must be {kind}{bound}{' or null' if nullable else ''}, "
-                             f"got {json.dumps(value)}")
+            raise ValueError(
+                f"{where}: {section}.{key} must be {kind}{bound}{' or null' if nullable else ''}, "
+                f"got {json.dumps(value)}"
+            )
     if not config["data"]["char_mask_fraction"] <= 1:
         raise ValueError(f"{where}: data.char_mask_fraction must be <= 1, got {config['data']['char_mask_fraction']}")
     for key in ("beta_1", "beta_2"):
@@ -87,19 +129,28 @@ def validate(config, where):
         if patterns is not None and (not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns)):
             raise ValueError(f"{where}: optimizer.{key} must be a list of strings, got {json.dumps(patterns)}")
     schedule = config["optimizer"]["schedule"]
-    if (not isinstance(schedule, dict) or not schedule
-            or not all(str(k).isdigit() and _fits(v, NUMBER) for k, v in schedule.items())):
-        raise ValueError(f"{where}: optimizer.schedule must be an object {{update: multiplier}} "
-                         f"(e.g. {{\"0\": 1, \"1000\": 0.1}}), got {json.dumps(schedule)}")
+    if (
+        not isinstance(schedule, dict)
+        or not schedule
+        or not all(str(k).isdigit() and _fits(v, NUMBER) for k, v in schedule.items())
+    ):
+        raise ValueError(
+            f"{where}: optimizer.schedule must be an object {{update: multiplier}} "
+            f'(e.g. {{"0": 1, "1000": 0.1}}), got {json.dumps(schedule)}'
+        )
     for key in ("vocab", "model_config_path"):
         if config[key] is not None and not isinstance(config[key], str):
             raise ValueError(f"{where}: {key} must be a string path, got {json.dumps(config[key])}")
     if config["model_config"] is not None and not isinstance(config["model_config"], dict):
         raise ValueError(f"{where}: model_config must be an object of bert_config.json keys")
+
+
 REQUIRED = [("vocab",), ("data", "train"), ("train", "output_dir")]
 #: what a stage may change: settings the checkpointed model, optimizer and data iterator do not depend on
-STAGE_KEYS = {"data": ("char_mask_fraction", "pair_segments"),
-              "optimizer": ("learning_rate", "schedule", "weight_decay_rate")}
+STAGE_KEYS = {
+    "data": ("char_mask_fraction", "pair_segments"),
+    "optimizer": ("learning_rate", "schedule", "weight_decay_rate"),
+}
 
 
 def _merge(given, where):
@@ -118,8 +169,7 @@ def _merge(given, where):
             raise ValueError(f"{where}: '{key}' must be an object")
         unknown = sorted(set(value) - set(DEFAULTS[key]))
         if unknown:
-            raise ValueError(f"{where}: unknown key(s) {unknown} in '{key}'; "
-                             f"expected some of {sorted(DEFAULTS[key])}")
+            raise ValueError(f"{where}: unknown key(s) {unknown} in '{key}'; expected some of {sorted(DEFAULTS[key])}")
         merged[key].update(value)
     return merged
 
@@ -139,9 +189,13 @@ def load(path, args=None):
         raise ConfigError(str(e)) from None
     file_steps = config["train"]["steps"]
     if args is not None:
-        overrides = {("data", "train"): args.data, ("data", "eval"): args.eval_data,
-                     ("train", "output_dir"): args.output_dir, ("train", "steps"): args.steps,
-                     ("train", "init_checkpoint"): args.init_checkpoint}
+        overrides = {
+            ("data", "train"): args.data,
+            ("data", "eval"): args.eval_data,
+            ("train", "output_dir"): args.output_dir,
+            ("train", "steps"): args.steps,
+            ("train", "init_checkpoint"): args.init_checkpoint,
+        }
         for (section, key), value in overrides.items():
             if value is not None:
                 config[section][key] = value
@@ -159,7 +213,7 @@ def load(path, args=None):
         raise ConfigError(str(e)) from None
     if not _fits(file_steps, INT):
         file_steps = config["train"]["steps"]
-    try:   # every stage, also those beyond a --steps that cuts the run short
+    try:  # every stage, also those beyond a --steps that cuts the run short
         stage_configs({**config, "train": {**config["train"], "steps": file_steps}}, path, file_steps)
     except ValueError as e:
         raise ConfigError(str(e)) from None
@@ -176,7 +230,7 @@ def stage_configs(config, where="config", file_steps=None):
     and the stage."""
     stages = config["stages"]
     if not isinstance(stages, list):
-        raise ValueError(f"{where}: stages must be a list of {{\"until\": N, ...}} objects")
+        raise ValueError(f'{where}: stages must be a list of {{"until": N, ...}} objects')
     steps = config["train"]["steps"]
     result, start = [], 0
     for i, stage in enumerate(stages):
@@ -186,8 +240,10 @@ def stage_configs(config, where="config", file_steps=None):
         until = stage.get("until")
         if not _fits(until, INT) or not start < until or (file_steps is not None and until >= file_steps):
             after = f"above {start} (the previous stage's end)" if i else "at least 1"
-            raise ValueError(f"{name}.until must be an integer {after} and below train.steps="
-                             f"{steps if file_steps is None else file_steps}, got {json.dumps(until)}")
+            raise ValueError(
+                f"{name}.until must be an integer {after} and below train.steps="
+                f"{steps if file_steps is None else file_steps}, got {json.dumps(until)}"
+            )
         staged = copy.deepcopy(config)
         staged["stages"] = []
         staged["config_path"] = f"{config.get('config_path', where)}: stages[{i}]"
@@ -195,18 +251,22 @@ def stage_configs(config, where="config", file_steps=None):
             if section == "until":
                 continue
             if section not in STAGE_KEYS:
-                raise ValueError(f"{name}: '{section}' cannot be set by a stage; a stage sets 'until' and "
-                                 f"objects 'data' / 'optimizer'")
+                raise ValueError(
+                    f"{name}: '{section}' cannot be set by a stage; a stage sets 'until' and "
+                    f"objects 'data' / 'optimizer'"
+                )
             if not isinstance(values, dict):
                 raise ValueError(f"{name}: '{section}' must be an object, got {json.dumps(values)}")
             for key, value in values.items():
                 if key not in STAGE_KEYS[section]:
-                    raise ValueError(f"{name}: {section}.{key} cannot change between stages (the checkpointed "
-                                     f"model, optimizer or data iterator depend on it); a stage may set "
-                                     f"{section}.{{{', '.join(STAGE_KEYS[section])}}}")
+                    raise ValueError(
+                        f"{name}: {section}.{key} cannot change between stages (the checkpointed "
+                        f"model, optimizer or data iterator depend on it); a stage may set "
+                        f"{section}.{{{', '.join(STAGE_KEYS[section])}}}"
+                    )
                 staged[section][key] = value
         validate(staged, name)
-        if until >= steps:      # train.steps overridden (--steps) within this stage: the run ends in it
+        if until >= steps:  # train.steps overridden (--steps) within this stage: the run ends in it
             return result + [(steps, staged)]
         result.append((until, staged))
         start = until

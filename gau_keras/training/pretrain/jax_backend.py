@@ -14,6 +14,7 @@ A checkpoint is one orbax step folder ``checkpoints/<update>/`` holding
 ``micro_step``) and ``data_iterator`` (a tf.train checkpoint of the tf.data
 iterator alone). Why orbax: docs/backends.md ("Pretraining on JAX").
 """
+
 import errno
 import os
 
@@ -41,7 +42,7 @@ class Devices:
 
     def __init__(self, parallel):
         self.parallel = parallel
-        self.kind = parallel.platform         # 'cpu', 'gpu' or 'tpu'
+        self.kind = parallel.platform  # 'cpu', 'gpu' or 'tpu'
         self.replicas = parallel.num_replicas_in_sync
         self.is_chief = jax.process_index() == 0
 
@@ -52,14 +53,18 @@ class Devices:
 def choose_devices(tpu=None, devices=None):
     """All of this host's JAX devices, or the first ``devices`` (``--devices N``)."""
     if tpu:
-        raise DeviceError(f"--tpu {tpu}: naming a TPU is TensorFlow's TPUStrategy; under KERAS_BACKEND=jax "
-                         f"run on the TPU VM itself, whose TPU cores are JAX's local devices (all are used, or "
-                         f"--devices N)")
+        raise DeviceError(
+            f"--tpu {tpu}: naming a TPU is TensorFlow's TPUStrategy; under KERAS_BACKEND=jax "
+            f"run on the TPU VM itself, whose TPU cores are JAX's local devices (all are used, or "
+            f"--devices N)"
+        )
     workers = tf_config_workers()
     if workers > 1:
-        raise DeviceError(f"TF_CONFIG names {workers} workers: multi-worker pretraining runs under "
-                         f"KERAS_BACKEND=tensorflow (MultiWorkerMirroredStrategy); under JAX a run trains on one "
-                         f"host's devices")
+        raise DeviceError(
+            f"TF_CONFIG names {workers} workers: multi-worker pretraining runs under "
+            f"KERAS_BACKEND=tensorflow (MultiWorkerMirroredStrategy); under JAX a run trains on one "
+            f"host's devices"
+        )
     try:
         return Devices(JaxDataParallel(devices))
     except ValueError as e:
@@ -69,8 +74,10 @@ def choose_devices(tpu=None, devices=None):
 def resolve_xla(explicit, configured, kind):
     """Always True: JAX runs a step compiled by XLA (``jax.jit``) or op by op."""
     if explicit is False:
-        raise DeviceError("--no-xla: under KERAS_BACKEND=jax the training step is always compiled with "
-                         "XLA (jax.jit); train under KERAS_BACKEND=tensorflow to run it without")
+        raise DeviceError(
+            "--no-xla: under KERAS_BACKEND=jax the training step is always compiled with "
+            "XLA (jax.jit); train under KERAS_BACKEND=tensorflow to run it without"
+        )
     if configured is False:
         print("note: train.xla=false does not apply under KERAS_BACKEND=jax: the step is compiled with XLA (jax.jit)")
     return True
@@ -89,11 +96,13 @@ class IteratorCheckpoint:
         async def write():
             path = await directory.await_creation()
             self.checkpoint.write(os.path.join(str(path), "iterator"))
+
         return write()
 
     async def load(self, directory):
         async def read():
             self.checkpoint.read(os.path.join(str(directory), "iterator")).assert_consumed()
+
         return read()
 
 
@@ -136,20 +145,22 @@ class TrainingState:
         extra = [v.path for v in trainer.train_model.trainable_variables if id(v) not in order]
         unused = set(order) - {id(v) for v in trainer.train_model.trainable_variables}
         if extra or unused:
-            raise RuntimeError(f"the training model's trainable weights differ from the model's: {extra} / "
-                               f"{[v.path for v in self.trainable if id(v) in unused]}")
+            raise RuntimeError(
+                f"the training model's trainable weights differ from the model's: {extra} / "
+                f"{[v.path for v in self.trainable if id(v) in unused]}"
+            )
         self.call_order = [order[id(v)] for v in trainer.train_model.trainable_variables]
         self.non_trainable = list(trainer.train_model.non_trainable_variables)
         self.seed_states = [v for v in model.variables if id(v) not in weights]
         self.micro = 0
         self.directory = os.path.join(trainer.output_dir, "checkpoints")
         self.manager = None
-        self._state = None          # (trainable, non-trainable, optimizer values) while training
+        self._state = None  # (trainable, non-trainable, optimizer values) while training
         self._step_fn = None
         self._eval_fn = None
         self._at_checkpoint = None  # the update the variables were last saved at or restored from
         names = [w.path for w in model.weights]
-        _nested(dict.fromkeys(names))      # the checkpoint's names must be unique
+        _nested(dict.fromkeys(names))  # the checkpoint's names must be unique
 
     @property
     def micro_step(self):
@@ -157,16 +168,20 @@ class TrainingState:
 
     # ----------------------------------------------------------- the step's state
     def _values(self):
-        return ([v.value for v in self.trainable], [v.value for v in self.non_trainable],
-                [v.value for v in self.trainer.optimizer.variables])
+        return (
+            [v.value for v in self.trainable],
+            [v.value for v in self.non_trainable],
+            [v.value for v in self.trainer.optimizer.variables],
+        )
 
     def sync(self):
         """Writes the step's state back into the Keras variables (the next
         step takes it from them again)."""
         if self._state is None:
             return
-        for variables, values in zip((self.trainable, self.non_trainable, self.trainer.optimizer.variables),
-                                     self._state):
+        for variables, values in zip(
+            (self.trainable, self.non_trainable, self.trainer.optimizer.variables), self._state
+        ):
             for variable, value in zip(variables, values):
                 variable.assign(value)
         self._state = None
@@ -188,9 +203,10 @@ class TrainingState:
         def loss_fn(trainable, non_trainable, optimizer_values, inputs, labels):
             x, kept = trainer.mlm_batch(inputs, labels)
             logits, non_trainable = train_model.stateless_call(
-                [trainable[i] for i in call_order], non_trainable, x, training=True)
+                [trainable[i] for i in call_order], non_trainable, x, training=True
+            )
             sums = trainer.mlm_sums(kept, logits, labels)
-            loss = sums[0] / ops.maximum(sums[2], 1.0)     # over the whole batch's counted tokens
+            loss = sums[0] / ops.maximum(sums[2], 1.0)  # over the whole batch's counted tokens
             if trainer.loss_scaling:
                 with keras.StatelessScope(state_mapping=list(zip(optimizer.variables, optimizer_values))):
                     loss = optimizer.scale_loss(loss)
@@ -226,21 +242,30 @@ class TrainingState:
         trainer = self.trainer
         model = trainer.model
         if self._eval_fn is None:
+
             def sums(trainable, non_trainable, inputs, labels):
-                logits, _ = model.stateless_call(trainable, non_trainable,
-                                                 [inputs[n] for n in trainer.input_names], training=False)
+                logits, _ = model.stateless_call(
+                    trainable, non_trainable, [inputs[n] for n in trainer.input_names], training=False
+                )
                 return trainer.mlm_sums(labels, logits, labels)[:3]
+
             self._eval_fn = jax.jit(sums)
         inputs, labels = self._place((inputs, labels))
-        return self._eval_fn([v.value for v in model.trainable_variables],
-                             [v.value for v in model.non_trainable_variables], inputs, labels)
+        return self._eval_fn(
+            [v.value for v in model.trainable_variables],
+            [v.value for v in model.non_trainable_variables],
+            inputs,
+            labels,
+        )
 
     # ----------------------------------------------------------- checkpoints
     def _tree(self, leaf):
         model, optimizer = self.trainer.model, self.trainer.optimizer
-        return {"model": _nested({w.path: leaf(w) for w in model.weights}),
-                "dropout_rng": [leaf(v) for v in self.seed_states],
-                "optimizer": [leaf(v) for v in optimizer.variables]}
+        return {
+            "model": _nested({w.path: leaf(w) for w in model.weights}),
+            "dropout_rng": [leaf(v) for v in self.seed_states],
+            "optimizer": [leaf(v) for v in optimizer.variables],
+        }
 
     def _checkpointables(self, tree):
         return {"state": tree, "data_iterator": IteratorCheckpoint(self.trainer.iterator)}
@@ -249,8 +274,10 @@ class TrainingState:
         ocp = orbax()
         keep = self.trainer.config["train"]["keep_checkpoints"]
         self.manager = ocp.training.Checkpointer(
-            self.directory, preservation_policy=ocp.training.preservation_policies.LatestN(keep),
-            cleanup_tmp_directories=True)
+            self.directory,
+            preservation_policy=ocp.training.preservation_policies.LatestN(keep),
+            cleanup_tmp_directories=True,
+        )
 
     def restore(self):
         """Restores the newest checkpoint that restores: one that fails is
@@ -267,8 +294,9 @@ class TrainingState:
                 loaded = orbax().load_checkpointables(path, self._checkpointables(abstract))["state"]
             except Exception as e:  # noqa: BLE001 - orbax and tensorstore raise many kinds for a damaged folder
                 detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                run_dir.warn(f"checkpoint {path} does not restore ({type(e).__name__}: {detail}); "
-                             f"trying the previous one")
+                run_dir.warn(
+                    f"checkpoint {path} does not restore ({type(e).__name__}: {detail}); trying the previous one"
+                )
                 failed.append(path)
                 continue
             self._assign(loaded)
@@ -279,9 +307,11 @@ class TrainingState:
             self._at_checkpoint = int(os.path.basename(path))
             return path
         if steps:
-            raise CheckpointError(f"none of the {len(steps)} checkpoints in {self.directory} restores (newest "
-                             f"{steps[-1]}); fix or remove them, or pass --restart to move them aside and "
-                             f"start from update 0")
+            raise CheckpointError(
+                f"none of the {len(steps)} checkpoints in {self.directory} restores (newest "
+                f"{steps[-1]}); fix or remove them, or pass --restart to move them aside and "
+                f"start from update 0"
+            )
         self._open()
         return None
 

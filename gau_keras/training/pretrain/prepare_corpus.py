@@ -20,6 +20,7 @@ only, not on how documents are split between workers.
 
 Design notes: docs/pretraining.md (Data).
 """
+
 import argparse
 import collections
 import glob
@@ -46,40 +47,61 @@ SUMMARY, SKIPPED_LOG = "summary.json", "skipped.log"
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("inputs", nargs="+",
-                        help="corpus files, globs or folders (a folder: every file under it, recursively, sorted; "
-                             "names starting with '.' left out), one document per line")
+    parser.add_argument(
+        "inputs",
+        nargs="+",
+        help="corpus files, globs or folders (a folder: every file under it, recursively, sorted; "
+        "names starting with '.' left out), one document per line",
+    )
     parser.add_argument("--vocab", required=True, help="vocab.txt of the tokenizer")
     parser.add_argument("--output-dir", required=True, help="folder for the shards (local or gs://)")
-    parser.add_argument("--format", choices=("auto", "text", "jsonl"), default="auto",
-                        help="auto: jsonl for *.json / *.jsonl, text otherwise")
+    parser.add_argument(
+        "--format",
+        choices=("auto", "text", "jsonl"),
+        default="auto",
+        help="auto: jsonl for *.json / *.jsonl, text otherwise",
+    )
     parser.add_argument("--text-key", default="text", help="JSON field holding the document text")
     parser.add_argument("--shards", type=flags.positive_int, default=8)
-    parser.add_argument("--workers", type=flags.positive_int, default=max(1, min(4, os.cpu_count() or 1)),
-                        help="segmenting/masking processes")
+    parser.add_argument(
+        "--workers",
+        type=flags.positive_int,
+        default=max(1, min(4, os.cpu_count() or 1)),
+        help="segmenting/masking processes",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--maxlen", type=flags.at_least(3), default=512)
     parser.add_argument("--segmenter", choices=sorted(SEGMENTERS), default="jieba")
-    parser.add_argument("--dynamic-mask", action="store_true",
-                        help="store word starts instead of fixed masks (mask at training time)")
+    parser.add_argument(
+        "--dynamic-mask", action="store_true", help="store word starts instead of fixed masks (mask at training time)"
+    )
     parser.add_argument("--mask-prob", type=flags.fraction, default=0.15, help="share of words selected")
-    parser.add_argument("--mask-ratio", type=flags.fraction, default=0.8,
-                        help="of the selected words, the share replaced by [MASK]")
-    parser.add_argument("--random-ratio", type=flags.fraction, default=0.1,
-                        help="of the selected words, the share replaced by random tokens")
-    parser.add_argument("--pack", action="store_true",
-                        help="pack consecutive documents into sequences of up to --maxlen tokens "
-                             "([CLS] a [SEP] b [SEP] ...) instead of one padded sequence each")
+    parser.add_argument(
+        "--mask-ratio", type=flags.fraction, default=0.8, help="of the selected words, the share replaced by [MASK]"
+    )
+    parser.add_argument(
+        "--random-ratio",
+        type=flags.fraction,
+        default=0.1,
+        help="of the selected words, the share replaced by random tokens",
+    )
+    parser.add_argument(
+        "--pack",
+        action="store_true",
+        help="pack consecutive documents into sequences of up to --maxlen tokens "
+        "([CLS] a [SEP] b [SEP] ...) instead of one padded sequence each",
+    )
     parser.add_argument("--no-lower-case", action="store_true", help="keep case (default: lower-case)")
-    parser.add_argument("--docs-per-task", type=flags.positive_int, default=256,
-                        help="documents sent to a worker at once")
+    parser.add_argument(
+        "--docs-per-task", type=flags.positive_int, default=256, help="documents sent to a worker at once"
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace existing shards in --output-dir")
     args = parser.parse_args(argv)
     if args.mask_ratio + args.random_ratio > 1:
         parser.error(f"--mask-ratio + --random-ratio must be <= 1, got {args.mask_ratio} + {args.random_ratio}")
     if not os.path.isfile(args.vocab):
         parser.error(f"--vocab {args.vocab}: no such file")
-    try:    # what every worker would fail on at start-up, said once, here
+    try:  # what every worker would fail on at start-up, said once, here
         load_vocab(args.vocab)
     except ValueError as e:
         parser.error(f"--vocab: {e}")
@@ -127,8 +149,9 @@ def files_under(folder):
         kept = [d for d in sorted(dirs) if not d.startswith(".")]
         real = [os.path.realpath(os.path.join(root, d)) for d in kept]
         dirs[:] = [d for d, r in zip(kept, real) if r not in seen and not seen.add(r)]
-        files.extend(os.path.join(root, n) for n in names
-                     if not n.startswith(".") and os.path.isfile(os.path.join(root, n)))
+        files.extend(
+            os.path.join(root, n) for n in names if not n.startswith(".") and os.path.isfile(os.path.join(root, n))
+        )
     return sorted(files)
 
 
@@ -141,10 +164,11 @@ def check_writable(output_dir):
 
 # -- reading (main process) ---------------------------------------------------
 
+
 def parse_line(raw, is_json, text_key):
     """``(text, None)`` for a usable line, ``(None, (reason, detail))`` otherwise."""
     nul = raw.find(b"\x00")
-    if nul >= 0:     # text never holds NUL bytes; executables and archives do
+    if nul >= 0:  # text never holds NUL bytes; executables and archives do
         return None, ("binary", f"NUL byte at byte {nul}")
     try:
         line = raw.decode("utf-8")
@@ -195,19 +219,27 @@ def _init_worker(*args, **kwargs):
     try:
         _start_worker(*args, **kwargs)
     except Exception as e:  # noqa: BLE001 - whatever it is, the main process reports it
-        plain = isinstance(e, (ValueError, ImportError, OSError))    # their messages name the file / package
+        plain = isinstance(e, (ValueError, ImportError, OSError))  # their messages name the file / package
         _WORKER["startup_error"] = str(e) if plain else f"{type(e).__name__}: {e}"
 
 
-def _start_worker(vocab, lower_case, segmenter, maxlen, mask_prob, dynamic, seed, mask_ratio=0.8,
-                  random_ratio=0.1):
+def _start_worker(vocab, lower_case, segmenter, maxlen, mask_prob, dynamic, seed, mask_ratio=0.8, random_ratio=0.1):
     tokenizer = Tokenizer(vocab, do_lower_case=lower_case)
     kwargs = {"in_process": True} if segmenter == "lac" else {}
     segmenter = get_segmenter(segmenter, **kwargs)
     restore_default_sigterm()
-    _WORKER.update(segmenter=segmenter, seed=seed,
-                   mlm=WholeWordMLM(tokenizer, maxlen=maxlen, dynamic=dynamic, mask_prob=mask_prob,
-                                    mask_ratio=mask_ratio, random_ratio=random_ratio))
+    _WORKER.update(
+        segmenter=segmenter,
+        seed=seed,
+        mlm=WholeWordMLM(
+            tokenizer,
+            maxlen=maxlen,
+            dynamic=dynamic,
+            mask_prob=mask_prob,
+            mask_ratio=mask_ratio,
+            random_ratio=random_ratio,
+        ),
+    )
 
 
 def process_batch(batch):
@@ -229,6 +261,7 @@ def process_batch(batch):
 
 
 # -- orchestration (main process) -----------------------------------------------
+
 
 def _files_of_earlier_run(gfile, output_dir):
     """Names of the files an earlier run wrote into ``output_dir`` (its summary.json lists them)."""
@@ -256,19 +289,24 @@ def check_output_dir(gfile, output_dir, overwrite):
     ours = _files_of_earlier_run(gfile, output_dir)
     foreign = [p for p in existing if os.path.basename(p) not in ours]
     if foreign:
-        raise OutputDirError(f"{output_dir} already holds {foreign[0]}"
-                         + (f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else "")
-                         + f", which no {SUMMARY} there lists as written by prepare_corpus; move it away or "
-                           "choose another --output-dir (--overwrite only replaces an earlier run's files)")
+        raise OutputDirError(
+            f"{output_dir} already holds {foreign[0]}"
+            + (f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else "")
+            + f", which no {SUMMARY} there lists as written by prepare_corpus; move it away or "
+            "choose another --output-dir (--overwrite only replaces an earlier run's files)"
+        )
     if existing and not overwrite:
-        raise OutputDirError(f"{output_dir} already holds {len(existing)} shard/summary files "
-                         f"(e.g. {existing[0]}); pass --overwrite to replace them")
+        raise OutputDirError(
+            f"{output_dir} already holds {len(existing)} shard/summary files "
+            f"(e.g. {existing[0]}); pass --overwrite to replace them"
+        )
     for path in existing:
         gfile.remove(path)
 
 
 def batches_of_documents(args, skipped):
     """``(batch, n_bytes)`` of usable documents; skipped lines go to ``skipped``."""
+
     def is_json(path):
         return args.format == "jsonl" or (args.format == "auto" and path.endswith((".json", ".jsonl")))
 
@@ -296,8 +334,17 @@ def process_corpus(args, writer, stats, skipped, progress):
 
 
 def _process_corpus(args, writer, stats, skipped, progress):
-    init_args = (args.vocab, not args.no_lower_case, args.segmenter, args.maxlen, args.mask_prob,
-                 args.dynamic_mask, args.seed, args.mask_ratio, args.random_ratio)
+    init_args = (
+        args.vocab,
+        not args.no_lower_case,
+        args.segmenter,
+        args.maxlen,
+        args.mask_prob,
+        args.dynamic_mask,
+        args.seed,
+        args.mask_ratio,
+        args.random_ratio,
+    )
     pool = multiprocessing.get_context("spawn").Pool(args.workers, initializer=_init_worker, initargs=init_args)
     pending = collections.deque()
     packer = SequencePacker(args.maxlen) if args.pack else None
@@ -306,7 +353,7 @@ def _process_corpus(args, writer, stats, skipped, progress):
         result, n_bytes = pending.popleft()
         examples, batch_stats, batch_skipped = result.get()
         for features in examples:
-            for sequence in (packer.add(features) if packer else [features]):
+            for sequence in packer.add(features) if packer else [features]:
                 writer.write(sequence)
         stats.add(MaskStats(**batch_stats))
         skipped.extend(batch_skipped)
@@ -320,7 +367,7 @@ def _process_corpus(args, writer, stats, skipped, progress):
                 collect()
         while pending:
             collect()
-        for sequence in (packer.flush() if packer else []):
+        for sequence in packer.flush() if packer else []:
             writer.write(sequence)
         pool.close()  # let the workers finish normally rather than be terminated
     except BaseException:
@@ -349,10 +396,10 @@ def run(args):
     try:
         with ShardedWriter(args.output_dir, args.shards) as writer:
             # written first, so that an interrupted run's files are known as ours (--overwrite replaces them)
-            write_json(summary_path, {"status": "running", "shards": [os.path.basename(p) for p in writer.paths]},
-                       indent=2)
-            with tqdm(total=total_bytes, unit="B", unit_scale=True, desc="prepare_corpus",
-                      file=sys.stderr) as progress:
+            write_json(
+                summary_path, {"status": "running", "shards": [os.path.basename(p) for p in writer.paths]}, indent=2
+            )
+            with tqdm(total=total_bytes, unit="B", unit_scale=True, desc="prepare_corpus", file=sys.stderr) as progress:
                 process_corpus(args, writer, stats, skipped, progress)
     except BaseException:
         if gfile.exists(summary_path):
@@ -362,9 +409,10 @@ def run(args):
     problem = usable_input_problem(summary)
     if problem:
         summary.update(status="failed", error=problem)
-    write_text(gfile.join(args.output_dir, SKIPPED_LOG),
-               "".join(f"{location}: {reason}: {detail}\n"
-                       for location, reason, detail in sorted(skipped, key=_loc_key)))
+    write_text(
+        gfile.join(args.output_dir, SKIPPED_LOG),
+        "".join(f"{location}: {reason}: {detail}\n" for location, reason, detail in sorted(skipped, key=_loc_key)),
+    )
     write_json(summary_path, summary, indent=2)
     return summary
 
@@ -378,8 +426,10 @@ def usable_input_problem(summary):
         return f"no usable document in {read} line(s) read"
     if mostly_unusable(summary["documents_skipped"], read):
         reasons = ", ".join(f"{r} {n}" for r, n in summary["skipped_by_reason"].items() if n)
-        return (f"{summary['documents_skipped']} of {read} lines ({summary['documents_skipped'] / read:.0%}) were "
-                f"skipped ({reasons}): is the input a text corpus (one document per line, UTF-8)?")
+        return (
+            f"{summary['documents_skipped']} of {read} lines ({summary['documents_skipped'] / read:.0%}) were "
+            f"skipped ({reasons}): is the input a text corpus (one document per line, UTF-8)?"
+        )
     return None
 
 
@@ -400,7 +450,10 @@ def make_summary(args, stats, skipped, writer, seconds):
         "vocab": args.vocab,
         "segmenter": args.segmenter,
         "mode": "dynamic" if args.dynamic_mask else "static",
-        "seed": args.seed, "workers": args.workers, "maxlen": args.maxlen, **masking_args(args),
+        "seed": args.seed,
+        "workers": args.workers,
+        "maxlen": args.maxlen,
+        **masking_args(args),
         "documents_read": stats.documents + len(skipped),
         "documents_used": stats.documents,
         "documents_skipped": len(skipped),
@@ -416,13 +469,19 @@ def make_summary(args, stats, skipped, writer, seconds):
         # fixed masks only; with --dynamic-mask masks are drawn at training time
         "masked_word_fraction": None if args.dynamic_mask else stats.selected_words / max(stats.words, 1),
         "masked_token_fraction": None if args.dynamic_mask else stats.selected_tokens / content,
-        "mask_split": None if args.dynamic_mask else {
-            "mask": stats.mask_tokens / selected, "random": stats.random_tokens / selected,
-            "unchanged": stats.kept_tokens / selected},
+        "mask_split": None
+        if args.dynamic_mask
+        else {
+            "mask": stats.mask_tokens / selected,
+            "random": stats.random_tokens / selected,
+            "unchanged": stats.kept_tokens / selected,
+        },
         "shards": [os.path.basename(path) for path in writer.paths],
         # checked by tfrecord.load_dataset: a truncated or replaced shard, shards of another vocab
-        "shard_records": writer.records, "shard_bytes": writer.sizes,
-        "vocab_size": len(load_vocab(args.vocab)), "vocab_checksum": vocab_checksum(args.vocab),
+        "shard_records": writer.records,
+        "shard_bytes": writer.sizes,
+        "vocab_size": len(load_vocab(args.vocab)),
+        "vocab_checksum": vocab_checksum(args.vocab),
         "status": "done",
         "seconds": round(seconds, 2),
     }
@@ -432,7 +491,8 @@ def print_summary(summary, output_dir):
     lines = [
         f"documents read {summary['documents_read']}, used {summary['documents_used']}, "
         f"skipped {summary['documents_skipped']} ("
-        + ", ".join(f"{reason} {count}" for reason, count in summary["skipped_by_reason"].items()) + ")",
+        + ", ".join(f"{reason} {count}" for reason, count in summary["skipped_by_reason"].items())
+        + ")",
         f"examples {summary['examples']} "
         + (f"packed into {summary['sequences']} sequences " if summary["packed"] else "")
         + f"in {len(summary['shards'])} shards, tokens {summary['tokens']} "
@@ -440,9 +500,11 @@ def print_summary(summary, output_dir):
     ]
     if summary["mode"] == "static":
         split = summary["mask_split"]
-        lines.append(f"masked: {summary['masked_word_fraction']:.4f} of words, "
-                     f"{summary['masked_token_fraction']:.4f} of tokens; split [MASK] {split['mask']:.3f} / "
-                     f"random {split['random']:.3f} / unchanged {split['unchanged']:.3f}")
+        lines.append(
+            f"masked: {summary['masked_word_fraction']:.4f} of words, "
+            f"{summary['masked_token_fraction']:.4f} of tokens; split [MASK] {split['mask']:.3f} / "
+            f"random {split['random']:.3f} / unchanged {split['unchanged']:.3f}"
+        )
     else:
         lines.append("masks: dynamic (word starts stored)")
     lines.append(f"{summary['seconds']} s; summary, shards and skipped.log in {output_dir}")

@@ -14,6 +14,7 @@ in the original format). Starting again on the same run directory resumes from
 the last checkpoint: same data order, same optimizer state, no step repeated
 or skipped. Relative paths in the config are taken from the current directory.
 """
+
 import argparse
 import gc
 import os
@@ -32,32 +33,48 @@ def parse_args(argv=None):
     parser.add_argument("--eval-data", help="override data.eval (held-out shards for masked accuracy)")
     parser.add_argument("--output-dir", help="override train.output_dir")
     parser.add_argument("--steps", type=flags.positive_int, help="override train.steps (optimizer updates)")
-    parser.add_argument("--max-minutes", type=flags.positive_float,
-                        help="stop (after saving) once this wall time is spent")
+    parser.add_argument(
+        "--max-minutes", type=flags.positive_float, help="stop (after saving) once this wall time is spent"
+    )
     parser.add_argument("--init-checkpoint", help="override train.init_checkpoint (TF1 checkpoint to start from)")
     parser.add_argument("--tpu", help="TPU name or address: use TPUStrategy and bfloat16 (TensorFlow)")
-    parser.add_argument("--devices", type=flags.positive_int,
-                        help="train on this host's first N devices (JAX: of its local devices, by default all; "
-                             "TensorFlow: MirroredStrategy over N GPUs, or N logical CPUs; by default the "
-                             "strategy follows the machine and TF_CONFIG)")
+    parser.add_argument(
+        "--devices",
+        type=flags.positive_int,
+        help="train on this host's first N devices (JAX: of its local devices, by default all; "
+        "TensorFlow: MirroredStrategy over N GPUs, or N logical CPUs; by default the "
+        "strategy follows the machine and TF_CONFIG)",
+    )
     xla = parser.add_mutually_exclusive_group()
-    xla.add_argument("--xla", dest="xla", action="store_true", default=None,
-                     help="jit-compile the training step (default: train.xla, else on for TPU/GPU, off on CPU)")
+    xla.add_argument(
+        "--xla",
+        dest="xla",
+        action="store_true",
+        default=None,
+        help="jit-compile the training step (default: train.xla, else on for TPU/GPU, off on CPU)",
+    )
     xla.add_argument("--no-xla", dest="xla", action="store_false", help="do not jit-compile the training step")
-    parser.add_argument("--restart", action="store_true",
-                        help="move an earlier run in the output dir aside (restarted-<time>/) and start "
-                             "from update 0; without it an earlier run is resumed")
-    parser.add_argument("--export-only", action="store_true",
-                        help="export the latest checkpoint to the original TF1 format and exit")
-    parser.add_argument("--evaluate-only", action="store_true",
-                        help="evaluate the latest checkpoint on all of data.eval, log it and exit")
+    parser.add_argument(
+        "--restart",
+        action="store_true",
+        help="move an earlier run in the output dir aside (restarted-<time>/) and start "
+        "from update 0; without it an earlier run is resumed",
+    )
+    parser.add_argument(
+        "--export-only", action="store_true", help="export the latest checkpoint to the original TF1 format and exit"
+    )
+    parser.add_argument(
+        "--evaluate-only",
+        action="store_true",
+        help="evaluate the latest checkpoint on all of data.eval, log it and exit",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv=None):
     """The ``pretrain`` command; a `GauKerasError` (bad config, data, run directory, devices)
     ends it as the one line ``error: <message>``."""
-    cli_env.default_tf_log_level()      # before TensorFlow loads (not on import)
+    cli_env.default_tf_log_level()  # before TensorFlow loads (not on import)
     args = parse_args(argv)
     try:
         return execute(args)
@@ -77,11 +94,14 @@ def execute(args):
         train_stages(trainer, stages, args)
         return 0
     from gau_keras.training import run_dir
+
     output_dir = config["train"]["output_dir"]
     if not any(run_dir.checkpoint_updates(os.path.join(output_dir, "checkpoints")).values()):
         flag = "--evaluate-only" if args.evaluate_only else "--export-only"
-        raise CheckpointError(f"{flag}: no checkpoint in {os.path.join(output_dir, 'checkpoints')}; "
-                         f"train first (the random initial weights are not a model)")
+        raise CheckpointError(
+            f"{flag}: no checkpoint in {os.path.join(output_dir, 'checkpoints')}; "
+            f"train first (the random initial weights are not a model)"
+        )
     # evaluate with the data settings of the stage the newest checkpoint is in
     if args.evaluate_only:
         index = stage_of(stages, run_dir.newest_update(config["train"]["output_dir"]))
@@ -109,9 +129,10 @@ def train_stages(trainer, stages, args):
     stopped and started again with the config edited would. One set of devices and
     one hold of the run directory's lock serve all stages."""
     from gau_keras.training import run_dir
+
     start = time.time()
-    devices = trainer.choose_devices(args.tpu, args.devices)   # first: MultiWorkerMirroredStrategy precedes any TF op
-    for _, stage in stages:     # a stage's data error now, not hours into the run
+    devices = trainer.choose_devices(args.tpu, args.devices)  # first: MultiWorkerMirroredStrategy precedes any TF op
+    for _, stage in stages:  # a stage's data error now, not hours into the run
         trainer.check_data(stage)
     output_dir = stages[-1][1]["train"]["output_dir"]
     lock = trainer.lock_run_dir(output_dir) if devices.is_chief else None
@@ -122,7 +143,7 @@ def train_stages(trainer, stages, args):
             end, stage = stages[index]
             run = trainer.Trainer(stage, xla=args.xla, restart=restart, devices=devices, lock=lock)
             restart, done = False, run.updates()
-            if stage_of(stages, done) != index:     # the newest checkpoint did not restore: an older stage's
+            if stage_of(stages, done) != index:  # the newest checkpoint did not restore: an older stage's
                 run.close()
                 index = stage_of(stages, done)
                 continue
@@ -133,7 +154,7 @@ def train_stages(trainer, stages, args):
             if run.stopped_early or index == len(stages) - 1:
                 return
             run = None
-            gc.collect()        # the previous stage's model, optimizer and pipeline buffers
+            gc.collect()  # the previous stage's model, optimizer and pipeline buffers
             index += 1
             if args.max_minutes is not None and time.time() - start >= 60 * args.max_minutes:
                 print(f"the time limit is spent: stage {index + 1} starts when the run is resumed")

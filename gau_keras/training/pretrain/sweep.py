@@ -13,6 +13,7 @@ accumulation. Each point is its own ``pretrain.py`` run in
 interrupted one resumes). The table (Markdown, ``OUT/sweep.md``; JSON,
 ``OUT/sweep.json``) is sorted by held-out loss.
 """
+
 import argparse
 import copy
 import json
@@ -46,8 +47,9 @@ def parse_args(argv=None):
     parser.add_argument("--learning-rates", required=True, help="comma-separated peak learning rates")
     parser.add_argument("--batch-sizes", required=True, help="comma-separated effective batch sizes")
     parser.add_argument("--sequences", type=int, required=True, help="training sequences per point")
-    parser.add_argument("--max-batch", type=int, default=128,
-                        help="largest batch per micro-step; larger effective batches accumulate")
+    parser.add_argument(
+        "--max-batch", type=int, default=128, help="largest batch per micro-step; larger effective batches accumulate"
+    )
     parser.add_argument("--keep-schedule", action="store_true", help="use the config's schedule as it is")
     parser.add_argument("--dry-run", action="store_true", help="write the configs, print the commands")
     args = parser.parse_args(argv)
@@ -68,13 +70,18 @@ def point_config(base, lr, batch, args, out_dir):
     updates = max(1, args.sequences // batch)
     config["data"]["batch_size"] = micro
     config["optimizer"].update(learning_rate=lr, gradient_accumulation_steps=accumulation)
-    config["stages"] = []   # a point trains the config's own settings throughout (stage ends are absolute updates)
+    config["stages"] = []  # a point trains the config's own settings throughout (stage ends are absolute updates)
     if not args.keep_schedule:
         config["optimizer"]["schedule"] = {str(round(f * updates)): v for f, v in SCHEDULE_SHAPE}
     evals = max(1, updates // 4)
-    config["train"].update(steps=updates, output_dir=out_dir, eval_every=evals, eval_batches=0,
-                           save_every=max(1, min(config["train"]["save_every"], evals)),
-                           log_every=max(1, min(config["train"]["log_every"], updates // 20 or 1)))
+    config["train"].update(
+        steps=updates,
+        output_dir=out_dir,
+        eval_every=evals,
+        eval_batches=0,
+        save_every=max(1, min(config["train"]["save_every"], evals)),
+        log_every=max(1, min(config["train"]["log_every"], updates // 20 or 1)),
+    )
     for key in ("config_path",):
         config.pop(key, None)
     return config
@@ -137,13 +144,22 @@ def sweep(argv=None):
                 json.dump(config, f, indent=1, ensure_ascii=False)
             updates = config["train"]["steps"]
             if args.dry_run:
-                print(f"{name}: {updates} updates of {config['data']['batch_size']} x "
-                      f"{config['optimizer']['gradient_accumulation_steps']}: "
-                      f"python3 pretrain/pretrain.py --config {config_path}")
+                print(
+                    f"{name}: {updates} updates of {config['data']['batch_size']} x "
+                    f"{config['optimizer']['gradient_accumulation_steps']}: "
+                    f"python3 pretrain/pretrain.py --config {config_path}"
+                )
                 continue
             record = run_point(config_path, os.path.join(point_dir, "run"), updates)
-            rows.append({"learning_rate": lr, "batch": batch, "updates": updates, "name": name,
-                         **({} if record is None else record)})
+            rows.append(
+                {
+                    "learning_rate": lr,
+                    "batch": batch,
+                    "updates": updates,
+                    "name": name,
+                    **({} if record is None else record),
+                }
+            )
             write_tables(args, rows)
     if not args.dry_run:
         print(open(os.path.join(args.out, "sweep.md"), encoding="utf-8").read())
@@ -152,13 +168,20 @@ def sweep(argv=None):
 
 def write_tables(args, rows):
     done = sorted((r for r in rows if "eval_loss" in r), key=lambda r: r["eval_loss"])
-    lines = [f"{args.config}, {args.sequences} sequences per point", "",
-             "| learning rate | effective batch | updates | held-out loss | held-out masked accuracy | "
-             "majority baseline |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['learning_rate']:g} | {r['batch']} | {r['updates']} | {r['eval_loss']:.3f} | "
-              f"{r['eval_masked_accuracy']:.4f} | {r['majority_baseline_accuracy']:.4f} |" for r in done]
-    lines += [f"| {r['learning_rate']:g} | {r['batch']} | {r['updates']} | failed | | |"
-              for r in rows if "eval_loss" not in r]
+    lines = [
+        f"{args.config}, {args.sequences} sequences per point",
+        "",
+        "| learning rate | effective batch | updates | held-out loss | held-out masked accuracy | majority baseline |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['learning_rate']:g} | {r['batch']} | {r['updates']} | {r['eval_loss']:.3f} | "
+        f"{r['eval_masked_accuracy']:.4f} | {r['majority_baseline_accuracy']:.4f} |"
+        for r in done
+    ]
+    lines += [
+        f"| {r['learning_rate']:g} | {r['batch']} | {r['updates']} | failed | | |" for r in rows if "eval_loss" not in r
+    ]
     with open(os.path.join(args.out, "sweep.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(args.out, "sweep.json"), "w", encoding="utf-8") as f:

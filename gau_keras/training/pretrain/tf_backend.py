@@ -5,6 +5,7 @@ checkpoints of model, optimizer, data iterator, micro-step and dropout RNG.
 The backend-neutral loop is ``gau_keras.training.pretrain.trainer``; design notes in
 docs/pretraining.md.
 """
+
 import errno
 import os
 import tempfile
@@ -41,8 +42,9 @@ def is_chief(strategy):
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or not getattr(resolver, "task_type", None):
         return True
-    return resolver.task_type == "chief" or (resolver.task_type == "worker" and resolver.task_id == 0
-                                             and "chief" not in resolver.cluster_spec().as_dict())
+    return resolver.task_type == "chief" or (
+        resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
+    )
 
 
 class Devices:
@@ -63,8 +65,10 @@ def choose_devices(tpu=None, devices=None):
     if devices is None:
         return Devices(*choose_strategy(tpu))
     if tpu or tf_config_workers() > 1:
-        raise DeviceError(f"--devices {devices} trains on this host's GPUs or CPU; it cannot be combined "
-                         f"with {'--tpu' if tpu else 'a TF_CONFIG of several workers'}")
+        raise DeviceError(
+            f"--devices {devices} trains on this host's GPUs or CPU; it cannot be combined "
+            f"with {'--tpu' if tpu else 'a TF_CONFIG of several workers'}"
+        )
     try:
         strategy = tf_mirrored(devices)
     except ValueError as e:
@@ -86,16 +90,25 @@ class TrainingState:
         self.trainer = trainer
         self.strategy = trainer.devices.strategy
         with self.strategy.scope():
-            self.micro = tf.Variable(0, dtype=tf.int64, trainable=False, name="micro_step",
-                                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+            self.micro = tf.Variable(
+                0,
+                dtype=tf.int64,
+                trainable=False,
+                name="micro_step",
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+            )
         # Dropout's random state lives in Keras SeedGenerators, which tf.train
         # does not track through the model: save it explicitly so a resumed run
         # draws the same masks as an uninterrupted one.
         weights = {id(w) for w in trainer.model.weights}
         seed_states = [v.value for v in trainer.model.variables if id(v) not in weights]
-        self.checkpoint = tf.train.Checkpoint(model=trainer.model, optimizer=trainer.optimizer,
-                                              iterator=trainer.iterator, micro_step=self.micro,
-                                              seed_states=seed_states)
+        self.checkpoint = tf.train.Checkpoint(
+            model=trainer.model,
+            optimizer=trainer.optimizer,
+            iterator=trainer.iterator,
+            micro_step=self.micro,
+            seed_states=seed_states,
+        )
         self.directory = self._checkpoint_dir()
         self.manager = None
         self._step_fn = None
@@ -121,8 +134,9 @@ class TrainingState:
         folder = os.path.join(self.trainer.output_dir, "checkpoints")
         run_dir.refuse_other_format(folder, "tensorflow")
         restored = run_dir.restore_newest(self.checkpoint, folder, repair=self.trainer.is_chief)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory,
-                                                  max_to_keep=self.trainer.config["train"]["keep_checkpoints"])
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint, self.directory, max_to_keep=self.trainer.config["train"]["keep_checkpoints"]
+        )
         return restored
 
     def latest_checkpoint(self):
@@ -169,6 +183,7 @@ class TrainingState:
         def step(inputs, labels):
             sums = self.strategy.run(replica_step, args=(inputs, labels))
             return [self.strategy.reduce("sum", s, axis=None) for s in sums]
+
         return step
 
     def _distribute(self, batch):
@@ -180,7 +195,7 @@ class TrainingState:
 
         def rows_of(context):
             start = context.replica_id_in_sync_group * rows
-            return tf.nest.map_structure(lambda t: t[start:start + rows], batch)
+            return tf.nest.map_structure(lambda t: t[start : start + rows], batch)
 
         return self.strategy.experimental_distribute_values_from_function(rows_of)
 
@@ -194,8 +209,7 @@ class TrainingState:
                     result = step(*batch)
                     self._step_fn = step
                     return result
-                except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError,
-                        tf.errors.InternalError) as e:
+                except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.InternalError) as e:
                     print(f"XLA compilation failed, training without it: {str(e).splitlines()[0]}")
             self._step_fn = self._make_step(False)
         return self._step_fn(*batch)
@@ -207,5 +221,7 @@ class TrainingState:
             names = self.trainer.input_names
             self._eval_fn = tf.function(
                 lambda x, y: self.trainer.mlm_sums(y, model([x[n] for n in names], training=False), y)[:3],
-                jit_compile=self.trainer.xla, reduce_retracing=True)
+                jit_compile=self.trainer.xla,
+                reduce_retracing=True,
+            )
         return self._eval_fn(inputs, labels)

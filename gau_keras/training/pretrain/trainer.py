@@ -11,6 +11,7 @@ and log continuity in ``gau_keras.training.run_dir``.
 
 Design notes: docs/pretraining.md.
 """
+
 import contextlib
 import importlib
 import json
@@ -74,11 +75,22 @@ def training_dataset(config, tokenizer, pattern, repeat, dynamic_mask=None, repl
         raise ConfigError(f"data.batch_size={batch} is not divisible by the {replicas} replicas")
     try:
         return tfrecord.load_dataset(
-            pattern, batch, maxlen=data["maxlen"], dynamic_mask=dynamic_mask, shuffle=repeat,
-            shuffle_buffer=data["shuffle_buffer"], seed=data["seed"], repeat=repeat, drop_remainder=True,
-            mask_token_id=tokenizer.token_mask_id, random_token_ids=random_token_ids(tokenizer.token_dict),
-            char_mask_fraction=data["char_mask_fraction"] if repeat else 0.0,   # held-out masks stay as stored
-            pair_segments=data["pair_segments"], sep_token_id=tokenizer.token_sep_id, vocab=config["vocab"])
+            pattern,
+            batch,
+            maxlen=data["maxlen"],
+            dynamic_mask=dynamic_mask,
+            shuffle=repeat,
+            shuffle_buffer=data["shuffle_buffer"],
+            seed=data["seed"],
+            repeat=repeat,
+            drop_remainder=True,
+            mask_token_id=tokenizer.token_mask_id,
+            random_token_ids=random_token_ids(tokenizer.token_dict),
+            char_mask_fraction=data["char_mask_fraction"] if repeat else 0.0,  # held-out masks stay as stored
+            pair_segments=data["pair_segments"],
+            sep_token_id=tokenizer.token_sep_id,
+            vocab=config["vocab"],
+        )
     except (FileNotFoundError, ValueError) as e:
         raise DataFileError(f"{config['config_path']}: {e}") from None
 
@@ -88,8 +100,9 @@ def check_data(config):
     (data.train, and data.eval when set: a pattern matching nothing would
     otherwise be found at the first evaluation)."""
     tokenizer = Tokenizer(load_vocab(config["vocab"]), do_lower_case=True)
-    training_dataset(config, tokenizer, config["data"]["train"], repeat=True,
-                     dynamic_mask=config["data"]["dynamic_mask"])
+    training_dataset(
+        config, tokenizer, config["data"]["train"], repeat=True, dynamic_mask=config["data"]["dynamic_mask"]
+    )
     if config["data"]["eval"]:
         training_dataset(config, tokenizer, config["data"]["eval"], repeat=False)
 
@@ -157,8 +170,7 @@ class Trainer:
         self.precision = self._choose_precision()
         self.loss_scaling = self.precision == "mixed_float16"
         self._owns_lock = lock is None
-        self.lock = lock if lock is not None else (
-            lock_run_dir(self.output_dir) if self.is_chief else None)
+        self.lock = lock if lock is not None else (lock_run_dir(self.output_dir) if self.is_chief else None)
         self.state = None
         try:
             self._set_up(restart)
@@ -180,7 +192,8 @@ class Trainer:
         self.max_predictions = min(data["max_predictions"] or -(-data["maxlen"] // 4), data["maxlen"])
         with self.devices.scope(), _global_policy(self.precision):
             self.transformer = build_transformer_model(
-                self.model_config, model=config["model"], with_mlm="linear", return_keras_model=False)
+                self.model_config, model=config["model"], with_mlm="linear", return_keras_model=False
+            )
             self.model = self.transformer.model
             self.input_names = [x.name for x in self.model.inputs]
             self.train_model = self._training_model()
@@ -202,8 +215,9 @@ class Trainer:
     def _choose_precision(self):
         precision = self.config["train"]["precision"]
         if precision not in PRECISIONS:
-            raise ConfigError(f"{self.config['config_path']}: train.precision must be one of "
-                             f"{PRECISIONS}, got {precision!r}")
+            raise ConfigError(
+                f"{self.config['config_path']}: train.precision must be one of {PRECISIONS}, got {precision!r}"
+            )
         if precision == "auto":
             return default_precision(self.device_kind, self.devices.replicas)
         return precision
@@ -215,8 +229,10 @@ class Trainer:
         raw = config_lib.model_config(self.config)
         configs = read_config(raw, where=where)
         if configs.get("vocab_size") != len(self.token_dict):
-            raise ConfigError(f"{where}: model vocab_size={configs.get('vocab_size')} "
-                             f"but vocab {self.config['vocab']!r} has {len(self.token_dict)} tokens")
+            raise ConfigError(
+                f"{where}: model vocab_size={configs.get('vocab_size')} "
+                f"but vocab {self.config['vocab']!r} has {len(self.token_dict)} tokens"
+            )
         return raw
 
     def _training_model(self):
@@ -235,7 +251,7 @@ class Trainer:
     def _optimizer(self):
         opt = dict(self.config["optimizer"])
         schedule = PiecewiseLinearDecay(opt.pop("learning_rate"), opt.pop("schedule"))
-        if (opt.get("gradient_accumulation_steps") or 1) < 2:   # Keras wants None for "no accumulation"
+        if (opt.get("gradient_accumulation_steps") or 1) < 2:  # Keras wants None for "no accumulation"
             opt["gradient_accumulation_steps"] = None
         optimizer = LAMB(learning_rate=schedule, **opt)
         if self.loss_scaling:
@@ -253,15 +269,19 @@ class Trainer:
             path = self.config["train"]["init_checkpoint"]
             try:
                 n = self.transformer.load_weights_from_checkpoint(path)
-            except CheckpointError as e:     # another size or another model: a one-line error
-                raise CheckpointError(f"train.init_checkpoint {path} does not fit the {self.config['model']} "
-                                 f"model of {self.config['config_path']}: {e}") from None
+            except CheckpointError as e:  # another size or another model: a one-line error
+                raise CheckpointError(
+                    f"train.init_checkpoint {path} does not fit the {self.config['model']} "
+                    f"model of {self.config['config_path']}: {e}"
+                ) from None
             print(f"initialised {n} weights from {path}")
         if self.is_chief:
             dropped = run_dir.continue_log(os.path.join(self.output_dir, "log.jsonl"), self.updates())
             if dropped:
-                print(f"log.jsonl: removed {dropped} record(s) after update {self.updates()} "
-                      f"(those updates are run again)")
+                print(
+                    f"log.jsonl: removed {dropped} record(s) after update {self.updates()} "
+                    f"(those updates are run again)"
+                )
 
     def accumulation(self):
         return self.config["optimizer"]["gradient_accumulation_steps"] or 1
@@ -310,8 +330,12 @@ class Trainer:
         if update % train["log_every"] == 0 or update == train["steps"]:
             self._last_record = self._log(update, [float(x) for x in self._window])
             self._window = None
-        if (train["eval_every"] and (update % train["eval_every"] == 0 or update == train["steps"])
-                and self.config["data"]["eval"] and self.is_chief):
+        if (
+            train["eval_every"]
+            and (update % train["eval_every"] == 0 or update == train["steps"])
+            and self.config["data"]["eval"]
+            and self.is_chief
+        ):
             self._log_eval(update)
         if update % train["save_every"] == 0:
             self.save(update)
@@ -320,10 +344,12 @@ class Trainer:
     def _next_batch(self):
         try:
             return next(self.iterator)
-        except tf.errors.DataLossError as e:   # a record damaged past the start of its shard
-            raise DataFileError(f"{self.config['config_path']}: a shard of data.train "
-                             f"{self.config['data']['train']!r} is damaged ({str(e).strip().splitlines()[0]}); "
-                             f"prepare the shards again") from None
+        except tf.errors.DataLossError as e:  # a record damaged past the start of its shard
+            raise DataFileError(
+                f"{self.config['config_path']}: a shard of data.train "
+                f"{self.config['data']['train']!r} is damaged ({str(e).strip().splitlines()[0]}); "
+                f"prepare the shards again"
+            ) from None
 
     def save(self, update):
         """Writes the checkpoint of ``update``. When the disk is full: a
@@ -374,8 +400,11 @@ class Trainer:
     def _open_logs(self):
         if self.is_chief:
             tf.io.gfile.makedirs(self.output_dir)
-        self._writer = tf.summary.create_file_writer(os.path.join(self.output_dir, "logs")) \
-            if self.is_chief else tf.summary.create_noop_writer()
+        self._writer = (
+            tf.summary.create_file_writer(os.path.join(self.output_dir, "logs"))
+            if self.is_chief
+            else tf.summary.create_noop_writer()
+        )
         self._start = time.time()
 
     def _train(self, max_minutes, until):
@@ -383,18 +412,28 @@ class Trainer:
         end = total if until is None else min(until, total)
         self._open_logs()
         if self.updates() >= total and self.is_chief:
-            print(f"{self.output_dir} already holds a finished run (update {self.updates()} of train.steps={total})"
-                  f": nothing to train; pass --restart to move it aside and start again from update 0, or a larger "
-                  f"--steps to train further")
-        progress = tqdm(total=total, initial=self.updates(), desc="pretrain", unit="update",
-                        dynamic_ncols=True, mininterval=2.0, disable=not self.is_chief)
+            print(
+                f"{self.output_dir} already holds a finished run (update {self.updates()} of train.steps={total})"
+                f": nothing to train; pass --restart to move it aside and start again from update 0, or a larger "
+                f"--steps to train further"
+            )
+        progress = tqdm(
+            total=total,
+            initial=self.updates(),
+            desc="pretrain",
+            unit="update",
+            dynamic_ncols=True,
+            mininterval=2.0,
+            disable=not self.is_chief,
+        )
         self._last_record = None
         while self._micro // self.accumulation() < end:
             update = self.advance()
             progress.update(1)
             if self._last_record is not None and self._last_record["update"] == update:
-                progress.set_postfix(loss=f"{self._last_record['loss']:.3f}",
-                                     acc=f"{self._last_record['masked_accuracy']:.3f}")
+                progress.set_postfix(
+                    loss=f"{self._last_record['loss']:.3f}", acc=f"{self._last_record['masked_accuracy']:.3f}"
+                )
             if max_minutes is not None and time.time() - self._start > 60 * max_minutes:
                 print(f"\nthe time limit is spent: saving update {update} and stopping")
                 self.stopped_early = True
@@ -404,7 +443,7 @@ class Trainer:
                 self.stopped_early = True
                 break
         progress.close()
-        self.stopped_early = self.stopped_early or self._stop_signal is not None   # a signal during the last update
+        self.stopped_early = self.stopped_early or self._stop_signal is not None  # a signal during the last update
         self.save(self.updates())
         if self.updates() >= total and self.is_chief:
             print(f"exported to {self.export()}")
@@ -417,12 +456,17 @@ class Trainer:
 
     def _log(self, update, window):
         loss_sum, correct, n, all_masked = window
-        self.state.sync()       # the optimizer's step and loss scale, read below
+        self.state.sync()  # the optimizer's step and loss scale, read below
         lr = float(keras.ops.convert_to_numpy(self.optimizer.learning_rate))
-        record = {"update": update, "loss": loss_sum / max(n, 1), "masked_accuracy": correct / max(n, 1),
-                  "learning_rate": lr, "masked_tokens": int(n),
-                  "beyond_max_predictions": round(1 - n / max(all_masked, 1), 4),
-                  "elapsed_s": round(time.time() - self._start, 1)}
+        record = {
+            "update": update,
+            "loss": loss_sum / max(n, 1),
+            "masked_accuracy": correct / max(n, 1),
+            "learning_rate": lr,
+            "masked_tokens": int(n),
+            "beyond_max_predictions": round(1 - n / max(all_masked, 1), 4),
+            "elapsed_s": round(time.time() - self._start, 1),
+        }
         if self.loss_scaling:
             record["loss_scale"] = float(keras.ops.convert_to_numpy(self.optimizer.scale_loss(1.0)))
         with self._writer.as_default(step=update):
@@ -442,14 +486,18 @@ class Trainer:
         sums, counts = np.zeros(3), {}
         self.state.sync()
         for inputs, labels in dataset:
-            sums += [float(x) for x in self.state.eval_sums(inputs, labels)]   # every masked position counts here
+            sums += [float(x) for x in self.state.eval_sums(inputs, labels)]  # every masked position counts here
             ids, freq = np.unique(labels.numpy()[labels.numpy() > 0], return_counts=True)
             for i, c in zip(ids, freq):
                 counts[i] = counts.get(i, 0) + c
         n = max(sums[2], 1)
         baseline = max(counts.values()) / n if counts else 0.0
-        return {"eval_loss": sums[0] / n, "eval_masked_accuracy": sums[1] / n,
-                "majority_baseline_accuracy": baseline, "eval_masked_tokens": int(sums[2])}
+        return {
+            "eval_loss": sums[0] / n,
+            "eval_masked_accuracy": sums[1] / n,
+            "majority_baseline_accuracy": baseline,
+            "eval_masked_tokens": int(sums[2]),
+        }
 
     def log_evaluation(self, update=None, batches=None):
         """Evaluates, appends the record to log.jsonl and TensorBoard, prints it."""
@@ -462,8 +510,9 @@ class Trainer:
             for key in ("eval_loss", "eval_masked_accuracy", "majority_baseline_accuracy"):
                 tf.summary.scalar(key, record[key])
         self._append_log(record)
-        print(f"\n[eval] update {update}: " + ", ".join(f"{k}={v:.4f}" for k, v in record.items()
-                                                          if isinstance(v, float)))
+        print(
+            f"\n[eval] update {update}: " + ", ".join(f"{k}={v:.4f}" for k, v in record.items() if isinstance(v, float))
+        )
 
     # ----------------------------------------------------------- export
     def export(self, directory=None):

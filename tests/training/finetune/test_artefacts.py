@@ -3,6 +3,7 @@ process that imports only gau_keras and predicts what the trained model
 predicts, for every head kind (classification, span, multiple choice,
 candidate scoring, GlobalPointer); the runs are the session's ``head_kind_runs``
 (tests/conftest.py), which tests/training/finetune/test_backends.py compares with JAX's."""
+
 import json
 import os
 import subprocess
@@ -34,8 +35,7 @@ def trained_model_and_inputs(args, out_dir):
     task = task_cls(args.task_name, tokenizer, args.maxlen, **args.head_options)
     model = task.build_model(transformer)
     model.load_weights(str(out_dir / f"{args.task_name}_best.weights.h5"))
-    dev = runner.load_split(args.task_name, "dev", args.data_dir, args.max_eval_examples,
-                            seed=runner.DEV_SUBSET_SEED)
+    dev = runner.load_split(args.task_name, "dev", args.data_dir, args.max_eval_examples, seed=runner.DEV_SUBSET_SEED)
     features = runner.encode(task, dev, training=False)
     (inputs,) = PaddedBatches(features, 4, with_labels=False)[0]
     return model, list(inputs)
@@ -58,8 +58,14 @@ def reloaded(tmp_path_factory, head_kind_runs):
         runs[task] = (record, np.asarray(model.predict(inputs, verbose=0)), got)
         jobs.append([record["model"], paths, str(got)])
     env = {k: v for k, v in os.environ.items() if k != "GAU_KERAS_TF_FREE"}
-    result = subprocess.run([sys.executable, "-c", PREDICT, json.dumps(jobs)], cwd=inputs_root, env=env,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", PREDICT, json.dumps(jobs)],
+        cwd=inputs_root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return {task: (record, expected, np.load(got)) for task, (record, expected, got) in runs.items()}
 

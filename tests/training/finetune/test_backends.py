@@ -22,6 +22,7 @@ epoch orders when Keras's JAX fit starts the dataset once more to look at a batc
 With the heads' kernels drawn by Keras instead, tnews, cmrc2018, c3 and cluener fail
 (dev accuracy 0.17 against 0, F1 9.1 against 0, first-epoch loss 4.2e-3 off, F1 0.23
 relative off); chid, which adds no weights, passes."""
+
 import json
 import os
 import subprocess
@@ -41,12 +42,21 @@ def records(tmp_path_factory, head_kind_runs, requires_jax):
     """(TensorFlow's records: the session's runs, JAX's records: one JAX process with 2 host devices)."""
     model_dir, _, tensorflow = head_kind_runs
     root = tmp_path_factory.mktemp("backends")
-    code = ("import json, pathlib, sys\nfrom tests.finetune_utils import run_head_kinds\n"
-            "json.dump(run_head_kinds(pathlib.Path(sys.argv[1]), sys.argv[2], True), open(sys.argv[3], 'w'))\n")
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
-               XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    result = subprocess.run([sys.executable, "-c", code, str(root / "jax"), model_dir, str(root / "jax.json")],
-                            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    code = (
+        "import json, pathlib, sys\nfrom tests.finetune_utils import run_head_kinds\n"
+        "json.dump(run_head_kinds(pathlib.Path(sys.argv[1]), sys.argv[2], True), open(sys.argv[3], 'w'))\n"
+    )
+    env = dict(
+        os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(root / "jax"), model_dir, str(root / "jax.json")],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     return tensorflow, json.loads((root / "jax.json").read_text())
 
@@ -61,7 +71,7 @@ def test_the_dev_metric_of_each_epoch_equals_tensorflows(records, task):
         assert ours[metric] == pytest.approx(theirs[metric], rel=METRIC_BOUND, abs=1e-9), (task, metric, ours["epoch"])
         assert ours["train_loss"] == pytest.approx(theirs["train_loss"], rel=loss_bound), (task, ours["epoch"])
     losses = [e["train_loss"] for e in tensorflow["epochs"]]
-    assert losses[1] != losses[0]                                 # it trained
+    assert losses[1] != losses[0]  # it trained
 
 
 def test_two_jax_devices_give_the_one_device_run(records):
@@ -76,8 +86,7 @@ def test_two_jax_devices_give_the_one_device_run(records):
     one, two = records[1]["tnews"], records[1]["tnews@2"]
     assert (one["replicas"], two["replicas"]) == (1, 2) and one["xla"] and two["xla"]
     assert [e["accuracy"] for e in two["epochs"]] == [e["accuracy"] for e in one["epochs"]]
-    assert [e["train_loss"] for e in two["epochs"]] == pytest.approx([e["train_loss"] for e in one["epochs"]],
-                                                                     rel=1e-5)
-    model = keras.saving.load_model(two["model"])                          # saved on JAX, loaded on TensorFlow
+    assert [e["train_loss"] for e in two["epochs"]] == pytest.approx([e["train_loss"] for e in one["epochs"]], rel=1e-5)
+    model = keras.saving.load_model(two["model"])  # saved on JAX, loaded on TensorFlow
     ids = np.array([[2, 7, 8, 9, 3, 0]], "int32")
     assert model.predict([ids, np.zeros_like(ids)], verbose=0).shape == (1, 15)

@@ -1,4 +1,5 @@
 """gau_keras.training.finetune.compare: two variants of a tiny tnews run, the summary table, resuming, failures."""
+
 import contextlib
 import json
 
@@ -17,9 +18,20 @@ def test_two_variants_are_tabulated_and_a_rerun_resumes(tmp_path, shared_data, c
     data_dir, texts = _small_copy(shared_data, tmp_path / "data")
     model_dir = tiny_model_dir(str(tmp_path / "model"), texts)
     out = tmp_path / "out"
-    argv = ["--data-dir", str(data_dir), "--out-dir", str(out), "--tasks", "tnews", "--extra", TINY,
-            "--variant", f"pretrained=--model-dir {model_dir}",
-            "--variant", f"scratch=--model-dir {model_dir} --from-scratch"]
+    argv = [
+        "--data-dir",
+        str(data_dir),
+        "--out-dir",
+        str(out),
+        "--tasks",
+        "tnews",
+        "--extra",
+        TINY,
+        "--variant",
+        f"pretrained=--model-dir {model_dir}",
+        "--variant",
+        f"scratch=--model-dir {model_dir} --from-scratch",
+    ]
     assert compare.main(argv) == 0
     printed = capsys.readouterr().out
     assert "| task | metric | pretrained | scratch |" in printed
@@ -65,8 +77,20 @@ def test_a_rate_grid_keeps_the_best_rate_per_variant(tmp_path, shared_data, caps
     data_dir, texts = _small_copy(shared_data, tmp_path / "data")
     model_dir = tiny_model_dir(str(tmp_path / "model"), texts)
     out = tmp_path / "out"
-    argv = ["--data-dir", str(data_dir), "--out-dir", str(out), "--tasks", "tnews", "--extra", TINY,
-            "--lrs", "1e-4,3e-3", "--variant", f"pretrained=--model-dir {model_dir}"]
+    argv = [
+        "--data-dir",
+        str(data_dir),
+        "--out-dir",
+        str(out),
+        "--tasks",
+        "tnews",
+        "--extra",
+        TINY,
+        "--lrs",
+        "1e-4,3e-3",
+        "--variant",
+        f"pretrained=--model-dir {model_dir}",
+    ]
     assert compare.main(argv) == 0
     summary = json.loads((out / "summary.json").read_text())
     grid = summary["grid"]["pretrained/tnews"]
@@ -94,10 +118,27 @@ def test_a_finished_run_is_reused_only_with_the_same_options(tmp_path, capsys, m
 
     args = argparse.Namespace(out_dir=str(tmp_path), lrs=[1e-3], data_dir="data", seed=0, extra="")
     budget = compare.budget_arguments("cluener")
-    earlier = {"finished": True, "metric": "f1", "best": {"epoch": 2, "f1": 0.5}, "seconds": 1.0,
-               "args": {"data_dir": "data", "task_name": "cluener", "lr": 1e-3, "seed": 0, "max_test_examples": 100,
-                        "epochs": 2, "maxlen": 64, "batch_size": 32, "max_train_examples": 3000,
-                        "model": "roformer_v2", "model_dir": "m", "out_dir": "elsewhere", "overwrite": True}}
+    earlier = {
+        "finished": True,
+        "metric": "f1",
+        "best": {"epoch": 2, "f1": 0.5},
+        "seconds": 1.0,
+        "args": {
+            "data_dir": "data",
+            "task_name": "cluener",
+            "lr": 1e-3,
+            "seed": 0,
+            "max_test_examples": 100,
+            "epochs": 2,
+            "maxlen": 64,
+            "batch_size": 32,
+            "max_train_examples": 3000,
+            "model": "roformer_v2",
+            "model_dir": "m",
+            "out_dir": "elsewhere",
+            "overwrite": True,
+        },
+    }
     (tmp_path / "v").mkdir()
     (tmp_path / "v" / "cluener_metrics.json").write_text(json.dumps(earlier))
     calls = []

@@ -1,5 +1,6 @@
 """Fine-tuning the BERT family (issue 38, item 5): `python -m finetune TASK --model bert
 --model-dir DIR` on a tiny random checkpoint of each model with the real vocab."""
+
 import json
 
 import numpy as np
@@ -24,7 +25,7 @@ def run(task, model, directory, out_dir):
 
 def test_bert_fine_tunes_every_head_kind(tmp_path, tmp_path_factory):
     directory = model_dir(tmp_path_factory, "bert")
-    for task in HEAD_KIND_TASKS:     # classification, span, multiple choice, MLM candidates, GlobalPointer
+    for task in HEAD_KIND_TASKS:  # classification, span, multiple choice, MLM candidates, GlobalPointer
         record = run(task, "bert", directory, tmp_path / task)
         assert record["args"]["model"] == "bert" and [e["epoch"] for e in record["epochs"]] == [1, 2], task
         assert all(np.isfinite(e["train_loss"]) for e in record["epochs"]), record["epochs"]

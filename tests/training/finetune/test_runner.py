@@ -1,4 +1,5 @@
 """The shared runner end to end (tnews, a tiny random GAU-alpha, a few steps), its options and its batching."""
+
 import itertools
 import json
 import runpy
@@ -40,8 +41,9 @@ def test_padded_batches_order_each_pass_and_keep_every_feature():
     # a pass started and abandoned (Keras's JAX fit looks at one batch first) does not move the orders on
     again = PaddedBatches(features, 3, shuffle=True, seed=1)
     next(again.tf_dataset().as_numpy_iterator())
-    assert [labels.tolist() for _, labels in again.tf_dataset().as_numpy_iterator()] == \
-        [orders[0][i:i + 3] for i in range(0, 7, 3)]
+    assert [labels.tolist() for _, labels in again.tf_dataset().as_numpy_iterator()] == [
+        orders[0][i : i + 3] for i in range(0, 7, 3)
+    ]
     (inputs,) = PaddedBatches(features, 4, with_labels=False)[1]
     assert inputs[0].shape == (3, 7)
     with pytest.raises(IndexError):
@@ -63,13 +65,29 @@ def _small_copy(shared_data, target, rows=24):
     return target, texts
 
 
-@pytest.mark.both_backends     # the fine-tuning run of the JAX pass (tests/conftest.py)
+@pytest.mark.both_backends  # the fine-tuning run of the JAX pass (tests/conftest.py)
 def test_tnews_end_to_end(tmp_path, shared_data, capsys, monkeypatch):
     data_dir, texts = _small_copy(shared_data, tmp_path / "data")
     model_dir = tiny_model_dir(str(tmp_path / "model"), texts)
     out_dir = tmp_path / "out"
-    argv = ["--data-dir", str(data_dir), "--model-dir", model_dir, "--out-dir", str(out_dir),
-            "--epochs", "2", "--batch-size", "8", "--maxlen", "32", "--max-eval-examples", "16", "--seed", "3"]
+    argv = [
+        "--data-dir",
+        str(data_dir),
+        "--model-dir",
+        model_dir,
+        "--out-dir",
+        str(out_dir),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "8",
+        "--maxlen",
+        "32",
+        "--max-eval-examples",
+        "16",
+        "--seed",
+        "3",
+    ]
     monkeypatch.setattr(sys, "argv", ["finetune", "tnews"] + argv)
     with pytest.warns(UserWarning, match=r"train\.json:4"), pytest.raises(SystemExit) as done:
         # what `python -m finetune tnews` runs
@@ -96,8 +114,10 @@ def test_tnews_end_to_end(tmp_path, shared_data, capsys, monkeypatch):
     assert "already exist; pass --overwrite (Options.overwrite=True) to replace them" in capsys.readouterr().err
     assert (out_dir / "tnews_predict.json").read_bytes() == before
     with pytest.warns(UserWarning, match=r"train\.json:4"):
-        assert runner.run("tnews", argv + ["--epochs", "0", "--overwrite", "--max-test-examples", "5",
-                                             "--from-scratch"]) == 0
+        assert (
+            runner.run("tnews", argv + ["--epochs", "0", "--overwrite", "--max-test-examples", "5", "--from-scratch"])
+            == 0
+        )
     assert len((out_dir / "tnews_predict.json").read_text().splitlines()) == 5
     record = json.loads((out_dir / "tnews_metrics.json").read_text())
     assert record["args"]["from_scratch"] and [e["epoch"] for e in record["epochs"]] == [0]
@@ -126,8 +146,20 @@ def test_every_task_has_the_command_line(task, capsys):
         runner.main([task, "--help"], prog="python -m finetune")
     assert done.value.code == 0
     usage = capsys.readouterr().out
-    for option in ("--data-dir", "--model-dir", "--model", "--epochs", "--batch-size", "--maxlen", "--lr",
-                   "--max-train-examples", "--seed", "--overwrite", "--from-scratch", "--task-name"):
+    for option in (
+        "--data-dir",
+        "--model-dir",
+        "--model",
+        "--epochs",
+        "--batch-size",
+        "--maxlen",
+        "--lr",
+        "--max-train-examples",
+        "--seed",
+        "--overwrite",
+        "--from-scratch",
+        "--task-name",
+    ):
         assert option in usage
     assert usage.startswith(f"usage: python -m finetune {task} ")
     assert TASKS[task].about.split(" ")[0] in usage
@@ -141,31 +173,48 @@ def test_the_task_choices_and_the_model_names_come_from_the_registries(capsys):
 
     assert tasks.names() == sorted(name for name, spec in TASKS.items() if spec.head)
     assert runner.main(["nosuchtask"]) == 2 and "cluewsc" in capsys.readouterr().err
-    assert model_names() == ("bert", "albert", "albert_unshared", "nezha", "roformer", "electra", "gau_alpha",
-                             "roformer_v2", "srupp") and set(model_names()) <= set(MODELS)
+    assert model_names() == (
+        "bert",
+        "albert",
+        "albert_unshared",
+        "nezha",
+        "roformer",
+        "electra",
+        "gau_alpha",
+        "roformer_v2",
+        "srupp",
+    ) and set(model_names()) <= set(MODELS)
     parser = runner.build_parser("tnews")
     model = next(a for a in parser._actions if a.dest == "model")
     fine_tunable = {name for name, cls in MODELS.items() if cls.takes_segment_ids}
-    assert set(model.choices) == fine_tunable and "srupp" not in fine_tunable     # no segment input
+    assert set(model.choices) == fine_tunable and "srupp" not in fine_tunable  # no segment input
     assert parser.parse_args(["--data-dir", "x", "--model", "RoFormer-V2"]).model
     assert model_names(segment_ids=True) == model_names()[:-1]
     assert tasks.same_model("bustm") == ("bustm", "afqmc", "cmnli", "ocnli", "ocnli_full")
     with pytest.raises(SystemExit):
-        runner.parse_options("afqmc", ["--data-dir", "x", "--task-name", "tnews"])     # another input form
+        runner.parse_options("afqmc", ["--data-dir", "x", "--task-name", "tnews"])  # another input form
 
 
 def test_options_check_each_value_once_and_name_the_argument():
     options = runner.Options.for_task("cmrc2018", data_dir="x")
     assert (options.maxlen, options.epochs, options.dropout) == (256, 2, 0.1)
-    for name, value, message in (("maxlen", 0, "maxlen must be an integer >= 8, got 0"),
-                                 ("lr", 0.0, "lr must be > 0, got 0"),
-                                 ("dropout", 1.0, "dropout must be in [0, 1), got 1"),
-                                 ("epochs", 1.5, "epochs: expected an integer, got '1.5'"),
-                                 ("model", "gpt2", "model must be one of bert, albert, albert_unshared, nezha, "
-                                                   "roformer, electra, gau_alpha, roformer_v2, got"),
-                                 ("model", "srupp", "model 'srupp' reads no segment ids, which the CLUE tasks "
-                                                    "feed: fine-tune one of bert, albert,"),
-                                 ("xla", "maybe", "xla must be one of auto, on, off")):
+    for name, value, message in (
+        ("maxlen", 0, "maxlen must be an integer >= 8, got 0"),
+        ("lr", 0.0, "lr must be > 0, got 0"),
+        ("dropout", 1.0, "dropout must be in [0, 1), got 1"),
+        ("epochs", 1.5, "epochs: expected an integer, got '1.5'"),
+        (
+            "model",
+            "gpt2",
+            "model must be one of bert, albert, albert_unshared, nezha, roformer, electra, gau_alpha, roformer_v2, got",
+        ),
+        (
+            "model",
+            "srupp",
+            "model 'srupp' reads no segment ids, which the CLUE tasks feed: fine-tune one of bert, albert,",
+        ),
+        ("xla", "maybe", "xla must be one of auto, on, off"),
+    ):
         with pytest.raises(ValueError) as refused:
             runner.Options.for_task("tnews", data_dir="x", **{name: value})
         assert str(refused.value).startswith(message), str(refused.value)
@@ -188,20 +237,44 @@ def tnews_on_one_and_two_devices(shared_data, tmp_path):
     records = {}
     for devices in (1, 2):
         out = tmp_path / f"out{devices}"
-        argv = ["--data-dir", str(data_dir), "--model-dir", model_dir, "--out-dir", str(out), "--epochs", "2",
-                "--batch-size", "8", "--maxlen", "32", "--seed", "3", "--lr", "1e-3", "--dropout", "0",
-                "--devices", str(devices)]
+        argv = [
+            "--data-dir",
+            str(data_dir),
+            "--model-dir",
+            model_dir,
+            "--out-dir",
+            str(out),
+            "--epochs",
+            "2",
+            "--batch-size",
+            "8",
+            "--maxlen",
+            "32",
+            "--seed",
+            "3",
+            "--lr",
+            "1e-3",
+            "--dropout",
+            "0",
+            "--devices",
+            str(devices),
+        ]
         if devices == 1:
             assert runner.run("tnews", argv) == 0
         else:
-            result = subprocess.run([sys.executable, "-m", "finetune", "tnews", *argv], cwd=REPO_ROOT,
-                                    capture_output=True, text=True, timeout=600)
+            result = subprocess.run(
+                [sys.executable, "-m", "finetune", "tnews", *argv],
+                cwd=REPO_ROOT,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             assert result.returncode == 0, result.stderr[-3000:]
         records[devices] = json.loads((out / "tnews_metrics.json").read_text())
     return records
 
 
-@pytest.mark.tensorflow_only     # MirroredStrategy; JAX's DataParallel: tests/training/finetune/test_backends.py
+@pytest.mark.tensorflow_only  # MirroredStrategy; JAX's DataParallel: tests/training/finetune/test_backends.py
 def test_two_devices_give_the_same_dev_metric(tmp_path, shared_data):
     """MirroredStrategy on 2 logical CPU devices vs one device. Dropout 0: with dropout each
     replica draws its own masks."""
@@ -211,8 +284,7 @@ def test_two_devices_give_the_same_dev_metric(tmp_path, shared_data):
     # Equal in exact arithmetic: the replicas' gradients sum to the one-device gradient within
     # float32 round-off (~1e-7 relative), which Adam's normalised steps amplify over the 12
     # updates: measured 3e-5 to 2.2e-4 relative on the epoch losses over seeds 3-5.
-    assert [e["train_loss"] for e in two["epochs"]] == pytest.approx([e["train_loss"] for e in one["epochs"]],
-                                                                     rel=1e-3)
+    assert [e["train_loss"] for e in two["epochs"]] == pytest.approx([e["train_loss"] for e in one["epochs"]], rel=1e-3)
     assert (one["replicas"], two["replicas"]) == (1, 2)
 
 

@@ -1,5 +1,6 @@
 """Each head kind's example -> features conversion on real CLUE lines, and the
 cmrc2018 sliding windows mapped back to character spans."""
+
 import json
 
 import numpy as np
@@ -26,6 +27,7 @@ CLUE = "clue"
 @pytest.fixture(scope="module")
 def tokenizer():
     from tests.conftest import SHARED_DATA
+
     vocab = SHARED_DATA / "vocab" / "gau_alpha_vocab.txt"
     if not vocab.is_file():
         pytest.skip(f"{vocab} is absent (set GAU_KERAS_DATA to point at the shared data)")
@@ -41,9 +43,18 @@ def _check_sequence(tokenizer, token_ids, segment_ids, maxlen):
     assert len(token_ids) == len(segment_ids) <= maxlen
 
 
-@pytest.mark.parametrize("task,maxlen", [
-    ("tnews", 32), ("iflytek", 64), ("bustm", 32), ("ocnli", 32), ("ocnli_full", 32), ("csl", 96), ("cluewsc", 64),
-])
+@pytest.mark.parametrize(
+    "task,maxlen",
+    [
+        ("tnews", 32),
+        ("iflytek", 64),
+        ("bustm", 32),
+        ("ocnli", 32),
+        ("ocnli_full", 32),
+        ("csl", 96),
+        ("cluewsc", 64),
+    ],
+)
 def test_classification_features(shared_data, tokenizer, task, maxlen):
     task_obj = task_class(task)(task, tokenizer, maxlen)
     for example in _examples(shared_data, task):
@@ -112,7 +123,7 @@ def test_c3_one_row_per_choice(shared_data, tokenizer):
         for row, choice in zip(token_ids, example.choices):
             row = row[row != 0]
             second = tokenizer.tokens_to_ids(tokenizer.tokenize(example.question + choice)[1:])
-            assert list(row[-len(second):]) == second    # the question+choice segment is kept whole
+            assert list(row[-len(second) :]) == second  # the question+choice segment is kept whole
 
 
 def test_chid_masks_the_blank_and_lists_candidate_tokens(shared_data, tokenizer):
@@ -127,16 +138,18 @@ def test_chid_masks_the_blank_and_lists_candidate_tokens(shared_data, tokenizer)
         left, right = example.content.split("#idiom#")
         left_ids = tokenizer.tokens_to_ids(tokenizer.tokenize(left)[1:-1])
         right_ids = tokenizer.tokens_to_ids(tokenizer.tokenize(right)[1:-1])
-        kept_left, kept_right = token_ids[1:positions[0]], token_ids[positions[-1] + 1:-1]
-        assert list(kept_left) == left_ids[len(left_ids) - len(kept_left):]     # the context nearest the blank
-        assert list(kept_right) == right_ids[:len(kept_right)]
+        kept_left, kept_right = token_ids[1 : positions[0]], token_ids[positions[-1] + 1 : -1]
+        assert list(kept_left) == left_ids[len(left_ids) - len(kept_left) :]  # the context nearest the blank
+        assert list(kept_right) == right_ids[: len(kept_right)]
         assert feature.label == example.label
 
 
 def test_chid_original_clue_form_features_and_submission(tmp_path, tokenizer):
     path = tmp_path / "test.json"
-    record = {"candidates": ["一心一意", "三心二意", "画蛇添足"],
-              "content": ["他做事#idiom000001#，从不#idiom000002#。"]}
+    record = {
+        "candidates": ["一心一意", "三心二意", "画蛇添足"],
+        "content": ["他做事#idiom000001#，从不#idiom000002#。"],
+    }
     path.write_text(json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")
     examples, _ = load_file("chid", path, labelled=False)
     assert [e.id for e in examples] == ["#idiom000001#", "#idiom000002#"]
@@ -145,9 +158,10 @@ def test_chid_original_clue_form_features_and_submission(tmp_path, tokenizer):
         (feature,) = task.features(example, training=False)
         token_ids, _, positions, candidates = feature.inputs
         assert list(token_ids[positions]) == [tokenizer.token_mask_id] * 4 and candidates.shape == (3, 4)
-        assert (token_ids == tokenizer.token_mask_id).sum() == 4      # the other blank is "____", not masks
-    out = write_predictions("chid", [(e.id, task.submission(e, i)) for i, e in enumerate(examples)],
-                            tmp_path / "chid_predict.json")
+        assert (token_ids == tokenizer.token_mask_id).sum() == 4  # the other blank is "____", not masks
+    out = write_predictions(
+        "chid", [(e.id, task.submission(e, i)) for i, e in enumerate(examples)], tmp_path / "chid_predict.json"
+    )
     assert json.loads(out.read_text()) == {"#idiom000001#": 0, "#idiom000002#": 1}
 
 
@@ -186,14 +200,17 @@ def test_char_span_to_tokens_and_best_span():
     assert char_span_to_tokens(mapping, 7, 8) is None
     start = np.array([0, 5, 0, 0, 9.0])
     end = np.array([0, 0, 4, 0, 1.0])
-    assert best_span(start, end, 0, 4, 10)[1:] == (4, 4)             # 9 + 1 beats 5 + 4
+    assert best_span(start, end, 0, 4, 10)[1:] == (4, 4)  # 9 + 1 beats 5 + 4
     assert best_span(start, end, 0, 3, 10)[1:] == (1, 2)
-    assert best_span(start, end, 1, 3, 1)[1:] == (1, 1)              # max one token
+    assert best_span(start, end, 1, 3, 1)[1:] == (1, 1)  # max one token
 
 
 def test_cmrc2018_windows_map_answers_back_to_characters(shared_data, tokenizer):
-    examples = [e for e in load_task("cmrc2018", "train", shared_data / CLUE)[0]
-                if e.answers[0].start is not None and len(e.context) > 300][:3]
+    examples = [
+        e
+        for e in load_task("cmrc2018", "train", shared_data / CLUE)[0]
+        if e.answers[0].start is not None and len(e.context) > 300
+    ][:3]
     assert examples, "no long cmrc2018 passage found"
     task = Cmrc2018Task("cmrc2018", tokenizer, 96, doc_stride=40, max_question_len=24)
     for example in examples:
@@ -209,7 +226,7 @@ def test_cmrc2018_windows_map_answers_back_to_characters(shared_data, tokenizer)
             assert segment_ids[offset - 1] == 0 and segment_ids[offset] == 1
             if feature.label[0] > 0:
                 start, end = feature.label
-                chars = example.context[mapping[start - offset][0]:mapping[end - offset][-1] + 1]
+                chars = example.context[mapping[start - offset][0] : mapping[end - offset][-1] + 1]
                 assert chars == answer.text
         # logits peaking at the answer of the last window that holds it -> the answer text
         outputs = []
@@ -228,4 +245,4 @@ def test_cmrc2018_rephrased_answers_give_no_training_windows(tokenizer):
     task = Cmrc2018Task("cmrc2018", tokenizer, 32)
     assert task.features(example, training=True) == []
     assert len(task.features(example, training=False)) == 1
-    assert task.left_out == {"answer not found in its context": 1}      # counted, with its reason
+    assert task.left_out == {"answer not found in its context": 1}  # counted, with its reason

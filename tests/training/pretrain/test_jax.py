@@ -17,6 +17,7 @@ tests/pretrain_utils.py several ways and records what happened; this
 * a config with stages trains its stages in one process (one Trainer each,
   the second restoring the first's checkpoint).
 """
+
 import json
 import os
 import subprocess
@@ -99,8 +100,10 @@ def jax_side(job):
     straight = _config(root, shards, "straight", steps=4)
     out["straight"] = _main(["--config", straight, "--devices", "1"])
     interrupted = _config(root, shards, "interrupted", steps=4)
-    out["interrupted"] = [_main(["--config", interrupted, "--steps", "2", "--devices", "1"]),
-                          _main(["--config", interrupted, "--devices", "1"])]
+    out["interrupted"] = [
+        _main(["--config", interrupted, "--steps", "2", "--devices", "1"]),
+        _main(["--config", interrupted, "--devices", "1"]),
+    ]
     out["two"] = _main(["--config", _config(root, shards, "two", steps=4), "--devices", "2"])
     out["evaluate"] = _main(["--config", straight, "--evaluate-only", "--devices", "1"])
     out["damaged"] = _damage_newest(root / "interrupted")
@@ -109,8 +112,10 @@ def jax_side(job):
     srupp = _config(root, shards, "srupp")
     config = json.loads(open(srupp).read())
     config["model"] = "srupp"
-    config["model_config"] = {**{k: config["model_config"][k] for k in ("vocab_size", "hidden_size",
-                                                                        "num_hidden_layers")}, "proj_size": 8}
+    config["model_config"] = {
+        **{k: config["model_config"][k] for k in ("vocab_size", "hidden_size", "num_hidden_layers")},
+        "proj_size": 8,
+    }
     config["train"]["precision"] = "mixed_float16"
     open(srupp, "w").write(json.dumps(config))
     out["srupp"] = _main(["--config", srupp])
@@ -135,10 +140,17 @@ def jax_side(job):
 @pytest.fixture(scope="module")
 def jax_runs(tmp_path_factory, requires_jax):
     root = tmp_path_factory.mktemp("pretrain_jax")
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
-               XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    result = subprocess.run([sys.executable, "-c", WORK, json.dumps({"root": str(root)})], cwd=REPO_ROOT,
-                            env=env, capture_output=True, text=True, timeout=900)
+    env = dict(
+        os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", WORK, json.dumps({"root": str(root)})],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     return root, json.loads((root / "out.json").read_text()), result.stdout + result.stderr
 
@@ -203,9 +215,11 @@ def test_a_damaged_checkpoint_is_moved_aside_and_the_previous_one_resumes(jax_ru
 def test_a_full_disk_keeps_the_previous_checkpoint(jax_runs):
     root, out, _ = jax_runs
     folder = root / "full" / "checkpoints"
-    assert out["full"]["message"] == (f"error: cannot write checkpoint 2 to {folder}: no space left on device; the "
-                                      f"previous checkpoint 1 is kept; free some space and start the run again "
-                                      f"to resume")
+    assert out["full"]["message"] == (
+        f"error: cannot write checkpoint 2 to {folder}: no space left on device; the "
+        f"previous checkpoint 1 is kept; free some space and start the run again "
+        f"to resume"
+    )
     assert out["full"]["left"] == ["1"]
 
 
@@ -233,7 +247,8 @@ def test_what_jax_cannot_do_is_a_one_line_error(jax_runs):
     assert out["tf_format"] == (
         f"error: {root / 'tf_format' / 'checkpoints'} holds TensorFlow checkpoints (ckpt-N.index) up to update 3, "
         f"written under KERAS_BACKEND=tensorflow; resume the run there, or pass --restart to move them aside and "
-        f"start from update 0 under KERAS_BACKEND=jax")
+        f"start from update 0 under KERAS_BACKEND=jax"
+    )
     assert out["tpu"].startswith("error: --tpu my-tpu: naming a TPU is TensorFlow's TPUStrategy")
     assert out["no_xla"].startswith("error: --no-xla: under KERAS_BACKEND=jax the training step is always compiled")
     for message in (out["tf_format"], out["tpu"], out["no_xla"]):

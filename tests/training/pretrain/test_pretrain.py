@@ -1,5 +1,6 @@
 """pretrain/pretrain.py on a tiny config: a short run, kill-and-resume
 reproducing the next losses, export loading back, config errors."""
+
 import json
 import os
 
@@ -17,7 +18,7 @@ def shards(tmp_path_factory):
     return make_shards(tmp_path_factory.mktemp("corpus"))
 
 
-@pytest.mark.both_backends     # the pretraining run of the JAX pass (tests/conftest.py)
+@pytest.mark.both_backends  # the pretraining run of the JAX pass (tests/conftest.py)
 def test_two_steps_then_export_loads(tmp_path, shards):
     path = write_config(tmp_path, shards)
     assert pretrain.main(["--config", path]) == 0
@@ -25,6 +26,7 @@ def test_two_steps_then_export_loads(tmp_path, shards):
     assert [r["update"] for r in log] == [1, 2]
     assert all(np.isfinite(r["loss"]) and 0 <= r["masked_accuracy"] <= 1 for r in log)
     from gau_keras.pretrained import load_pretrained
+
     model, tokenizer = load_pretrained(str(tmp_path / "run" / "export"), with_mlm=True)
     token_ids, segment_ids = tokenizer.encode(TEXTS[0])
     probs = model.predict([np.array([token_ids]), np.array([segment_ids])], verbose=0)
@@ -37,7 +39,7 @@ def test_two_steps_then_export_loads(tmp_path, shards):
     notes = (bundled / "TRAINING.md").read_text()
     assert "updates: 2 of batch 4" in notes and "held-out masked-token accuracy" in notes
     assert load_pretrained(str(bundled))[0].output.shape[-1] == 16
-    with pytest.raises(SystemExit):   # no silent overwrite
+    with pytest.raises(SystemExit):  # no silent overwrite
         bundle_model.main(["--run-dir", str(tmp_path / "run"), "--config", path, "--output", str(bundled)])
 
 
@@ -45,8 +47,8 @@ def test_resume_continues_step_count_and_reproduces_losses(tmp_path, shards):
     straight = write_config(tmp_path, shards, "straight", steps=4)
     assert pretrain.main(["--config", straight]) == 0
     interrupted = write_config(tmp_path, shards, "interrupted", steps=4)
-    assert pretrain.main(["--config", interrupted, "--steps", "2"]) == 0   # "killed" after update 2
-    assert pretrain.main(["--config", interrupted]) == 0                   # resumes at update 2
+    assert pretrain.main(["--config", interrupted, "--steps", "2"]) == 0  # "killed" after update 2
+    assert pretrain.main(["--config", interrupted]) == 0  # resumes at update 2
     log = [json.loads(line) for line in (tmp_path / "interrupted" / "log.jsonl").read_text().splitlines()]
     assert [r["update"] for r in log] == [1, 2, 3, 4]
     np.testing.assert_allclose(losses(tmp_path, "interrupted"), losses(tmp_path, "straight"), rtol=1e-5)
@@ -94,6 +96,7 @@ def _sigterm_at(monkeypatch, at):
     import signal
 
     from gau_keras.training.pretrain.trainer import Trainer
+
     log = Trainer._log
 
     def log_then_terminate(self, update, *args):
@@ -110,23 +113,30 @@ def test_a_signal_at_a_stage_end_stops_the_run(tmp_path, shards, monkeypatch):
     _sigterm_at(monkeypatch, 2)
     assert pretrain.main(["--config", staged]) == 0
     assert _logged(tmp_path, "run", "update") == [1, 2]
-    assert not (tmp_path / "run" / "export").exists()     # only the last stage's end exports
+    assert not (tmp_path / "run" / "export").exists()  # only the last stage's end exports
 
 
-@pytest.mark.parametrize("stages, message", [
-    ([{"until": 4}], r"stages\[0\]\.until must be an integer at least 1 and below train.steps=4, got 4"),
-    ([{"until": 2}, {"until": 2}], r"stages\[1\]\.until must be an integer above 2"),
-    ([{"data": {}}], r"stages\[0\]\.until must be an integer at least 1 .*, got null"),
-    ([{"until": 1, "data": {"maxlen": 12}}], r"stages\[0\]: data.maxlen cannot change between stages"),
-    ([{"until": 1, "model_config": {}}], r"stages\[0\]: 'model_config' cannot be set by a stage"),
-    ([{"until": 1, "optimizer": {"learning_rate": -1}}],
-     r"stages\[0\]: optimizer.learning_rate must be a number >= 0, got -1"),
-    ({"until": 1}, "stages must be a list"),
-    ([{"until": 1, "data": None}], r"stages\[0\]: 'data' must be an object, got null"),
-    ([{"until": 1, "optimizer": {"schedule": {"abc": 1}}}], r"stages\[0\]: optimizer.schedule must be an object"),
-    ([{"until": 1, "data": {"char_mask_fraction": 0.5}}],    # found before any update is trained
-     r"stages\[0\]: .*char_mask_fraction=0.5.*shards of dynamic masks"),
-])
+@pytest.mark.parametrize(
+    "stages, message",
+    [
+        ([{"until": 4}], r"stages\[0\]\.until must be an integer at least 1 and below train.steps=4, got 4"),
+        ([{"until": 2}, {"until": 2}], r"stages\[1\]\.until must be an integer above 2"),
+        ([{"data": {}}], r"stages\[0\]\.until must be an integer at least 1 .*, got null"),
+        ([{"until": 1, "data": {"maxlen": 12}}], r"stages\[0\]: data.maxlen cannot change between stages"),
+        ([{"until": 1, "model_config": {}}], r"stages\[0\]: 'model_config' cannot be set by a stage"),
+        (
+            [{"until": 1, "optimizer": {"learning_rate": -1}}],
+            r"stages\[0\]: optimizer.learning_rate must be a number >= 0, got -1",
+        ),
+        ({"until": 1}, "stages must be a list"),
+        ([{"until": 1, "data": None}], r"stages\[0\]: 'data' must be an object, got null"),
+        ([{"until": 1, "optimizer": {"schedule": {"abc": 1}}}], r"stages\[0\]: optimizer.schedule must be an object"),
+        (
+            [{"until": 1, "data": {"char_mask_fraction": 0.5}}],  # found before any update is trained
+            r"stages\[0\]: .*char_mask_fraction=0.5.*shards of dynamic masks",
+        ),
+    ],
+)
 def test_stage_errors_name_the_stage(tmp_path, shards, stages, message):
     path = _with(write_config(tmp_path, shards, steps=4), stages=stages)
     with pytest.raises(SystemExit, match=message) as error:
@@ -137,6 +147,7 @@ def test_stage_errors_name_the_stage(tmp_path, shards, stages, message):
 
 def test_evaluate_reports_majority_baseline(tmp_path, shards):
     from gau_keras.training.pretrain.trainer import Trainer
+
     trainer = Trainer(config_lib.load(write_config(tmp_path, shards)), xla=False)
     result = trainer.evaluate(batches=3)
     assert 0 < result["majority_baseline_accuracy"] < 1
@@ -162,6 +173,7 @@ def test_sigterm_saves_the_current_update(tmp_path, shards, monkeypatch):
     import signal
 
     from gau_keras.training.pretrain.trainer import Trainer
+
     trainer = Trainer(config_lib.load(write_config(tmp_path, shards, "term", steps=50, save_every=100)), xla=False)
     _sigterm_at(monkeypatch, 3)
     trainer.train()
@@ -170,12 +182,15 @@ def test_sigterm_saves_the_current_update(tmp_path, shards, monkeypatch):
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
-@pytest.mark.parametrize("model, model_config", [
-    ("roformer_v2", {"num_attention_heads": 2, "intermediate_size": 32, "hidden_act": "relu"}),
-    ("srupp", {"proj_size": 8}),
-    ("bert", {"num_attention_heads": 2, "intermediate_size": 32, "hidden_act": "gelu"}),
-    ("roformer", {"num_attention_heads": 2, "intermediate_size": 32, "hidden_act": "gelu"}),
-])
+@pytest.mark.parametrize(
+    "model, model_config",
+    [
+        ("roformer_v2", {"num_attention_heads": 2, "intermediate_size": 32, "hidden_act": "relu"}),
+        ("srupp", {"proj_size": 8}),
+        ("bert", {"num_attention_heads": 2, "intermediate_size": 32, "hidden_act": "gelu"}),
+        ("roformer", {"num_attention_heads": 2, "intermediate_size": 32, "hidden_act": "gelu"}),
+    ],
+)
 def test_other_encoders_pretrain(tmp_path, shards, model, model_config):
     path = write_config(tmp_path, shards, model)
     config = json.loads(open(path).read())
@@ -188,16 +203,19 @@ def test_other_encoders_pretrain(tmp_path, shards, model, model_config):
     assert (tmp_path / model / "export" / "bert_model.ckpt.index").exists()
 
 
-@pytest.mark.parametrize("section, key, value, message", [
-    ("data", "batch_size", 0, "data.batch_size must be an integer >= 1, got 0"),
-    ("train", "steps", "80", 'train.steps must be an integer >= 1, got "80"'),
-    ("optimizer", "learning_rate", -1, "optimizer.learning_rate must be a number >= 0, got -1"),
-    ("optimizer", "beta_2", 1.0, "optimizer.beta_2 must be < 1"),
-    ("data", "char_mask_fraction", 1.5, "data.char_mask_fraction must be <= 1, got 1.5"),
-    ("train", "xla", "yes", 'train.xla must be true or false or null, got "yes"'),
-    ("data", "pair_segments", 1, "data.pair_segments must be true or false, got 1"),
-    ("model_config", "hidden_size", -1, "hidden_size must be an integer >= 1, got -1"),
-])
+@pytest.mark.parametrize(
+    "section, key, value, message",
+    [
+        ("data", "batch_size", 0, "data.batch_size must be an integer >= 1, got 0"),
+        ("train", "steps", "80", 'train.steps must be an integer >= 1, got "80"'),
+        ("optimizer", "learning_rate", -1, "optimizer.learning_rate must be a number >= 0, got -1"),
+        ("optimizer", "beta_2", 1.0, "optimizer.beta_2 must be < 1"),
+        ("data", "char_mask_fraction", 1.5, "data.char_mask_fraction must be <= 1, got 1.5"),
+        ("train", "xla", "yes", 'train.xla must be true or false or null, got "yes"'),
+        ("data", "pair_segments", 1, "data.pair_segments must be true or false, got 1"),
+        ("model_config", "hidden_size", -1, "hidden_size must be an integer >= 1, got -1"),
+    ],
+)
 def test_config_values_are_validated(tmp_path, shards, section, key, value, message):
     path = write_config(tmp_path, shards)
     config = json.loads(open(path).read())
@@ -228,11 +246,12 @@ def test_every_builder_key_pretrains(tmp_path, shards):
 
 def test_shipped_configs_load_and_the_twins_train_like_the_bundled_model():
     import pathlib
+
     folder = pathlib.Path(__file__).resolve().parents[3] / "pretrain" / "configs"
     configs = {path.name: config_lib.load(str(path)) for path in sorted(folder.glob("*.json"))}
     assert len(configs) >= 7
 
-    def recipe(name):   # everything but the model and where it is written, stage by stage
+    def recipe(name):  # everything but the model and where it is written, stage by stage
         stages = config_lib.stage_configs(configs[name])
         for _, stage in stages:
             for key in ("model", "model_config", "config_path"):
@@ -242,7 +261,11 @@ def test_shipped_configs_load_and_the_twins_train_like_the_bundled_model():
 
     bundled = recipe("small.json")
     assert [(end, s["data"]["char_mask_fraction"]) for end, s in bundled] == [
-        (2008, 0.0), (6000, 0.5), (6500, 0.6), (10000, 0.6)]
+        (2008, 0.0),
+        (6000, 0.5),
+        (6500, 0.6),
+        (10000, 0.6),
+    ]
     for twin in ("small_roformer_v2.json", "small_softmax.json"):
         assert recipe(twin) == bundled, twin
 
@@ -262,13 +285,21 @@ def test_data_problems_and_a_missing_checkpoint_are_found_before_any_update(tmp_
     vocab, _, vocab_size = shards
     other = tmp_path / "other_vocab.txt"
     other.write_text(open(vocab, encoding="utf-8").read() + "extra\n", encoding="utf-8")
-    path = _edit(write_config(tmp_path, shards), vocab=str(other), model_config={
-        **json.loads(open(write_config(tmp_path, shards, "plain")).read())["model_config"],
-        "vocab_size": vocab_size + 1})
-    with pytest.raises(SystemExit, match=r"another vocab: .*mlm/summary\.json records a vocab of "
-                                         rf"{vocab_size} tokens .* but {other} has {vocab_size + 1}"):
+    path = _edit(
+        write_config(tmp_path, shards),
+        vocab=str(other),
+        model_config={
+            **json.loads(open(write_config(tmp_path, shards, "plain")).read())["model_config"],
+            "vocab_size": vocab_size + 1,
+        },
+    )
+    with pytest.raises(
+        SystemExit,
+        match=r"another vocab: .*mlm/summary\.json records a vocab of "
+        rf"{vocab_size} tokens .* but {other} has {vocab_size + 1}",
+    ):
         pretrain.main(["--config", path])
-    assert not (tmp_path / "run").exists()          # before the first update
+    assert not (tmp_path / "run").exists()  # before the first update
     path = write_config(tmp_path, shards, "eval")
     with pytest.raises(SystemExit, match=r"no files match file_pattern='.*nothing-\*'"):
         pretrain.main(["--config", path, "--eval-data", str(tmp_path / "nothing-*")])
@@ -311,10 +342,13 @@ def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path,
     with pytest.raises(RunDirError) as stopped:
         trainer.train()
     folder = tmp_path / "full" / "checkpoints"
-    assert str(stopped.value) == (f"cannot write checkpoint 2 to {folder}: no space left on device; the "
-                                  f"previous checkpoint ckpt-1 is kept; free some space and start the run again "
-                                  f"to resume")
+    assert str(stopped.value) == (
+        f"cannot write checkpoint 2 to {folder}: no space left on device; the "
+        f"previous checkpoint ckpt-1 is kept; free some space and start the run again "
+        f"to resume"
+    )
     assert sorted(os.listdir(folder)) == ["checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
+
     # an export cut short leaves nothing under export/ (it was written in place)
     def cut_short(filename, *args, **kwargs):
         open(filename + ".index", "wb").write(b"\x00" * 10)
@@ -325,20 +359,22 @@ def test_a_full_disk_while_checkpointing_keeps_the_previous_checkpoint(tmp_path,
         trainer.export()
     assert not (tmp_path / "full" / "export").exists()
     del trainer.transformer.save_weights_as_checkpoint
-    assert {"bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index",
-            "vocab.txt"} <= set(os.listdir(trainer.export()))
+    assert {"bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index", "vocab.txt"} <= set(
+        os.listdir(trainer.export())
+    )
     assert not (tmp_path / "full" / "export.partial").exists()
 
 
 def test_jax_checkpoints_in_the_run_directory_are_refused(tmp_path, shards):
     path = write_config(tmp_path, shards)
-    (tmp_path / "run" / "checkpoints" / "3").mkdir(parents=True)     # an orbax step of a JAX run
+    (tmp_path / "run" / "checkpoints" / "3").mkdir(parents=True)  # an orbax step of a JAX run
     with pytest.raises(SystemExit) as stopped:
         pretrain.main(["--config", path])
     assert str(stopped.value) == (
         f"error: {tmp_path / 'run' / 'checkpoints'} holds orbax checkpoints (N/, of JAX) up to update 3, written "
         f"under KERAS_BACKEND=jax; resume the run there, or pass --restart to move them aside and start from "
-        f"update 0 under KERAS_BACKEND=tensorflow")
+        f"update 0 under KERAS_BACKEND=tensorflow"
+    )
     assert pretrain.main(["--config", path, "--restart", "--steps", "1"]) == 0
 
 
@@ -351,13 +387,23 @@ def test_two_devices_give_the_one_device_losses(tmp_path, shards):
     from tests.conftest import REPO_ROOT
 
     def config(name):
-        return _edit(write_config(tmp_path, shards, name, steps=3), model_config={
-            **json.loads(open(write_config(tmp_path, shards, "plain")).read())["model_config"],
-            "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})
+        return _edit(
+            write_config(tmp_path, shards, name, steps=3),
+            model_config={
+                **json.loads(open(write_config(tmp_path, shards, "plain")).read())["model_config"],
+                "hidden_dropout_prob": 0.0,
+                "attention_probs_dropout_prob": 0.0,
+            },
+        )
 
     assert pretrain.main(["--config", config("one")]) == 0
-    result = subprocess.run([sys.executable, "pretrain/pretrain.py", "--config", config("two"), "--devices", "2"],
-                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "pretrain/pretrain.py", "--config", config("two"), "--devices", "2"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     np.testing.assert_allclose(losses(tmp_path, "two"), losses(tmp_path, "one"), rtol=1e-5)
     with pytest.raises(SystemExit, match="--devices 2: TensorFlow was started before the CPU could be split"):
@@ -369,9 +415,11 @@ def test_a_run_removes_its_lock_and_a_rerun_of_a_finished_run_names_restart(tmp_
     for _ in range(2):
         assert pretrain.main(["--config", path]) == 0
         assert not os.path.lexists(tmp_path / "run" / ".lock")
-    assert (f"{tmp_path / 'run'} already holds a finished run (update 1 of train.steps=1): nothing to train; pass "
-            f"--restart to move it aside and start again from update 0, or a larger --steps to train further"
-            in capsys.readouterr().out)
+    assert (
+        f"{tmp_path / 'run'} already holds a finished run (update 1 of train.steps=1): nothing to train; pass "
+        f"--restart to move it aside and start again from update 0, or a larger --steps to train further"
+        in capsys.readouterr().out
+    )
 
 
 def test_an_unusable_output_dir_or_lock_is_a_one_line_error_before_any_work(tmp_path, shards, monkeypatch):
@@ -390,10 +438,14 @@ def test_an_unusable_output_dir_or_lock_is_a_one_line_error_before_any_work(tmp_
     (tmp_path / "linked" / ".lock").symlink_to(notes)
     option = "train.output_dir (--output-dir)"
     for output_dir, message in (
-            (a_file / "sub", f"{option} {a_file / 'sub'} is not writable (Not a directory)"),
-            (a_file, f"{option} {a_file} is a file, not a folder"),
-            (tmp_path / "linked", f"{tmp_path / 'linked' / '.lock'} is a symbolic link, not a run lock file: move "
-                                  f"it away or give another {option}")):
+        (a_file / "sub", f"{option} {a_file / 'sub'} is not writable (Not a directory)"),
+        (a_file, f"{option} {a_file} is a file, not a folder"),
+        (
+            tmp_path / "linked",
+            f"{tmp_path / 'linked' / '.lock'} is a symbolic link, not a run lock file: move "
+            f"it away or give another {option}",
+        ),
+    ):
         with pytest.raises(SystemExit) as stopped:
             pretrain.main(["--config", path, "--output-dir", str(output_dir)])
         assert stopped.value.code == f"error: {message}"

@@ -17,6 +17,7 @@ When no compiler is available or the build fails, ``load()`` raises
 `KernelUnavailable` with the compiler's message; `gau_keras.recurrence` then
 uses its XLA loops.
 """
+
 import fcntl
 import functools
 import hashlib
@@ -53,8 +54,23 @@ def _cpu_flags():
 def _build_command(compiler, output):
     import tensorflow as tf
 
-    return ([compiler, "-std=c++17", "-O3", "-DNDEBUG", "-w", "-shared", "-fPIC", *_cpu_flags(), str(SOURCE),
-             "-o", str(output)] + list(tf.sysconfig.get_compile_flags()) + list(tf.sysconfig.get_link_flags()))
+    return (
+        [
+            compiler,
+            "-std=c++17",
+            "-O3",
+            "-DNDEBUG",
+            "-w",
+            "-shared",
+            "-fPIC",
+            *_cpu_flags(),
+            str(SOURCE),
+            "-o",
+            str(output),
+        ]
+        + list(tf.sysconfig.get_compile_flags())
+        + list(tf.sysconfig.get_link_flags())
+    )
 
 
 def library_path(compiler):
@@ -62,8 +78,12 @@ def library_path(compiler):
     import tensorflow as tf
 
     key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), tf.__version__.encode(), shlex.join(_build_command(compiler, "out")).encode(),
-                 subprocess.run([compiler, "--version"], capture_output=True).stdout):
+    for part in (
+        SOURCE.read_bytes(),
+        tf.__version__.encode(),
+        shlex.join(_build_command(compiler, "out")).encode(),
+        subprocess.run([compiler, "--version"], capture_output=True).stdout,
+    ):
         key.update(part)
     return kernel_cache_dir() / key.hexdigest()[:16] / "sru_ops.so"
 
@@ -111,8 +131,10 @@ def _compile(compiler, target):
             partial = pathlib.Path(tmp) / target.name
             result = subprocess.run(_build_command(compiler, partial), capture_output=True, text=True)
             if result.returncode != 0:
-                raise KernelUnavailable(f"building {SOURCE.name} with {compiler} failed (exit {result.returncode}):\n"
-                                        + result.stderr[-3000:])
+                raise KernelUnavailable(
+                    f"building {SOURCE.name} with {compiler} failed (exit {result.returncode}):\n"
+                    + result.stderr[-3000:]
+                )
             digest = _sha256(partial)
             os.replace(partial, target)  # atomic: readers never see a half-written library
             partial_checksum = pathlib.Path(tmp) / "checksum"
@@ -146,12 +168,12 @@ def pair(layout):
     bidirectional = layout.bidirectional
 
     def forward(U, x, weight_c, bias, c0, pad, scale_x, mask_c):
-        return ops.gau_keras_sru_forward(U, x, weight_c, bias, c0, pad, scale_x, mask_c,
-                                         bidirectional=bidirectional)
+        return ops.gau_keras_sru_forward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, bidirectional=bidirectional)
 
     def backward(U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last):
         dU, dx, dw_rows, db_rows, dc0, dscale_rows = ops.gau_keras_sru_backward(
-            U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last, bidirectional=bidirectional)
+            U, x, weight_c, bias, c0, pad, scale_x, mask_c, c_seq, dh, dc_last, bidirectional=bidirectional
+        )
         # per-batch-row partial sums (dscale_rows is all zeros when k = 4, which has no scale_x term)
         return (dU, dx, tf.reduce_sum(dw_rows, 0), tf.reduce_sum(db_rows, 0), dc0, tf.reduce_sum(dscale_rows))
 
