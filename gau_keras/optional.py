@@ -19,3 +19,14 @@ def tensorflow(purpose):
             f"gau_keras: {purpose} needs TensorFlow, which is not installed here "
             f"({error}); pip install 'tensorflow>=2.16,<2.22'"
         ) from None
+
+
+def sentencepiece(purpose):
+    """The ``sentencepiece`` module; ImportError "<purpose> needs sentencepiece ..." without it."""
+    try:
+        return importlib.import_module("sentencepiece")
+    except ImportError as error:
+        raise ImportError(
+            f"gau_keras: {purpose} needs sentencepiece, which is not installed here "
+            f"({error}); pip install 'sentencepiece>=0.1.99,<0.3'"
+        ) from None

@@ -1,21 +1,28 @@
-"""A bert4keras-compatible WordPiece tokenizer (pure Python, no TensorFlow).
+"""bert4keras-compatible tokenizers (no TensorFlow): WordPiece (pure Python) and SentencePiece.
 
     tokenizer = Tokenizer("vocab.txt", do_lower_case=True)
     token_ids, segment_ids = tokenizer.encode("今天天气很好", "Hello!", maxlen=16)
+    sp = SpTokenizer("spiece.model", token_start=None, token_end="</s>")  # T5 / mT5 style
 
 Behaviour follows bert4keras's ``Tokenizer``: CJK characters are one token
 each, punctuation is split off, lower-casing also strips accents (NFD, drop
 combining marks), the remaining words go through greedy longest-match-first
 WordPiece with ``##`` continuations, and a word that cannot be pieced together
 stays one token that maps to ``[UNK]`` (so ``rematch`` can still locate it).
+``SpTokenizer`` is bert4keras's SentencePiece tokenizer (needs the ``sentencepiece``
+package); both share ``TokenizerBase``'s ``tokenize`` / ``encode`` (patterns, truncation).
 
 Design notes: docs/architecture.md.
 """
 
+import operator
+import os
 import re
 import unicodedata
 
 import numpy as np
+
+from gau_keras import optional
 
 # Full-width and CJK punctuation after which ``decode`` drops the space.
 _CJK_PUNCTUATION = (
@@ -128,22 +135,22 @@ def lowercase_per_character(text):
     return pieces
 
 
-def _text_argument(value, name, tokens=True):
+def _text_argument(value, name, tokens=True, owner="Tokenizer"):
     """A text argument of ``encode`` / ``tokenize``: str (bytes decoded as UTF-8) or, where
-    ``tokens``, a list (or tuple) of tokens."""
+    ``tokens``, a list (or tuple) of tokens; ``owner`` names the class in the errors."""
     if isinstance(value, (bytes, bytearray)):
         try:
             return bytes(value).decode("utf-8")
         except UnicodeDecodeError as e:
             raise ValueError(
-                f"Tokenizer: {name} is bytes that are not UTF-8 ({e.reason} at byte {e.start}); decode it first"
+                f"{owner}: {name} is bytes that are not UTF-8 ({e.reason} at byte {e.start}); decode it first"
             ) from None
     if isinstance(value, str):
         return value
     if tokens and isinstance(value, (list, tuple)) and all(isinstance(t, str) for t in value):
         return value
     expected = "a str (or a list of token strings)" if tokens else "a str"
-    raise TypeError(f"Tokenizer: {name} must be {expected}, got {type(value).__name__} {value!r:.60}")
+    raise TypeError(f"{owner}: {name} must be {expected}, got {type(value).__name__} {value!r:.60}")
 
 
 def _token_boundary(text, start, window=1024):
@@ -226,72 +233,36 @@ def load_vocab(dict_path, encoding="utf-8", simplified=False, startswith=None):
     return new_dict, keep_tokens
 
 
-class Tokenizer:
-    """bert4keras-compatible WordPiece tokenizer.
+class TokenizerBase:
+    """What bert4keras's two tokenizers share (bert4keras's ``TokenizerBase``): the special
+    tokens, ``tokenize`` (``token_start`` + tokens + ``token_end``, ``token_translate``
+    applied), ``encode`` (pair patterns and truncation) and the id/token list conversions.
+
+    A subclass sets ``_vocab_size`` and the ``_token_<name>_id`` it has, and implements
+    ``_tokenize``, ``token_to_id``, ``id_to_token`` and ``decode``.
 
     Args:
-        token_dict: path of a vocab file or a ``{token: id}`` dict.
-        do_lower_case: lower-case and strip accents before tokenizing (default False,
-            as bert4keras; GAU-α's and the bundled vocab are uncased: pass True).
-        word_maxlen: words longer than this are not pieced (one ``[UNK]``).
-        token_start / token_end: tokens added by ``tokenize`` (``None`` to omit).
-        pre_tokenize: optional ``text -> list of words``; words found in the
-            vocab are kept whole, the rest are tokenized as usual.
-        token_translate: optional ``{token: replacement}`` applied by ``tokenize``.
-        encoding: of the vocab file (a file that is not in it is an error
-            naming the file).
+        token_start / token_end: tokens ``tokenize`` adds around a text (``None`` to omit).
+        pre_tokenize: optional ``text -> list of words`` (how a subclass uses it: its docs).
+        token_translate: optional ``{token: replacement}`` applied by ``tokenize`` (and
+            undone by ``SpTokenizer.decode``).
     """
 
-    def __init__(
-        self,
-        token_dict,
-        do_lower_case=False,
-        word_maxlen=200,
-        token_start="[CLS]",
-        token_end="[SEP]",
-        pre_tokenize=None,
-        token_translate=None,
-        encoding="utf-8",
-    ):
-        if isinstance(token_dict, (str, bytes)) or hasattr(token_dict, "__fspath__"):
-            token_dict = load_vocab(token_dict, encoding=encoding)
-        if not isinstance(token_dict, dict) or not token_dict:
-            raise ValueError("Tokenizer: token_dict must be a vocab path or a non-empty {token: id} dict")
-        self._token_dict = token_dict
-        self._token_dict_inv = {index: token for token, index in token_dict.items()}
-        self._vocab_size = len(token_dict)
-        self._do_lower_case = do_lower_case
-        self._word_maxlen = word_maxlen
+    #: the class named in error messages
+    _error_name = "Tokenizer"
+
+    def __init__(self, token_start="[CLS]", token_end="[SEP]", pre_tokenize=None, token_translate=None):
         self._token_pad, self._token_unk, self._token_mask = "[PAD]", "[UNK]", "[MASK]"
         self._token_start, self._token_end = token_start, token_end
         self._pre_tokenize = pre_tokenize
         self._token_translate = dict(token_translate or {})
         self._token_translate_inv = {v: k for k, v in self._token_translate.items()}
-        for name in ("pad", "unk", "mask", "start", "end"):
-            token = getattr(self, f"_token_{name}")
-            if token in token_dict:
-                setattr(self, f"_token_{name}_id", token_dict[token])
-        # bert4keras calls them start/end; [CLS]/[SEP] names for readability.
-        if hasattr(self, "_token_start_id"):
-            self._token_cls_id = self._token_start_id
-        if hasattr(self, "_token_end_id"):
-            self._token_sep_id = self._token_end_id
-
-    # bert4keras exposes its character tests on the class; scripts use them
-    stem = staticmethod(stem)
-    _is_space = staticmethod(is_space)
-    _is_punctuation = staticmethod(is_punctuation)
-    _is_cjk_character = staticmethod(is_cjk_character)
-    _is_control = staticmethod(is_control)
-    _is_special = staticmethod(is_special)
-    _is_redundant = staticmethod(_is_redundant)
-    _cjk_punctuation = staticmethod(lambda: _CJK_PUNCTUATION)
 
     # -- special ids ------------------------------------------------------
     def _special_id(self, name):
         value = getattr(self, f"_token_{name}_id", None)
         if value is None:
-            raise AttributeError(f"Tokenizer: the vocab has no {name} token")
+            raise AttributeError(f"{self._error_name}: the vocab has no {name} token")
         return value
 
     token_pad_id = property(lambda self: self._special_id("pad"))
@@ -308,10 +279,6 @@ class Tokenizer:
     token_mask = property(lambda self: self._token_mask, doc="``[MASK]``")
     token_unk = property(lambda self: self._token_unk, doc="``[UNK]``")
 
-    def has_token(self, token):
-        """Whether ``token`` is in the vocab (``token_to_id`` maps unknown tokens to [UNK])."""
-        return token in self._token_dict
-
     def tokenize_words(self, text):
         """The tokens of ``text`` without ``[CLS]``/``[SEP]`` (pre-tokenisation and
         ``token_translate`` not applied): what ``tokenize`` puts between them."""
@@ -319,38 +286,33 @@ class Tokenizer:
 
     @property
     def vocab_size(self):
-        return len(self._token_dict)
-
-    @property
-    def token_dict(self):
-        return self._token_dict
+        return self._vocab_size
 
     # -- tokens <-> ids ----------------------------------------------------
     def token_to_id(self, token):
-        """Id of ``token``; unknown tokens map to ``[UNK]``."""
-        return self._token_dict.get(token, getattr(self, "_token_unk_id", None))
+        raise NotImplementedError
 
     def tokens_to_ids(self, tokens):
         return [self.token_to_id(token) for token in tokens]
 
     def id_to_token(self, i):
-        """The token of id ``i``; an id outside the vocab is a ``TokenIdError``
-        (a ``KeyError`` and a ``ValueError``) naming it and the vocab size."""
-        try:
-            return self._token_dict_inv[i]
-        except (KeyError, TypeError):
-            raise TokenIdError(
-                f"Tokenizer: id {i!r} is not in the vocab ({self._vocab_size} tokens, ids 0..{self._vocab_size - 1})"
-            ) from None
+        raise NotImplementedError
 
     def ids_to_tokens(self, ids):
         return [self.id_to_token(i) for i in ids]
+
+    def decode(self, ids):
+        raise NotImplementedError
+
+    def _tokenize(self, text):
+        """Tokens of ``text`` without ``[CLS]``/``[SEP]``."""
+        raise NotImplementedError
 
     # -- tokenize / encode -------------------------------------------------
     def tokenize(self, text, maxlen=None):
         """Tokens of ``text`` wrapped in ``[CLS] … [SEP]``; with ``maxlen``,
         tokens are dropped from the end (before ``[SEP]``) to fit. Bytes are read as UTF-8."""
-        text = _text_argument(text, "text", tokens=False)
+        text = _text_argument(text, "text", tokens=False, owner=self._error_name)
         tokens = [self._token_translate.get(token) or token for token in self._tokenize(text)]
         if self._token_start is not None:
             tokens.insert(0, self._token_start)
@@ -362,22 +324,8 @@ class Tokenizer:
         return tokens
 
     def _tokens_within(self, text, maxlen, truncate_from):
-        """``tokenize(text)``, or for a text far longer than ``maxlen`` under right truncation,
-        the tokens of a prefix cut where a token boundary is certain (before a space or a CJK
-        character) that already holds more than ``maxlen`` tokens: right
-        truncation keeps the first tokens, so the result is the same, without tokenizing a
-        long document whole. Not with a pre-tokenizer (jieba's words depend on what follows)."""
-        if not isinstance(maxlen, int) or maxlen < 1 or truncate_from != "right" or self._pre_tokenize is not None:
-            return self.tokenize(text)
-        size = 4 * maxlen + 64
-        while size < len(text):
-            cut = _token_boundary(text, size)
-            if cut is None:
-                break
-            tokens = self.tokenize(text[:cut])
-            if len(tokens) > maxlen + 4:  # + [CLS], [SEP] and encode's own allowances
-                return tokens
-            size *= 4
+        """The tokens of ``text`` for ``encode`` under ``maxlen`` (a subclass may avoid
+        tokenizing a long document whole): ``tokenize(text)`` here."""
         return self.tokenize(text)
 
     def _special_count(self):
@@ -404,8 +352,10 @@ class Tokenizer:
         of special tokens (2 for a text, 3 for a pair) is a ValueError:
         bert4keras would pop ``[CLS]`` itself, then fail.
         """
-        first_text = _text_argument(first_text, "first_text")
-        second_text = None if second_text is None else _text_argument(second_text, "second_text")
+        first_text = _text_argument(first_text, "first_text", owner=self._error_name)
+        second_text = (
+            None if second_text is None else _text_argument(second_text, "second_text", owner=self._error_name)
+        )
         first_tokens = (
             self._tokens_within(first_text, maxlen, truncate_from) if isinstance(first_text, str) else list(first_text)
         )
@@ -438,6 +388,113 @@ class Tokenizer:
             token_ids.extend(second_ids)
             segment_ids.extend([1] * len(second_ids))
         return token_ids, segment_ids
+
+
+class Tokenizer(TokenizerBase):
+    """bert4keras-compatible WordPiece tokenizer.
+
+    Args:
+        token_dict: path of a vocab file or a ``{token: id}`` dict.
+        do_lower_case: lower-case and strip accents before tokenizing (default False,
+            as bert4keras; GAU-α's and the bundled vocab are uncased: pass True).
+        word_maxlen: words longer than this are not pieced (one ``[UNK]``).
+        token_start / token_end: tokens added by ``tokenize`` (``None`` to omit).
+        pre_tokenize: optional ``text -> list of words``; words found in the
+            vocab are kept whole, the rest are tokenized as usual.
+        token_translate: optional ``{token: replacement}`` applied by ``tokenize``.
+        encoding: of the vocab file (a file that is not in it is an error
+            naming the file).
+    """
+
+    def __init__(
+        self,
+        token_dict,
+        do_lower_case=False,
+        word_maxlen=200,
+        token_start="[CLS]",
+        token_end="[SEP]",
+        pre_tokenize=None,
+        token_translate=None,
+        encoding="utf-8",
+    ):
+        if isinstance(token_dict, (str, bytes)) or hasattr(token_dict, "__fspath__"):
+            token_dict = load_vocab(token_dict, encoding=encoding)
+        if not isinstance(token_dict, dict) or not token_dict:
+            raise ValueError("Tokenizer: token_dict must be a vocab path or a non-empty {token: id} dict")
+        super().__init__(
+            token_start=token_start, token_end=token_end, pre_tokenize=pre_tokenize, token_translate=token_translate
+        )
+        self._token_dict = token_dict
+        self._token_dict_inv = {index: token for token, index in token_dict.items()}
+        self._vocab_size = len(token_dict)
+        self._do_lower_case = do_lower_case
+        self._word_maxlen = word_maxlen
+        for name in ("pad", "unk", "mask", "start", "end"):
+            token = getattr(self, f"_token_{name}")
+            if token in token_dict:
+                setattr(self, f"_token_{name}_id", token_dict[token])
+        # bert4keras calls them start/end; [CLS]/[SEP] names for readability.
+        if hasattr(self, "_token_start_id"):
+            self._token_cls_id = self._token_start_id
+        if hasattr(self, "_token_end_id"):
+            self._token_sep_id = self._token_end_id
+
+    # bert4keras exposes its character tests on the class; scripts use them
+    stem = staticmethod(stem)
+    _is_space = staticmethod(is_space)
+    _is_punctuation = staticmethod(is_punctuation)
+    _is_cjk_character = staticmethod(is_cjk_character)
+    _is_control = staticmethod(is_control)
+    _is_special = staticmethod(is_special)
+    _is_redundant = staticmethod(_is_redundant)
+    _cjk_punctuation = staticmethod(lambda: _CJK_PUNCTUATION)
+
+    def has_token(self, token):
+        """Whether ``token`` is in the vocab (``token_to_id`` maps unknown tokens to [UNK])."""
+        return token in self._token_dict
+
+    @property
+    def vocab_size(self):
+        return len(self._token_dict)
+
+    @property
+    def token_dict(self):
+        return self._token_dict
+
+    # -- tokens <-> ids ----------------------------------------------------
+    def token_to_id(self, token):
+        """Id of ``token``; unknown tokens map to ``[UNK]``."""
+        return self._token_dict.get(token, getattr(self, "_token_unk_id", None))
+
+    def id_to_token(self, i):
+        """The token of id ``i``; an id outside the vocab is a ``TokenIdError``
+        (a ``KeyError`` and a ``ValueError``) naming it and the vocab size."""
+        try:
+            return self._token_dict_inv[i]
+        except (KeyError, TypeError):
+            raise TokenIdError(
+                f"Tokenizer: id {i!r} is not in the vocab ({self._vocab_size} tokens, ids 0..{self._vocab_size - 1})"
+            ) from None
+
+    # -- tokenize ----------------------------------------------------------
+    def _tokens_within(self, text, maxlen, truncate_from):
+        """``tokenize(text)``, or for a text far longer than ``maxlen`` under right truncation,
+        the tokens of a prefix cut where a token boundary is certain (before a space or a CJK
+        character) that already holds more than ``maxlen`` tokens: right
+        truncation keeps the first tokens, so the result is the same, without tokenizing a
+        long document whole. Not with a pre-tokenizer (jieba's words depend on what follows)."""
+        if not isinstance(maxlen, int) or maxlen < 1 or truncate_from != "right" or self._pre_tokenize is not None:
+            return self.tokenize(text)
+        size = 4 * maxlen + 64
+        while size < len(text):
+            cut = _token_boundary(text, size)
+            if cut is None:
+                break
+            tokens = self.tokenize(text[:cut])
+            if len(tokens) > maxlen + 4:  # + [CLS], [SEP] and encode's own allowances
+                return tokens
+            size *= 4
+        return self.tokenize(text)
 
     def _tokenize(self, text, pre_tokenize=True):
         """Tokens of ``text`` without ``[CLS]``/``[SEP]``."""
@@ -536,11 +593,95 @@ class Tokenizer:
         return token_mapping
 
 
-def __getattr__(name):
-    if name == "SpTokenizer":
-        raise ImportError(
-            "gau_keras.tokenizers has no SpTokenizer: bert4keras's SentencePiece tokenizer "
-            "serves T5/mT5-style models, which gau_keras does not implement (GAU-alpha and "
-            "RoFormerV2 use the WordPiece Tokenizer)"
+class SpTokenizer(TokenizerBase):
+    """bert4keras's ``SpTokenizer``: a SentencePiece model behind the ``Tokenizer`` interface
+    (``tokenize``, ``encode``, ``decode``, ...), as T5 / mT5 / T5-PEGASUS checkpoints use it::
+
+        tokenizer = SpTokenizer("spiece.model", token_start=None, token_end="</s>")
+
+    As in bert4keras: ``_token_pad`` and ``_token_unk`` are the model's pad and unk pieces
+    (``_token_pad`` None when the model has no pad id); every special token's id is
+    ``sp_model.piece_to_id(token)``, so a token the model lacks (the default
+    ``token_start='[CLS]'``, ``[MASK]``) has the unk id; ``token_to_id`` of an unknown piece
+    is the unk id; ``id_to_token`` of an id past the vocab is ``''``; ``pre_tokenize``'s
+    words are joined with spaces before SentencePiece; ``decode`` undoes
+    ``token_translate`` and lets SentencePiece drop control pieces (``</s>``, ``<pad>``).
+    Needs the ``sentencepiece`` package (imported here, not at ``import gau_keras``).
+
+    Args:
+        sp_model_path: the ``.model`` file (a missing or unreadable file is an error naming it).
+        **kwargs: ``token_start``, ``token_end``, ``pre_tokenize``, ``token_translate``
+            (``TokenizerBase``).
+    """
+
+    _error_name = "SpTokenizer"
+
+    def __init__(self, sp_model_path, **kwargs):
+        super().__init__(**kwargs)
+        spm = optional.sentencepiece("SpTokenizer")
+        path = os.fspath(sp_model_path)
+        if not os.path.isfile(path):
+            what = "is a directory" if os.path.isdir(path) else "does not exist"
+            raise FileNotFoundError(f"SpTokenizer: SentencePiece model file {path!r} {what}")
+        self.sp_model = spm.SentencePieceProcessor()
+        try:
+            self.sp_model.Load(path)
+        except (RuntimeError, OSError) as error:
+            reason = " ".join(str(error).split())
+            raise ValueError(f"SpTokenizer: cannot read SentencePiece model file {path!r} ({reason})") from None
+        self._vocab_size = self.sp_model.get_piece_size()
+        self._token_pad = self._piece_or_none(self.sp_model.pad_id())
+        self._token_unk = self._piece_or_none(self.sp_model.unk_id())
+        for name in ("pad", "unk", "mask", "start", "end"):
+            token = getattr(self, f"_token_{name}")
+            if isinstance(token, str):
+                setattr(self, f"_token_{name}_id", self.sp_model.piece_to_id(token))
+
+    def _piece_or_none(self, i):
+        """The piece of id ``i``; None for a disabled id (-1)."""
+        return self.sp_model.id_to_piece(i) if 0 <= i < self._vocab_size else None
+
+    def has_token(self, token):
+        """Whether ``token`` is a piece of the model (``token_to_id`` maps others to the unk id)."""
+        return isinstance(token, str) and (
+            self.sp_model.piece_to_id(token) != self.sp_model.unk_id() or token == self._token_unk
         )
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+    # -- tokens <-> ids ----------------------------------------------------
+    def token_to_id(self, token):
+        """Id of the piece ``token``; unknown pieces map to the unk id."""
+        return self.sp_model.piece_to_id(token)
+
+    def id_to_token(self, i):
+        """The piece of id ``i``; ``''`` for an id past the vocab (as bert4keras); a negative id
+        is a ``TokenIdError`` naming it and the vocab size."""
+        try:
+            index = operator.index(i)
+        except TypeError:
+            index = -1
+        if index < 0:
+            raise TokenIdError(
+                f"SpTokenizer: id {i!r} is not in the vocab ({self._vocab_size} pieces, ids 0..{self._vocab_size - 1})"
+            )
+        return self.sp_model.id_to_piece(index) if index < self._vocab_size else ""
+
+    # -- tokenize / decode ---------------------------------------------------
+    def _tokenize(self, text):
+        """SentencePiece's pieces of ``text`` (after ``pre_tokenize``, its words joined by spaces)."""
+        if self._pre_tokenize is not None:
+            text = " ".join(self._pre_tokenize(text))
+        return self.sp_model.encode_as_pieces(text)
+
+    def decode(self, ids):
+        """Text of ``ids`` (``token_translate`` undone; SentencePiece drops control pieces)."""
+        tokens = [self._token_translate_inv.get(token) or token for token in self.ids_to_tokens(ids)]
+        text = self.sp_model.decode_pieces(tokens)
+        return text.decode("utf-8") if isinstance(text, bytes) else text
+
+    def _is_special(self, i):
+        """Whether id ``i`` is a control, unknown or unused piece."""
+        return self.sp_model.is_control(i) or self.sp_model.is_unknown(i) or self.sp_model.is_unused(i)
+
+    def _is_decodable(self, i):
+        """Whether id ``i`` should appear in decoded output (in the vocab, not special)."""
+        return (i < self._vocab_size) and not self._is_special(i)
