@@ -81,7 +81,7 @@ FLOORS = {
     ),
     2: ("snippets", "activations"),
     3: ("layers", "losses", "optimizers", "metrics"),
-    4: ("models", "checkpoints", "data", "pretrained", "export", "distribution"),
+    4: ("models", "generation", "checkpoints", "data", "pretrained", "export", "distribution"),
     5: ("backend", "bert4keras"),
     6: ("training", "fill_mask", "__main__", "flags", "cli_env"),
 }

@@ -206,17 +206,50 @@ class GatedAttentionUnit(_AttentionBase):
         n_main = 1 if self.self_attention else 3
         main, bias, sinusoidal = self._split_inputs(inputs, n_main, a_bias, p_bias)
         masks = _as_list(mask) if mask is not None else [None] * len(_as_list(inputs))
+        u, q, k, v = self._projections(main, sinusoidal)
+        key_mask = masks[0] if self.self_attention else masks[2]
+        return self._attention(u, q, k, v, key_mask, bias, training)
+
+    def _projections(self, main, sinusoidal):
+        """The gate u [B, Lq, e], q [B, Lq, s], k [B, Lk, s] (rotated when ``sinusoidal`` is
+        given) and v [B, Lk, e] of the main inputs (``[x]`` or ``[q, k, v]``)."""
         if self.self_attention:
             u, v, qk = ops.split(self.i_dense(main[0]), [self.units, 2 * self.units], axis=-1)
             q, k = self.q_scaleoffset(qk), self.k_scaleoffset(qk)
-            key_mask = masks[0]
         else:
             u, q = ops.split(self.i_dense(main[0]), [self.units], axis=-1)
             k, v = self.k_dense(main[1]), self.v_dense(main[2])
             q, k = self.q_scaleoffset(q), self.k_scaleoffset(k)
-            key_mask = masks[2]
         if sinusoidal is not None:
             q, k = gops.apply_rotary(sinusoidal, q), gops.apply_rotary(sinusoidal, k)
+        return u, q, k, v
+
+    def attend_cached(self, inputs, cache, index, a_bias=None, p_bias=None):
+        """Self-attention of new tokens over a key/value cache (cached decoding).
+
+        Args:
+            inputs: as ``call``'s: ``[x, visible, (sinusoidal)]``, x [B, T, H] the hidden
+                states of the tokens at positions ``index`` .. ``index + T - 1``; ``visible``
+                bool [B|1, T, N] which cache slots each may attend to (padding, unfilled slots
+                and the application's mask folded in, so softmax_plus counts what the
+                uncached call counts); ``sinusoidal`` [1|B, T, s] their rotary embeddings.
+            cache: ``(k, v)`` [B, N, s], [B, N, e], or None: then T = N and this call's keys
+                and values are the cache.
+            index: int scalar (tensor), the position of the first new token.
+        Returns:
+            (output [B, T, H], the cache with slots ``index`` .. ``index + T - 1`` set).
+        """
+        if not self.self_attention:
+            raise ValueError(f"GatedAttentionUnit {self.name!r}: only self-attention takes a key/value cache")
+        main, bias, sinusoidal = self._split_inputs(inputs, 1, a_bias, p_bias)
+        u, q, k, v = self._projections(main, sinusoidal)
+        if cache is not None:
+            k = ops.slice_update(cache[0], [0, index, 0], ops.cast(k, cache[0].dtype))
+            v = ops.slice_update(cache[1], [0, index, 0], ops.cast(v, cache[1].dtype))
+        return self._attention(u, q, k, v, None, bias, False), (k, v)
+
+    def _attention(self, u, q, k, v, key_mask, bias, training):
+        """``o_dense(u * (normalize(q kᵀ) v))`` -> [B, Lq, H]."""
         if self.normalization == "softmax_plus" and (bias is None or bias.dtype == "bool"):
             # the per-row factor scale·ln(n)/ln(512) multiplies q [B, Lq, s] instead of the
             # logits [B, Lq, Lk]: one pass over a small tensor instead of one over the largest
@@ -352,14 +385,50 @@ class MultiHeadAttention(_AttentionBase):
         """The layer's computation (``call`` adds recompute around it)."""
         (q, k, v), bias, position = self._split_inputs(inputs, 3, a_bias, p_bias)
         masks = _as_list(mask) if mask is not None else [None] * len(_as_list(inputs))
+        qw, kw, vw = self._projections(q, k, v, position, p_bias)
+        relative = ops.cast(position, qw.dtype) if p_bias == "typical_relative" else None
+        return self._attention(qw, kw, vw, masks[2], bias, relative, training)
+
+    def _projections(self, q, k, v, position, p_bias):
+        """Per-head q [B, Lq, heads, key_size], k [B, Lk, heads, key_size] (rotated under
+        ``p_bias='rotary'``) and v [B, Lk, heads, head_size]."""
         qw = self._heads(self.q_dense(q), self.key_size)
         kw = self._heads(self.k_dense(k), self.key_size)
         vw = self._heads(self.v_dense(v), self.head_size)
         if p_bias == "rotary":
             qw, kw = gops.apply_rotary(position, qw), gops.apply_rotary(position, kw)
-        relative = ops.cast(position, qw.dtype) if p_bias == "typical_relative" else None
+        return qw, kw, vw
+
+    def attend_cached(self, inputs, cache, index, a_bias=None, p_bias=None):
+        """Self-attention of new tokens over a key/value cache (cached decoding).
+
+        Args:
+            inputs: as ``call``'s: ``[x, x, x, visible, (sinusoidal)]``, x [B, T, D] the
+                hidden states of the tokens at positions ``index`` .. ``index + T - 1``;
+                ``visible`` bool [B|1, T, N] which cache slots each may attend to (padding,
+                unfilled slots and the application's mask folded in); ``sinusoidal``
+                [1|B, T, key_size] their rotary embeddings.
+            cache: ``(k, v)`` [B, N, heads, key_size], [B, N, heads, head_size], or None:
+                then T = N and this call's keys and values are the cache.
+            index: int scalar (tensor), the position of the first new token.
+        Returns:
+            (output [B, T, out_dim], the cache with slots ``index`` .. ``index + T - 1`` set).
+        """
+        if p_bias == "typical_relative":
+            raise ValueError(f"MultiHeadAttention {self.name!r}: relative positions take no key/value cache")
+        (q, k, v), bias, position = self._split_inputs(inputs, 3, a_bias, p_bias)
+        qw, kw, vw = self._projections(q, k, v, position, p_bias)
+        if cache is not None:
+            kw = ops.slice_update(cache[0], [0, index, 0, 0], ops.cast(kw, cache[0].dtype))
+            vw = ops.slice_update(cache[1], [0, index, 0, 0], ops.cast(vw, cache[1].dtype))
+        o = self._attention(qw, kw, vw, None, bias, None, False)
+        return (o[0] if self.return_attention_scores else o), (kw, vw)
+
+    def _attention(self, qw, kw, vw, key_mask, bias, relative, training):
+        """The attention of per-head q, k, v (``_projections``) -> [B, Lq, out_dim]
+        (and the scores with ``return_attention_scores``)."""
         o = (
-            self._fused_attention(qw, kw, vw, masks[2], bias)
+            self._fused_attention(qw, kw, vw, key_mask, bias)
             if relative is None and self.fusable(bias, training)
             else None
         )
@@ -373,7 +442,7 @@ class MultiHeadAttention(_AttentionBase):
             a = a / self.key_size**0.5
         if bias is not None and len(bias.shape) == 3:  # [B|1, Lq, Lk], shared by the heads
             bias = ops.expand_dims(bias, 1)
-        attention = self._normalize(a, masks[2], bias, training)
+        attention = self._normalize(a, key_mask, bias, training)
         o = ops.einsum("bhjk,bkhd->bjhd", attention, vw)
         if relative is not None:
             o = o + ops.einsum("bhjk,jkd->bjhd", attention, relative)

@@ -74,16 +74,15 @@ class SinusoidalPositionEmbedding(keras.layers.Layer):
             inputs, position_ids = inputs
         else:
             position_ids = ops.arange(ops.shape(inputs)[1], dtype="float32")[None]
+        return self.at_positions(inputs, position_ids)
+
+    def at_positions(self, inputs, position_ids):
+        """The layer's output for ``inputs`` [B, L, ...] at the positions ``position_ids``
+        [1|B, L] (what cached decoding calls: a few tokens at positions past the first)."""
         emb = ops.cast(gops.sinusoidal_embeddings(position_ids, self.output_dim), self.compute_dtype)
         if self.merge_mode == "zero":
             return emb
-        x = ops.cast(inputs, self.compute_dtype)
-        if self.merge_mode == "add":
-            return x + emb
-        if self.merge_mode == "mul":
-            return x * (emb + 1.0)
-        emb = ops.broadcast_to(emb, [ops.shape(x)[0], ops.shape(x)[1], self.output_dim])
-        return ops.concatenate([x, emb], axis=-1)
+        return _merge(ops.cast(inputs, self.compute_dtype), emb, self.merge_mode)
 
     def compute_mask(self, inputs, mask=None):
         if self.custom_position_ids:
@@ -172,9 +171,15 @@ class PositionEmbedding(keras.layers.Layer):
     def call(self, inputs):
         if self.custom_position_ids:
             x, position_ids = inputs
-            position_ids = ops.cast(position_ids, "int32")
         else:
             x, position_ids = inputs, None
+        return self.at_positions(x, position_ids)
+
+    def at_positions(self, x, position_ids=None):
+        """``x`` [B, L, d'] merged with the embeddings of ``position_ids`` [1|B, L] (None: 0..L-1):
+        ``call``'s computation, which cached decoding calls with positions past the first."""
+        if position_ids is not None:
+            position_ids = ops.cast(position_ids, "int32")
         table = ops.cast(self.embeddings, self.compute_dtype)
         if self.hierarchical:
             alpha = 0.4 if self.hierarchical is True else self.hierarchical

@@ -9,6 +9,7 @@ Design notes: docs/models.md and docs/architecture.md (Extension points).
 import logging
 
 import keras
+from keras import ops
 
 from gau_keras import activations as gau_activations
 from gau_keras.initializers import ScaledTruncatedNormal
@@ -22,6 +23,7 @@ from gau_keras.layers import (
 from gau_keras.layers.heads import FirstToken
 from gau_keras.layers.recompute import default_recompute
 from gau_keras.models.checkpointing import UNUSED_VARIABLE_ACTIONS, CheckpointMapping
+from gau_keras.models.decoding import NOT_ROUTED, DecodeStep
 
 logger = logging.getLogger(__name__)
 
@@ -169,6 +171,7 @@ class Transformer(CheckpointMapping):
         self.model = None
         self.encoder_output = None
         self.layer_norm_conds = [None, None, "linear"]
+        self._decode = None  # the DecodeStep of a cached pass in progress (cached_logits)
         self.built = False
 
     def _refuse_bert_only_options(
@@ -344,6 +347,10 @@ class Transformer(CheckpointMapping):
             name = instance.name
         if inputs is None:
             return self.layers[name]
+        if self._decode is not None:
+            output = self._decode.call(self.layers[name], inputs, arguments)
+            if output is not NOT_ROUTED:
+                return output
         if residual_scores:
             return self._residual_attention(self.layers[name], inputs, dict(arguments or {}))
         return self.layers[name](inputs, **(arguments or {}))
@@ -498,6 +505,8 @@ class Transformer(CheckpointMapping):
         computed from that model's inputs."""
         if self.application == "encoder":
             return None
+        if self._decode is not None:
+            return self._decode.visible
         if self.application == "unilm" and getattr(self, "segment_vocab_size", 0) <= 0:
             raise ValueError("application='unilm' needs segment ids: segment_vocab_size must be > 0")
         source_name, mode, layer_name = self._bias_source()
@@ -525,7 +534,56 @@ class Transformer(CheckpointMapping):
                 name="Embedding-Rotary-Position",
             )
 
+        if self._decode is not None:
+            return build()
         return self._position_biases.get_or_build(self.graph_input(inputs, "Input-Token"), build)
+
+    # ------------------------------------------------------------ cached decoding
+    def cache_refusal(self):
+        """Why this model cannot decode with a key/value cache, or None when it can (a causal or
+        UniLM application with the MLM head; no option that needs the whole sequence)."""
+        model = type(self).__name__
+        if self.application not in ("lm", "unilm"):
+            return (
+                f"{model} was built with application={self.application!r}: a bidirectional encoder "
+                f"sees later tokens, so its outputs change as the sequence grows (use 'lm' or 'unilm')"
+            )
+        if not self.has_mlm_head:
+            return f"{model} has no language-model head"
+        if self.custom_position_ids or self.layer_norm_conds[0] is not None:
+            return f"{model}: custom_position_ids and layer_norm_cond take inputs the cache does not hold"
+        return None
+
+    def cached_logits(self, token_ids, segment_ids, caches, index, visible):
+        """The LM logits of T new tokens over a key/value cache: the model's own
+        ``apply_embeddings``, ``apply_main_layers`` and ``decode_logits``, with the attention
+        layers reading and writing ``caches`` (``models.decoding.DecodeStep``).
+
+        Args:
+            token_ids, segment_ids: int [B, T], the new tokens at positions ``index`` ..
+                ``index + T - 1`` (``segment_ids`` unused by models without segments).
+            caches: the attention layers' ``(k, v)`` caches in call order, or None (the first
+                pass, T = N: its keys and values become the caches).
+            index: int scalar (tensor), the position of the first new token.
+            visible: bool [B, T, N], the cache slots each new token may attend to.
+        Returns:
+            (logits [B, T, V] float32, the updated caches).
+        """
+        inputs = [token_ids] + ([segment_ids] if self.segment_vocab_size > 0 else [])
+        step = DecodeStep(caches, index, visible, token_ids.shape[1])
+        self._decode = step
+        try:
+            x = self.apply_embeddings(inputs)
+            for layer_index in range(self.num_hidden_layers):
+                x = self.apply_main_layers(x, layer_index)
+            logits = self.decode_logits(x)
+        finally:
+            self._decode = None
+        return ops.cast(logits, "float32"), step.new_caches
+
+    def decode_logits(self, x):
+        """Hook: the LM logits [B, T, V] of the last hidden states (the MLM head's)."""
+        return self.mlm_head_logits(x, self.hidden_size)
 
 
 def pack_outputs(hidden, heads):

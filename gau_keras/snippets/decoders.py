@@ -108,11 +108,21 @@ class AutoRegressiveDecoder:
         end_id: the id that ends a sequence.
         maxlen: the most decoding steps.
         minlen: an end is accepted only once the output has this many ids.
+        cached: optional ``gau_keras.generation.CachedLM`` of the model ``predict`` runs (one
+            built with ``application='lm'`` or ``'unilm'``, whose input is the prompt followed
+            by the output ids): ``beam_search`` and ``random_sample`` then run its key/value
+            cache in one compiled loop instead of ``predict`` (same ids for beam search; the
+            inputs are ``[token_ids]`` or ``[token_ids, segment_ids]`` of the prompt).
     """
 
-    def __init__(self, start_id, end_id, maxlen, minlen=1):
+    def __init__(self, start_id, end_id, maxlen, minlen=1, cached=None):
         _check_int("maxlen", maxlen, 1)
         _check_int("minlen", minlen, 0)
+        if cached is not None and not (hasattr(cached, "beam_search") and hasattr(cached, "random_sample")):
+            raise TypeError(f"cached must be a gau_keras.generation.CachedLM, got {type(cached).__name__}")
+        if cached is not None and end_id is None:
+            raise ValueError("cached decoding needs an end_id")
+        self.cached = cached
         self.start_id, self.end_id = start_id, end_id
         self.maxlen, self.minlen = maxlen, minlen
         self.models = {}  # last_token's cache: model -> its last-position model
@@ -209,6 +219,10 @@ class AutoRegressiveDecoder:
         _check_int("topk", topk, 1)
         _check_temperature(temperature)
         _check_int("min_ends", min_ends, 1)
+        if self.cached is not None:
+            return self.cached.beam_search(
+                inputs, topk, self.maxlen, self.end_id, self.start_id, self.minlen, temperature, min_ends
+            )
         inputs = [np.array([i]) for i in inputs]
         output_ids, output_scores = self.first_output_ids, np.zeros(1)
         for step in range(self.maxlen):
@@ -257,6 +271,10 @@ class AutoRegressiveDecoder:
             raise ValueError(f"random_sample: topp must be in (0, 1] (or None), got {topp!r}")
         _check_temperature(temperature)
         _check_int("min_ends", min_ends, 1)
+        if self.cached is not None:
+            return self.cached.random_sample(
+                inputs, n, self.maxlen, self.end_id, topk, topp, self.start_id, self.minlen, temperature, min_ends
+            )
         inputs = [np.array([i]) for i in inputs]
         output_ids = self.first_output_ids
         results = []

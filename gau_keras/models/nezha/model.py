@@ -34,6 +34,13 @@ class NEZHA(BERT):
             raise ValueError(f"max_relative_position must be an integer >= 1, got {max_relative_position!r}")
         self.max_relative_position = max_relative_position
 
+    def cache_refusal(self):
+        """NEZHA's relative position embeddings span query and key positions together
+        ([Lq, Lk]): its attention takes no key/value cache."""
+        return super().cache_refusal() or (
+            "NEZHA's relative position embeddings take no key/value cache (decode by recomputing the prefix)"
+        )
+
     def attention_position(self, x):
         return self.compute_position_bias(x), "typical_relative"
 

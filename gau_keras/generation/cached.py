@@ -1,0 +1,255 @@
+"""``CachedLM``: bert4keras's ``beam_search`` and ``random_sample`` over a key/value cache.
+
+The sequence lives in one buffer of ``max_length`` slots (prompt, then the output ids); the
+first pass runs the model over the whole buffer once and keeps every attention layer's keys
+and values; each step after runs the one new token per row against them, writing its own
+slot. Shapes never change, so the loop compiles once per (rows, ``max_length``, search) and
+each step costs the same whatever the position.
+"""
+
+import keras
+import numpy as np
+from keras import ops
+
+from gau_keras.generation.sampling import choose
+from gau_keras.models.decoding import ranks_of, visibility
+
+NEG_INF = -1e30
+
+
+class CachedLM:
+    """Cached decoding for a model built with ``application='lm'`` or ``'unilm'``.
+
+    Args:
+        model: a model of ``build_transformer_model`` or a ``Backbone`` (anything with its
+            builder as ``.transformer``), or the builder itself.
+        max_length: the buffer: prompt + output ids together fit in it (default: the model's
+            ``max_position``); one compiled loop serves every length up to it.
+    """
+
+    def __init__(self, model, max_length=None):
+        transformer = getattr(model, "transformer", model)
+        if not hasattr(transformer, "cached_logits"):
+            raise TypeError(f"CachedLM: {type(model).__name__} is not a gau_keras model (no builder)")
+        refusal = transformer.cache_refusal()
+        if refusal:
+            raise ValueError(f"CachedLM: {refusal}")
+        self.transformer = transformer
+        self.model = transformer.model if transformer.model is not None else model
+        self.max_length = int(max_length or transformer.max_position)
+        if self.max_length < 2:
+            raise ValueError(f"CachedLM: max_length must be >= 2, got {max_length!r}")
+        self._compiled = {}
+
+    # ------------------------------------------------------------------ public
+    def beam_search(self, inputs, topk, maxlen, end_id, start_id=None, minlen=1, temperature=1.0, min_ends=1):
+        """bert4keras's ``AutoRegressiveDecoder.beam_search`` for this model: the ids of the best
+        sequence (1-D, ``start_id`` first when given).
+
+        Args:
+            inputs: ``[token_ids]`` or ``[token_ids, segment_ids]`` of one prompt (1-D each).
+            topk: beams; maxlen: the most steps; end_id: the id that ends a sequence;
+            start_id, minlen, temperature, min_ends: as bert4keras's.
+        """
+        prompt, output_start = self._prompt(inputs, start_id, maxlen)
+        rows = int(topk)
+        if rows < 1:
+            raise ValueError(f"beam_search: topk must be >= 1, got {topk!r}")
+        rows = min(rows, self.transformer.vocab_size)
+        ids, segments, length = self._buffer(prompt, output_start, rows)
+        run = self._function("beam", rows)
+        args = self._scalars(length, maxlen, end_id, minlen, temperature, min_ends, len(output_start))
+        out_ids, out_length = run(ids, segments, *args)
+        out_ids, out_length = np.asarray(out_ids), int(np.asarray(out_length))
+        return out_ids[length - len(output_start) : out_length].astype(int)
+
+    def random_sample(
+        self, inputs, n, maxlen, end_id, topk=None, topp=None, start_id=None, minlen=1, temperature=1.0, min_ends=1
+    ):
+        """bert4keras's ``AutoRegressiveDecoder.random_sample`` for this model: ``n`` sampled
+        sequences (finished ones first, in the order they ended; ``start_id`` first in each).
+        The draws come from numpy's global generator (``np.random.seed`` makes them repeat)."""
+        prompt, output_start = self._prompt(inputs, start_id, maxlen)
+        if int(n) < 1:
+            raise ValueError(f"random_sample: n must be >= 1, got {n!r}")
+        if topk is not None and int(topk) < 1:
+            raise ValueError(f"random_sample: topk must be >= 1 (or None), got {topk!r}")
+        if topp is not None and not 0 < topp <= 1:
+            raise ValueError(f"random_sample: topp must be in (0, 1] (or None), got {topp!r}")
+        ids, segments, length = self._buffer(prompt, output_start, int(n))
+        uniform = np.random.random((self.max_length, int(n))).astype("float32")
+        run = self._function("sample", int(n))
+        args = self._scalars(length, maxlen, end_id, minlen, temperature, min_ends, len(output_start))
+        topk = np.int32(topk or 0)
+        topp = np.float32(1.0 if topp is None else topp)
+        out_ids, ends, out_length = run(ids, segments, *args, uniform, topk, topp)
+        out_ids, ends, out_length = np.asarray(out_ids), np.asarray(ends), int(np.asarray(out_length))
+        start = length - len(output_start)
+        order = sorted(range(int(n)), key=lambda row: (ends[row] if ends[row] >= 0 else self.max_length + 1, row))
+        return [out_ids[row, start : (ends[row] + 1 if ends[row] >= 0 else out_length)].astype(int) for row in order]
+
+    # ----------------------------------------------------------------- inputs
+    def _prompt(self, inputs, start_id, maxlen):
+        """(prompt [token_ids, segment_ids] as int32 arrays, the output's first ids)."""
+        if int(maxlen) < 1:
+            raise ValueError(f"maxlen must be >= 1, got {maxlen!r}")
+        inputs = list(inputs)
+        token_ids = np.asarray(inputs[0], dtype="int32").reshape(-1)
+        segment_ids = np.asarray(inputs[1], dtype="int32").reshape(-1) if len(inputs) > 1 else np.zeros_like(token_ids)
+        if segment_ids.shape != token_ids.shape:
+            raise ValueError(f"segment_ids has {segment_ids.size} ids, token_ids {token_ids.size}")
+        output_start = [] if start_id is None else [int(start_id)]
+        if token_ids.size + len(output_start) >= self.max_length:
+            raise ValueError(
+                f"the prompt has {token_ids.size + len(output_start)} ids; the buffer holds {self.max_length} "
+                f"(max_length), with room for at least one new id"
+            )
+        return [token_ids, segment_ids], output_start
+
+    def _buffer(self, prompt, output_start, rows):
+        """ids, segments [rows, max_length] (prompt, output start, then zeros) and the length used."""
+        token_ids, segment_ids = prompt
+        output_segment = 1 if self.transformer.application == "unilm" else 0
+        ids = np.concatenate([token_ids, np.asarray(output_start, "int32")])
+        length = ids.size
+        buffer = np.zeros((rows, self.max_length), "int32")
+        buffer[:, :length] = ids
+        segments = np.full((rows, self.max_length), output_segment, "int32")
+        segments[:, : token_ids.size] = segment_ids
+        return buffer, segments, length
+
+    def _scalars(self, length, maxlen, end_id, minlen, temperature, min_ends, start_count):
+        if not 0 <= int(end_id) < self.transformer.vocab_size:
+            last = self.transformer.vocab_size - 1
+            raise ValueError(f"end_id must be an id of the vocabulary (0..{last}), got {end_id!r}")
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature!r}")
+        if int(min_ends) < 1:
+            raise ValueError(f"min_ends must be >= 1, got {min_ends!r}")
+        steps = min(int(maxlen), self.max_length - length)
+        return (
+            np.int32(length),
+            np.int32(steps),
+            np.int32(end_id),
+            np.int32(int(minlen) - start_count),  # output ids to generate before an end counts
+            np.float32(temperature),
+            np.int32(min_ends),
+        )
+
+    # ----------------------------------------------------------------- loops
+    def _function(self, kind, rows):
+        key = (kind, rows)
+        if key not in self._compiled:
+            loop = self._beam_loop if kind == "beam" else self._sample_loop
+            self._compiled[key] = _compile(loop, self.model)
+        return self._compiled[key]
+
+    def _first_pass(self, ids, segments, length):
+        """Logits [B, V] of the last prompt position, and the caches of the whole buffer."""
+        ranks = ranks_of(self.transformer.application, segments)
+        positions = ops.arange(self.max_length, dtype="int32")
+        visible = visibility(ids, ranks, positions, length)
+        logits, caches = self.transformer.cached_logits(ids, segments, None, 0, visible)
+        last = ops.take(logits, ops.reshape(length - 1, (1,)), axis=1)[:, 0]
+        return last, caches, ranks
+
+    def _step(self, ids, segments, ranks, caches, position):
+        """Logits [B, V] after the ids at ``position``, and the updated caches."""
+        token = ops.slice(ids, [0, position], [ops.shape(ids)[0], 1])
+        segment = ops.slice(segments, [0, position], [ops.shape(ids)[0], 1])
+        visible = visibility(ids, ranks, ops.reshape(position, (1,)), position + 1)
+        logits, caches = self.transformer.cached_logits(token, segment, caches, position, visible)
+        return logits[:, 0], caches
+
+    def _sample_loop(self, ids, segments, length, steps, end_id, minlen, temperature, min_ends, uniform, topk, topp):
+        logits, caches, ranks = self._first_pass(ids, segments, length)
+        rows = ops.shape(ids)[0]
+        ends = ops.full((rows,), -1, "int32")  # the position each row ended at
+        counts = ops.zeros((rows,), "int32")
+
+        def cond(step, ids, caches, logits, ends, counts):
+            return ops.logical_and(ops.less(step, steps), ops.any(ops.less(ends, 0)))
+
+        def body(step, ids, caches, logits, ends, counts):
+            position = length + step
+            probas = ops.softmax(logits / temperature, axis=-1)
+            token = choose(probas, uniform[step], topk, topp)
+            live = ops.less(ends, 0)
+            token = ops.where(live, token, 0)
+            ids = ops.slice_update(ids, [0, position], token[:, None])
+            counts = counts + ops.cast(ops.logical_and(live, ops.equal(token, end_id)), "int32")
+            finished = ops.logical_and(
+                ops.logical_and(live, ops.equal(token, end_id)),
+                ops.logical_and(ops.greater_equal(counts, min_ends), ops.greater_equal(step + 1, minlen)),
+            )
+            ends = ops.where(finished, position, ends)
+            logits, caches = self._step(ids, segments, ranks, caches, position)
+            return step + 1, ids, caches, logits, ends, counts
+
+        step, ids, caches, logits, ends, counts = ops.while_loop(
+            cond, body, (ops.convert_to_tensor(0, "int32"), ids, caches, logits, ends, counts)
+        )
+        return ids, ends, length + step
+
+    def _beam_loop(self, ids, segments, length, steps, end_id, minlen, temperature, min_ends):
+        logits, caches, ranks = self._first_pass(ids, segments, length)
+        rows = ops.shape(ids)[0]
+        row_index = ops.arange(rows, dtype="int32")
+        scores = ops.where(ops.equal(row_index, 0), 0.0, NEG_INF)  # one beam at first, as bert4keras
+        live_count = ops.convert_to_tensor(rows, "int32")
+        counts = ops.zeros((rows,), "int32")
+        found = ops.convert_to_tensor(False)
+        result = ids[0]  # the sequence returned once one is
+
+        def cond(step, ids, caches, logits, scores, live_count, counts, found, result):
+            return ops.logical_and(ops.less(step, steps), ops.logical_not(found))
+
+        def body(step, ids, caches, logits, scores, live_count, counts, found, result):
+            position = length + step
+            logp = ops.log(ops.softmax(logits / temperature, axis=-1) + 1e-12)
+            top, flat = ops.top_k(ops.reshape(scores[:, None] + logp, (-1,)), rows)
+            vocab = ops.shape(logp)[-1]
+            beams, token = flat // vocab, ops.cast(flat % vocab, "int32")
+            live = ops.less(row_index, live_count)  # bert4keras keeps as many beams as are live
+            top = ops.where(live, top, NEG_INF)
+            ids = ops.slice_update(ops.take(ids, beams, axis=0), [0, position], token[:, None])
+            ended = ops.logical_and(live, ops.equal(token, end_id))
+            counts = ops.take(counts, beams, axis=0) + ops.cast(ended, "int32")
+            done = ops.logical_and(ops.logical_and(ended, ops.greater_equal(counts, min_ends)), step + 1 >= minlen)
+            leader = ops.argmax(top)
+            found = ops.take(done, leader)
+            result = ops.where(found, ops.take(ids, leader, axis=0), result)
+            # the finished beams leave; the live ones first, in score order (the next step's ranks)
+            scores, order = ops.top_k(ops.where(done, NEG_INF, top), rows)
+            ids, counts = ops.take(ids, order, axis=0), ops.take(counts, order, axis=0)
+            rows_from = ops.take(beams, order, axis=0)  # the caches are still the old beams'
+            caches = [(ops.take(k, rows_from, axis=0), ops.take(v, rows_from, axis=0)) for k, v in caches]
+            live_count = ops.sum(ops.cast(ops.greater(scores, NEG_INF / 2), "int32"))
+            logits, caches = self._step(ids, segments, ranks, caches, position)
+            return step + 1, ids, caches, logits, scores, live_count, counts, found, result
+
+        state = (ops.convert_to_tensor(0, "int32"), ids, caches, logits, scores, live_count, counts, found, result)
+        step, ids, caches, logits, scores, live_count, counts, found, result = ops.while_loop(cond, body, state)
+        return ops.where(found, result, ops.take(ids, ops.argmax(scores), axis=0)), length + step
+
+
+def _compile(loop, model):
+    """``loop`` compiled for the backend: ``tf.function(jit_compile=True)`` on TensorFlow,
+    ``jax.jit`` over the model's variables as arguments on JAX, as is elsewhere."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(loop, jit_compile=True)
+    if backend == "jax":
+        import jax
+
+        variables = list(model.variables)
+
+        def stateless(values, *args):
+            with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                return loop(*args)
+
+        jitted = jax.jit(stateless)
+        return lambda *args: jitted([v.value for v in variables], *args)
+    return loop

@@ -1,0 +1,150 @@
+"""Cached decoding (gau_keras.generation.CachedLM) against the recompute path.
+
+The recompute path is bert4keras's: ``AutoRegressiveDecoder.predict`` runs the model over
+the prompt and the ids so far at every step. With ``cached=CachedLM(model)`` the same
+decoder runs the model's key/value caches in one compiled loop: beam search must give the
+same ids (TensorFlow, several models and both applications); on JAX, greedy decoding is
+checked against one forward pass over the sequence it produced (a causal or UniLM model's
+logits at a position do not depend on the later ids).
+"""
+
+import keras
+import numpy as np
+import pytest
+
+from gau_keras import build_transformer_model
+from gau_keras.generation import CachedLM, choose
+from gau_keras.snippets import AutoRegressiveDecoder
+
+VOCAB, END = 60, 3
+PROMPT = [2, 5, 7, 9, 11, 13, 17]
+
+
+def tiny_model(name, application, seed=1, noise=0.05):
+    """A 2-layer model of ``name`` with every weight moved off its init (seeded)."""
+    config = {
+        "vocab_size": VOCAB,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "attention_key_size": 16,
+        "hidden_act": "gelu" if name in ("bert", "albert") else "relu",
+        "max_position_embeddings": 64,
+        "type_vocab_size": 2,
+    }
+    keras.utils.set_random_seed(seed)
+    model = build_transformer_model(config, model=name, application=application)
+    rng = np.random.default_rng(seed)
+    for weight in model.weights:
+        weight.assign(weight.numpy() + rng.normal(0, noise, weight.shape).astype("float32"))
+    return model
+
+
+class Decoder(AutoRegressiveDecoder):
+    """The recompute path, as a bert4keras script writes it."""
+
+    def __init__(self, model, application, **kwargs):
+        super().__init__(**kwargs)
+        self.model, self.output_segment = model, int(application == "unilm")
+
+    @AutoRegressiveDecoder.wraps(default_rtype="probas")
+    def predict(self, inputs, output_ids, states):
+        token_ids = np.concatenate([inputs[0], output_ids], 1)
+        segment_ids = np.concatenate([inputs[1], np.full_like(output_ids, self.output_segment)], 1)
+        return self.last_token(self.model).predict([token_ids, segment_ids])
+
+
+@pytest.mark.parametrize(
+    "name, application, start_id, noise",
+    [
+        ("roformer_v2", "lm", None, 0.05),
+        ("gau_alpha", "lm", 4, 0.5),
+        ("bert", "unilm", None, 0.05),
+        ("albert", "lm", None, 0.05),
+    ],
+)
+def test_beam_search_gives_the_recompute_ids(name, application, start_id, noise):
+    # 7 prompt ids + 12 steps: past softmax_plus's floor of 16 keys (GAU-alpha)
+    model = tiny_model(name, application, noise=noise)
+    inputs = [PROMPT, [0] * len(PROMPT)]
+    recompute = Decoder(model, application, start_id=start_id, end_id=END, maxlen=12, minlen=2)
+    cached = Decoder(
+        model, application, start_id=start_id, end_id=END, maxlen=12, minlen=2, cached=CachedLM(model, max_length=32)
+    )
+    distinct = set()
+    for topk in (1, 3):
+        want = recompute.beam_search(inputs, topk=topk)
+        got = cached.beam_search(inputs, topk=topk)
+        assert got.tolist() == want.tolist(), (topk, got, want)
+        distinct.update(want.tolist())
+    assert len(distinct) >= 3  # not a constant output: the comparison means something
+
+
+def test_random_sample_keeps_bert4keras_contract():
+    model = tiny_model("roformer_v2", "lm")
+    lm = CachedLM(model, max_length=32)
+    decoder = Decoder(model, "lm", start_id=None, end_id=END, maxlen=10, cached=lm)
+    np.random.seed(7)
+    first = decoder.random_sample([PROMPT, [0] * 7], n=5, topk=8, topp=0.95, temperature=1.2)
+    np.random.seed(7)
+    again = decoder.random_sample([PROMPT, [0] * 7], n=5, topk=8, topp=0.95, temperature=1.2)
+    assert [a.tolist() for a in first] == [a.tolist() for a in again]  # numpy's seed makes it repeat
+    assert len(first) == 5 and len({tuple(a) for a in first}) > 1
+    ended = [a for a in first if a[-1] == END]
+    assert all(len(a) <= 10 and ((a >= 0) & (a < VOCAB)).all() for a in first)
+    assert first[: len(ended)] == ended  # finished ones first
+    greedy = decoder.beam_search([PROMPT, [0] * 7], topk=1)
+    top1 = decoder.random_sample([PROMPT, [0] * 7], n=2, topk=1)
+    assert all(a.tolist() == greedy.tolist() for a in top1)
+
+
+def test_choose_follows_topk_topp_and_the_draw():
+    probas = np.array([[0.1, 0.4, 0.2, 0.3], [0.25, 0.25, 0.25, 0.25]], "float32")
+    pick = lambda u, **kw: keras.ops.convert_to_numpy(choose(probas, np.array(u, "float32"), **kw)).tolist()  # noqa: E731
+    assert pick([0.0, 0.0]) == [1, 0] and pick([0.99, 0.99]) == [0, 3]  # ordered by probability, then id
+    assert pick([0.5, 0.5]) == [3, 2]  # cdf 0.4, 0.7: 0.5 falls on the second
+    assert pick([0.99, 0.99], topk=2) == [3, 1]
+    assert pick([0.99, 0.99], topp=0.6) == [3, 2]  # 0.4 + 0.3 reach 0.6; 0.25 * 3 reach it
+    assert pick([0.99, 0.99], topk=3, topp=0.5) == [3, 1]
+
+
+def test_bad_arguments_name_what_is_wrong():
+    model = tiny_model("roformer_v2", "lm")
+    lm = CachedLM(model, max_length=16)
+    with pytest.raises(ValueError, match="the prompt has 16 ids; the buffer holds 16"):
+        lm.beam_search([list(range(1, 17))], topk=1, maxlen=4, end_id=END)
+    with pytest.raises(ValueError, match=r"end_id must be an id of the vocabulary \(0..59\), got 60"):
+        lm.beam_search([PROMPT], topk=1, maxlen=4, end_id=VOCAB)
+    with pytest.raises(ValueError, match="maxlen must be >= 1, got 0"):
+        lm.beam_search([PROMPT], topk=1, maxlen=0, end_id=END)
+    with pytest.raises(ValueError, match="topk must be >= 1, got 0"):
+        lm.beam_search([PROMPT], topk=0, maxlen=4, end_id=END)
+    with pytest.raises(ValueError, match=r"topp must be in \(0, 1\]"):
+        lm.random_sample([PROMPT], n=2, maxlen=4, end_id=END, topp=1.5)
+    with pytest.raises(ValueError, match="application='encoder'"):
+        CachedLM(tiny_model("roformer_v2", "encoder"))
+    with pytest.raises(TypeError, match="cached must be a gau_keras.generation.CachedLM"):
+        AutoRegressiveDecoder(start_id=None, end_id=END, maxlen=4, cached=model)
+
+
+def test_nezha_says_why_it_has_no_cache():
+    with pytest.raises(ValueError, match="NEZHA's relative position embeddings take no key/value cache"):
+        CachedLM(tiny_model("nezha", "lm"))
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("name, application", [("gau_alpha", "lm"), ("roformer_v2", "unilm")])
+def test_greedy_ids_are_the_argmax_of_the_full_forward(name, application):
+    model = tiny_model(name, application, noise=0.5)
+    lm = CachedLM(model, max_length=24)
+    segments = [0] * len(PROMPT)
+    ids = lm.beam_search([PROMPT, segments], topk=1, maxlen=10, end_id=END)
+    assert len(ids) >= 1
+    sequence = np.array([PROMPT + ids.tolist()])
+    output_segments = np.array([segments + [int(application == "unilm")] * len(ids)])
+    probas = keras.ops.convert_to_numpy(model([sequence, output_segments]))[0]
+    expected = probas[len(PROMPT) - 1 : -1].argmax(-1)
+    assert ids.tolist() == expected.tolist()
+    if ids[-1] != END:
+        assert len(ids) == 10
