@@ -48,7 +48,8 @@ def _fill_mask(args):
         with_head = [name for name in model_names() if MODELS[name].has_mlm_head]
         raise ValueError(
             f"fill-mask: --model {args.model} has no MLM head to predict tokens with (ELECTRA's "
-            f"checkpoints hold its discriminator); choose one of {', '.join(with_head)}"
+            f"checkpoints hold its discriminator; the GPTs predict the next token only); choose one of "
+            f"{', '.join(with_head)}"
         )
     model, tokenizer = load_pretrained(
         args.model_dir,

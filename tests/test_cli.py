@@ -162,3 +162,6 @@ def test_fill_mask_with_a_model_without_an_mlm_head_says_which_have_one(capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: fill-mask: --model electra has no MLM head") and err.count("\n") == 1
     assert "gau_alpha" in err and "bert" in err
+    assert cli.main(["fill-mask", "--model", "gpt2", "今天天气很[MASK]。"]) == 2  # a left-to-right LM
+    err = capsys.readouterr().err
+    assert err.startswith("error: fill-mask: --model gpt2 has no MLM head") and "gpt2_ml" not in err

@@ -14,6 +14,7 @@ from gau_keras.models.builder import (
 from gau_keras.models.checkpointing import CheckpointWarning
 from gau_keras.models.electra import ELECTRA, ElectraBackbone
 from gau_keras.models.gau_alpha import GAU_alpha, GAUAlphaBackbone
+from gau_keras.models.gpt import GPT, GPT2, GPT2_ML, GPT2Backbone, GPT2MLBackbone, GPTBackbone
 from gau_keras.models.nezha import NEZHA, NezhaBackbone
 from gau_keras.models.registry import MODELS, model_names, register, resolve_model_class
 from gau_keras.models.roformer import RoFormer, RoformerBackbone
@@ -41,6 +42,9 @@ __all__ = [
     "RoFormerV2",
     "GAU_alpha",
     "SRUppModel",
+    "GPT",
+    "GPT2",
+    "GPT2_ML",
     "BertBackbone",
     "AlbertBackbone",
     "AlbertUnsharedBackbone",
@@ -50,4 +54,7 @@ __all__ = [
     "RoformerV2Backbone",
     "GAUAlphaBackbone",
     "SRUppBackbone",
+    "GPTBackbone",
+    "GPT2Backbone",
+    "GPT2MLBackbone",
 ]

@@ -53,6 +53,9 @@ class Transformer(CheckpointMapping):
     takes_segment_ids = True
     #: whether the model has bert4keras's MLM head (``with_mlm``)
     has_mlm_head = True
+    #: whether the model is an encoder (hidden states without heads: what fine-tuning builds on);
+    #: False for the decoder-only language models (GPT), whose output is always the LM head's
+    is_encoder = True
     #: config keys without which the model cannot be built
     required_config_keys = ("vocab_size", "hidden_size", "num_hidden_layers")
 

@@ -5,6 +5,7 @@ import gau_keras.models.albert  # noqa: F401
 import gau_keras.models.bert  # noqa: F401
 import gau_keras.models.electra  # noqa: F401
 import gau_keras.models.gau_alpha  # noqa: F401
+import gau_keras.models.gpt  # noqa: F401
 import gau_keras.models.nezha  # noqa: F401
 import gau_keras.models.roformer  # noqa: F401
 import gau_keras.models.roformer_v2  # noqa: F401
@@ -77,7 +78,8 @@ def build_transformer_model(
             ``{name: array}`` dict, or None.
         model: 'bert' (the default, as in bert4keras), 'roberta', 'albert',
             'albert_unshared', 'nezha', 'roformer', 'electra', 'roformer_v2',
-            'gau_alpha', 'srupp', or a ``Transformer`` subclass.
+            'gau_alpha', 'srupp', 'gpt', 'gpt2', 'gpt2_ml', or a ``Transformer``
+            subclass.
         application: 'encoder', 'lm' (causal) or 'unilm'.
         return_keras_model: return the ``keras.Model`` (True) or the builder
             object (``.model``, ``.inputs``, ``.outputs``, ``.layers``,

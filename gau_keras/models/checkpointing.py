@@ -258,6 +258,9 @@ class CheckpointMapping:
 #: (what marks a checkpoint, the model names it fits, the sign as the message says it), most specific first
 _LAYER_NORM = "bert/encoder/layer_0/attention/output/LayerNorm/gamma"
 _CHECKPOINT_SIGNS = (
+    (lambda names: any(n.startswith("newslm/") for n in names), ("gpt2_ml",), "gpt2-ml's newslm/* variables"),
+    (lambda names: "gpt/output/LayerNorm/gamma" in names, ("gpt2",), "gpt/* variables with a final LayerNorm"),
+    (lambda names: any(n.startswith("gpt/") for n in names), ("gpt",), "gpt/* variables without a final LayerNorm"),
     (lambda names: any(n.startswith("GAU_alpha/") for n in names), ("gau_alpha",), "GAU_alpha/* variables"),
     (lambda names: any(n.startswith("electra/") for n in names), ("electra",), "electra/* variables"),
     (

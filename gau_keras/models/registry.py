@@ -26,10 +26,13 @@ LISTING_ORDER = (
     "gau_alpha",
     "roformer_v2",
     "srupp",
+    "gpt",
+    "gpt2",
+    "gpt2_ml",
 )
 
 #: bert4keras's other model names: not implemented here (said so, not "unknown")
-BERT4KERAS_ONLY_MODELS = ("gpt", "gpt2", "gpt2_ml", "t5", "t5_encoder", "t5_decoder", "t5.1.0", "t5.1.1", "mt5.1.1")
+BERT4KERAS_ONLY_MODELS = ("t5", "t5_encoder", "t5_decoder", "t5.1.0", "t5.1.1", "mt5.1.1")
 
 
 def register(name, *aliases):
@@ -62,13 +65,18 @@ def backbone_class(cls):
 def model_names(segment_ids=None):
     """One name per registered builder class (the name it registered, not an alias), in
     ``LISTING_ORDER``: what a command line lists (every key of ``MODELS`` is accepted).
-    ``segment_ids=True``: only the models that read segment ids (what fine-tuning feeds)."""
+    ``segment_ids=True``: only the encoders that read segment ids (what fine-tuning feeds and builds
+    on); ``False``: the others."""
 
     def rank(name):
         return LISTING_ORDER.index(name) if name in LISTING_ORDER else len(LISTING_ORDER)
 
     names = sorted(_PRIMARY.values(), key=rank)  # sorted() is stable: the others as registered
-    return tuple(n for n in names if segment_ids is None or _MODELS[n].takes_segment_ids == segment_ids)
+
+    def fine_tunable(cls):
+        return cls.takes_segment_ids and cls.is_encoder
+
+    return tuple(n for n in names if segment_ids is None or fine_tunable(_MODELS[n]) == segment_ids)
 
 
 def resolve_model_class(model):

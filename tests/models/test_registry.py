@@ -18,6 +18,7 @@ from gau_keras.models import (
     registry,
 )
 from gau_keras.models.config import ConfigError, UnknownArgumentError
+from gau_keras.models.gpt import GPT, GPT2, GPT2_ML
 from tests.conftest import REPO_ROOT
 from tests.model_utils import TINY, random_checkpoint
 
@@ -44,6 +45,9 @@ def test_the_bert4keras_names_and_their_aliases():
         "roformer_v2": RoFormerV2,
         "roformer-v2": RoFormerV2,
         "roformerv2": RoFormerV2,
+        "gpt": GPT,
+        "gpt2": GPT2,
+        "gpt2_ml": GPT2_ML,
     }
     assert {name: registry.resolve_model_class(name) for name in aliases} == aliases
     assert registry.model_names() == (
@@ -56,11 +60,14 @@ def test_the_bert4keras_names_and_their_aliases():
         "gau_alpha",
         "roformer_v2",
         "srupp",
+        "gpt",
+        "gpt2",
+        "gpt2_ml",
     )
     assert registry.resolve_model_class(GAU_alpha) is GAU_alpha
 
 
-@pytest.mark.parametrize("name", ["gpt2", "t5.1.1", "GPT2_ML"])
+@pytest.mark.parametrize("name", ["t5", "t5.1.1", "MT5.1.1"])
 def test_bert4keras_only_names_are_said_to_be_not_implemented(name):
     with pytest.raises(ValueError, match=f"bert4keras's {name.lower()} is not implemented in gau_keras"):
         registry.resolve_model_class(name)

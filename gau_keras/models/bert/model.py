@@ -125,8 +125,7 @@ class BERT(Transformer):
                 custom_position_ids=self.custom_position_ids,
                 name="Embedding-Position",
             )
-        x = self.layer_norm(x, "Embedding-Norm", self.norm_epsilon(self.embedding_norm_epsilon))
-        x = self.apply(x, keras.layers.Dropout, rate=self.dropout_rate, name="Embedding-Dropout")
+        x = self.embedding_tail(x)
         if self.embedding_size != self.hidden_size:
             x = self.apply(
                 x,
@@ -136,6 +135,11 @@ class BERT(Transformer):
                 name="Embedding-Mapping",
             )
         return x
+
+    def embedding_tail(self, x):
+        """Hook: what follows the sum of the embeddings: Embedding-Norm -> Embedding-Dropout."""
+        x = self.layer_norm(x, "Embedding-Norm", self.norm_epsilon(self.embedding_norm_epsilon))
+        return self.apply(x, keras.layers.Dropout, rate=self.dropout_rate, name="Embedding-Dropout")
 
     def norm_epsilon(self, default):
         """The config's ``layer_norm_epsilon`` (``layer_norm_eps``) when it gives one, else bert4keras's
@@ -151,6 +155,11 @@ class BERT(Transformer):
         """(position input of the attention or None, its ``p_bias``): none in BERT."""
         return None, None
 
+    def sublayer_input(self, x, name):
+        """Hook: the input of sub-layer ``name`` (attention or feed-forward): ``x`` itself in
+        BERT's post-norm blocks (a pre-norm block normalises it here)."""
+        return x
+
     def residual(self, x, y, name):
         """Dropout -> Add -> LayerNorm (post-norm) around a sub-layer output."""
         y = self.apply(y, keras.layers.Dropout, rate=self.dropout_rate, name=f"{name}-Dropout")
@@ -162,7 +171,8 @@ class BERT(Transformer):
         name = f"{block}-MultiHeadSelfAttention"
         bias = self.compute_attention_bias(x)
         position, p_bias = self.attention_position(x)
-        inputs = [x, x, x] + [t for t in (bias, position) if t is not None]
+        h = self.sublayer_input(x, name)
+        inputs = [h, h, h] + [t for t in (bias, position) if t is not None]
         y = self.apply(
             inputs,
             MultiHeadAttention,
@@ -181,7 +191,7 @@ class BERT(Transformer):
         x = self.residual(x, y, name)
         name = f"{block}-FeedForward"
         y = self.apply(
-            x,
+            self.sublayer_input(x, name),
             FeedForward,
             units=self.intermediate_size,
             activation=self.hidden_act,

@@ -93,6 +93,11 @@ class Options:
                 f"model {self.model!r} reads no segment ids, which the CLUE tasks feed: fine-tune one "
                 f"of {', '.join(model_names(segment_ids=True))}"
             )
+        if not MODELS[str(self.model).lower()].is_encoder:
+            raise ValueError(
+                f"model {self.model!r} is a language model (its output is the next-token distribution, not "
+                f"hidden states to classify): fine-tune one of {', '.join(model_names(segment_ids=True))}"
+            )
         if self.xla not in XLA_CHOICES:
             raise ValueError(f"xla must be one of {', '.join(XLA_CHOICES)}, got {self.xla!r}")
 

@@ -183,13 +183,17 @@ def test_the_task_choices_and_the_model_names_come_from_the_registries(capsys):
         "gau_alpha",
         "roformer_v2",
         "srupp",
+        "gpt",
+        "gpt2",
+        "gpt2_ml",
     ) and set(model_names()) <= set(MODELS)
     parser = runner.build_parser("tnews")
     model = next(a for a in parser._actions if a.dest == "model")
-    fine_tunable = {name for name, cls in MODELS.items() if cls.takes_segment_ids}
+    fine_tunable = {name for name, cls in MODELS.items() if cls.takes_segment_ids and cls.is_encoder}
     assert set(model.choices) == fine_tunable and "srupp" not in fine_tunable  # no segment input
+    assert "gpt" not in fine_tunable  # a language model: no hidden states to classify
     assert parser.parse_args(["--data-dir", "x", "--model", "RoFormer-V2"]).model
-    assert model_names(segment_ids=True) == model_names()[:-1]
+    assert model_names(segment_ids=True) == model_names()[:8]
     assert tasks.same_model("bustm") == ("bustm", "afqmc", "cmnli", "ocnli", "ocnli_full")
     with pytest.raises(SystemExit):
         runner.parse_options("afqmc", ["--data-dir", "x", "--task-name", "tnews"])  # another input form
@@ -205,7 +209,7 @@ def test_options_check_each_value_once_and_name_the_argument():
         ("epochs", 1.5, "epochs: expected an integer, got '1.5'"),
         (
             "model",
-            "gpt2",
+            "gpt3",
             "model must be one of bert, albert, albert_unshared, nezha, roformer, electra, gau_alpha, roformer_v2, got",
         ),
         (
@@ -213,6 +217,7 @@ def test_options_check_each_value_once_and_name_the_argument():
             "srupp",
             "model 'srupp' reads no segment ids, which the CLUE tasks feed: fine-tune one of bert, albert,",
         ),
+        ("model", "gpt", "model 'gpt' is a language model (its output is the next-token distribution"),
         ("xla", "maybe", "xla must be one of auto, on, off"),
     ):
         with pytest.raises(ValueError) as refused:
