@@ -1,6 +1,7 @@
 """The ``gau-keras`` command line (also ``python -m gau_keras``).
 
     gau-keras fill-mask [--model-dir DIR] "今天天气很[MASK]。"
+    gau-keras generate --model-dir DIR --model gpt2 "今天天气" [--strategy greedy|sample|beam]
     gau-keras export (--model-dir DIR | --keras FILE) --output DIR
     gau-keras prepare-corpus corpus.txt --vocab vocab.txt --output-dir data/mlm ...
     gau-keras build-vocab corpus.txt --base-vocab vocab.txt --output small_vocab.txt
@@ -18,7 +19,7 @@
 import argparse
 import sys
 
-from gau_keras import cli_env, flags
+from gau_keras import cli_env, flags, generate
 
 #: subcommands handled by another module's own argument parser
 DELEGATED = {
@@ -30,6 +31,7 @@ DELEGATED = {
 #: every subcommand and its line in ``gau-keras --help`` (the delegated ones are handed to their own parsers)
 COMMANDS = {
     "fill-mask": "predict the tokens at [MASK] positions",
+    "generate": "continue a text with a causal or UniLM model (key/value cache)",
     "export": "write a TensorFlow SavedModel for serving",
     "prepare-corpus": "corpus -> whole-word-MLM TFRecord shards",
     "build-vocab": "a smaller vocab: the base vocab's tokens a corpus uses",
@@ -65,6 +67,10 @@ def _fill_mask(args):
     return 0
 
 
+def _generate(args):
+    return generate.run(args)
+
+
 def _export(args):
     from gau_keras import export
 
@@ -98,6 +104,9 @@ def build_parser():
         help="floor of softmax_plus's n (16 default; 1 = the released model's training code)",
     )
     fill.set_defaults(run=_fill_mask)
+    generate_parser = commands.add_parser("generate", help=COMMANDS["generate"])
+    generate.add_arguments(generate_parser)
+    generate_parser.set_defaults(run=_generate)
     export = commands.add_parser("export", help=COMMANDS["export"])
     source = export.add_mutually_exclusive_group(required=True)
     source.add_argument("--model-dir", help="a model directory in the released layout (exports its MLM head)")

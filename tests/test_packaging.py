@@ -83,7 +83,7 @@ FLOORS = {
     3: ("layers", "losses", "optimizers", "metrics"),
     4: ("models", "generation", "checkpoints", "data", "pretrained", "export", "distribution"),
     5: ("backend", "bert4keras"),
-    6: ("training", "fill_mask", "__main__", "flags", "cli_env"),
+    6: ("training", "fill_mask", "generate", "__main__", "flags", "cli_env"),
 }
 
 

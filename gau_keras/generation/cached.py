@@ -69,24 +69,52 @@ class CachedLM:
         """bert4keras's ``AutoRegressiveDecoder.random_sample`` for this model: ``n`` sampled
         sequences (finished ones first, in the order they ended; ``start_id`` first in each).
         The draws come from numpy's global generator (``np.random.seed`` makes them repeat)."""
+        rows = []
+        for row in self._sampled(inputs, int(n), maxlen, end_id, topk, topp, start_id, minlen, temperature, min_ends):
+            rows = row
+        return rows
+
+    def stream(self, inputs, maxlen, end_id, topk=None, topp=None, start_id=None, temperature=1.0, chunk=8):
+        """The ids of one sampled sequence as they come, ``chunk`` steps of the compiled loop at a
+        time (``topk=1``: greedy): yields lists of new ids (the output start first); stops at
+        ``end_id`` (included) or after ``maxlen`` steps."""
+        sent = 0
+        for rows in self._sampled(inputs, 1, maxlen, end_id, topk, topp, start_id, 1, temperature, 1, chunk):
+            ids = rows[0].tolist()
+            if len(ids) > sent:
+                yield ids[sent:]
+                sent = len(ids)
+
+    def _sampled(self, inputs, n, maxlen, end_id, topk, topp, start_id, minlen, temperature, min_ends, chunk=None):
+        """Yields the ``n`` sequences (``random_sample``'s order) after every ``chunk`` steps
+        (None: once, at the end)."""
         prompt, output_start = self._prompt(inputs, start_id, maxlen)
-        if int(n) < 1:
+        if n < 1:
             raise ValueError(f"random_sample: n must be >= 1, got {n!r}")
         if topk is not None and int(topk) < 1:
             raise ValueError(f"random_sample: topk must be >= 1 (or None), got {topk!r}")
         if topp is not None and not 0 < topp <= 1:
             raise ValueError(f"random_sample: topp must be in (0, 1] (or None), got {topp!r}")
-        ids, segments, length = self._buffer(prompt, output_start, int(n))
-        uniform = np.random.random((self.max_length, int(n))).astype("float32")
-        run = self._function("sample", int(n))
-        args = self._scalars(length, maxlen, end_id, minlen, temperature, min_ends, len(output_start))
-        topk = np.int32(topk or 0)
-        topp = np.float32(1.0 if topp is None else topp)
-        out_ids, ends, out_length = run(ids, segments, *args, uniform, topk, topp)
-        out_ids, ends, out_length = np.asarray(out_ids), np.asarray(ends), int(np.asarray(out_length))
-        start = length - len(output_start)
-        order = sorted(range(int(n)), key=lambda row: (ends[row] if ends[row] >= 0 else self.max_length + 1, row))
-        return [out_ids[row, start : (ends[row] + 1 if ends[row] >= 0 else out_length)].astype(int) for row in order]
+        ids, segments, length = self._buffer(prompt, output_start, n)
+        scalars = self._scalars(length, maxlen, end_id, minlen, temperature, min_ends, len(output_start))
+        steps, rest = int(scalars[1]), (scalars[2],) + scalars[3:]
+        uniform = np.random.random((self.max_length, n)).astype("float32")
+        limits = (np.int32(topk or 0), np.float32(1.0 if topp is None else topp))
+        start, run = self._function("sample_start", n), self._function("sample_run", n)
+        state = start(ids, segments, np.int32(length))
+        stop = 0
+        while stop < steps:
+            stop = steps if chunk is None else min(steps, stop + chunk)
+            state = run(state, segments, np.int32(length), np.int32(stop), *rest, uniform, *limits)
+            step, ends = int(np.asarray(state[0])), np.asarray(state[4])
+            yield self._rows(np.asarray(state[1]), ends, length - len(output_start), length + step)
+            if step < stop:  # every row ended
+                break
+
+    def _rows(self, ids, ends, start, length):
+        """The sequences of the buffer rows: finished ones first, in the order they ended."""
+        order = sorted(range(len(ids)), key=lambda row: (ends[row] if ends[row] >= 0 else self.max_length + 1, row))
+        return [ids[row, start : (ends[row] + 1 if ends[row] >= 0 else length)].astype(int) for row in order]
 
     # ----------------------------------------------------------------- inputs
     def _prompt(self, inputs, start_id, maxlen):
@@ -140,7 +168,7 @@ class CachedLM:
     def _function(self, kind, rows):
         key = (kind, rows)
         if key not in self._compiled:
-            loop = self._beam_loop if kind == "beam" else self._sample_loop
+            loop = {"beam": self._beam_loop, "sample_start": self._sample_start, "sample_run": self._sample_run}[kind]
             self._compiled[key] = _compile(loop, self.model)
         return self._compiled[key]
 
@@ -161,35 +189,34 @@ class CachedLM:
         logits, caches = self.transformer.cached_logits(token, segment, caches, position, visible)
         return logits[:, 0], caches
 
-    def _sample_loop(self, ids, segments, length, steps, end_id, minlen, temperature, min_ends, uniform, topk, topp):
-        logits, caches, ranks = self._first_pass(ids, segments, length)
+    def _sample_start(self, ids, segments, length):
+        """The sampling state after the first pass: (step, ids, caches, logits, ends, counts)."""
+        logits, caches, _ = self._first_pass(ids, segments, length)
         rows = ops.shape(ids)[0]
         ends = ops.full((rows,), -1, "int32")  # the position each row ended at
-        counts = ops.zeros((rows,), "int32")
+        return ops.convert_to_tensor(0, "int32"), ids, caches, logits, ends, ops.zeros((rows,), "int32")
+
+    def _sample_run(self, state, segments, length, stop, end_id, minlen, temperature, min_ends, uniform, topk, topp):
+        """``state`` advanced until step ``stop`` or until every row has ended."""
+        ranks = ranks_of(self.transformer.application, segments)
 
         def cond(step, ids, caches, logits, ends, counts):
-            return ops.logical_and(ops.less(step, steps), ops.any(ops.less(ends, 0)))
+            return ops.logical_and(ops.less(step, stop), ops.any(ops.less(ends, 0)))
 
         def body(step, ids, caches, logits, ends, counts):
             position = length + step
             probas = ops.softmax(logits / temperature, axis=-1)
-            token = choose(probas, uniform[step], topk, topp)
             live = ops.less(ends, 0)
-            token = ops.where(live, token, 0)
+            token = ops.where(live, choose(probas, uniform[step], topk, topp), 0)
             ids = ops.slice_update(ids, [0, position], token[:, None])
-            counts = counts + ops.cast(ops.logical_and(live, ops.equal(token, end_id)), "int32")
-            finished = ops.logical_and(
-                ops.logical_and(live, ops.equal(token, end_id)),
-                ops.logical_and(ops.greater_equal(counts, min_ends), ops.greater_equal(step + 1, minlen)),
-            )
-            ends = ops.where(finished, position, ends)
+            ended = ops.logical_and(live, ops.equal(token, end_id))
+            counts = counts + ops.cast(ended, "int32")
+            finished = ops.logical_and(ended, ops.greater_equal(counts, min_ends))
+            ends = ops.where(ops.logical_and(finished, step + 1 >= minlen), position, ends)
             logits, caches = self._step(ids, segments, ranks, caches, position)
             return step + 1, ids, caches, logits, ends, counts
 
-        step, ids, caches, logits, ends, counts = ops.while_loop(
-            cond, body, (ops.convert_to_tensor(0, "int32"), ids, caches, logits, ends, counts)
-        )
-        return ids, ends, length + step
+        return ops.while_loop(cond, body, tuple(state))
 
     def _beam_loop(self, ids, segments, length, steps, end_id, minlen, temperature, min_ends):
         logits, caches, ranks = self._first_pass(ids, segments, length)

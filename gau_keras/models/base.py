@@ -551,7 +551,7 @@ class Transformer(CheckpointMapping):
                 f"{model} was built with application={self.application!r}: a bidirectional encoder "
                 f"sees later tokens, so its outputs change as the sequence grows (use 'lm' or 'unilm')"
             )
-        if not self.has_mlm_head:
+        if not self.with_mlm:
             return f"{model} has no language-model head"
         if self.custom_position_ids or self.layer_norm_conds[0] is not None:
             return f"{model}: custom_position_ids and layer_norm_cond take inputs the cache does not hold"

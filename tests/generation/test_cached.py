@@ -33,6 +33,9 @@ def tiny_model(name, application, seed=1, noise=0.05):
         "max_position_embeddings": 64,
         "type_vocab_size": 2,
     }
+    if name.startswith("gpt"):
+        config["hidden_act"] = "gelu"
+        del config["attention_key_size"]
     keras.utils.set_random_seed(seed)
     model = build_transformer_model(config, model=name, application=application)
     rng = np.random.default_rng(seed)
@@ -52,7 +55,12 @@ class Decoder(AutoRegressiveDecoder):
     def predict(self, inputs, output_ids, states):
         token_ids = np.concatenate([inputs[0], output_ids], 1)
         segment_ids = np.concatenate([inputs[1], np.full_like(output_ids, self.output_segment)], 1)
-        return self.last_token(self.model).predict([token_ids, segment_ids])
+        return self.last_token(self.model).predict(model_inputs(self.model, token_ids, segment_ids))
+
+
+def model_inputs(model, token_ids, segment_ids):
+    """``[token_ids, segment_ids]``, or ``[token_ids]`` for a model without segments (GPT2)."""
+    return [token_ids, segment_ids][: len(model.inputs)]
 
 
 @pytest.mark.parametrize(
@@ -62,6 +70,7 @@ class Decoder(AutoRegressiveDecoder):
         ("gau_alpha", "lm", 4, 0.5),
         ("bert", "unilm", None, 0.05),
         ("albert", "lm", None, 0.05),
+        ("gpt2_ml", "lm", None, 0.3),
     ],
 )
 def test_beam_search_gives_the_recompute_ids(name, application, start_id, noise):
@@ -134,7 +143,7 @@ def test_nezha_says_why_it_has_no_cache():
 
 
 @pytest.mark.both_backends
-@pytest.mark.parametrize("name, application", [("gau_alpha", "lm"), ("roformer_v2", "unilm")])
+@pytest.mark.parametrize("name, application", [("gau_alpha", "lm"), ("roformer_v2", "unilm"), ("gpt2", "lm")])
 def test_greedy_ids_are_the_argmax_of_the_full_forward(name, application):
     model = tiny_model(name, application, noise=0.5)
     lm = CachedLM(model, max_length=24)
@@ -143,7 +152,7 @@ def test_greedy_ids_are_the_argmax_of_the_full_forward(name, application):
     assert len(ids) >= 1
     sequence = np.array([PROMPT + ids.tolist()])
     output_segments = np.array([segments + [int(application == "unilm")] * len(ids)])
-    probas = keras.ops.convert_to_numpy(model([sequence, output_segments]))[0]
+    probas = keras.ops.convert_to_numpy(model(model_inputs(model, sequence, output_segments)))[0]
     expected = probas[len(PROMPT) - 1 : -1].argmax(-1)
     assert ids.tolist() == expected.tolist()
     if ids[-1] != END:

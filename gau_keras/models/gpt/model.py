@@ -154,10 +154,16 @@ class GPT2(_TokenOnly, GPT):
         y = self.apply(y, keras.layers.Dropout, rate=self.dropout_rate, name=f"{name}-Dropout")
         return self.apply([x, y], Add, name=f"{name}-Add")
 
-    def apply_final_layers(self, x):
+    def output_norm(self, x):
+        """Output-Norm -> Output-Dropout: what the LM head reads."""
         x = self.layer_norm(x, "Output-Norm", self.norm_epsilon(self.block_norm_epsilon))
-        x = self.apply(x, keras.layers.Dropout, rate=self.dropout_rate, name="Output-Dropout")
-        return super().apply_final_layers(x)
+        return self.apply(x, keras.layers.Dropout, rate=self.dropout_rate, name="Output-Dropout")
+
+    def apply_final_layers(self, x):
+        return super().apply_final_layers(self.output_norm(x))
+
+    def decode_logits(self, x):
+        return super().decode_logits(self.output_norm(x))
 
     def variable_mapping(self):
         mapping = gpt_names(self.num_hidden_layers, GPT2_BLOCK)
