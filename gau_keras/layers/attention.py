@@ -289,7 +289,8 @@ class MultiHeadAttention(_AttentionBase):
     float = added) or a float [B|1, heads, Lq, Lk] (RealFormer's residual
     scores). ``p_bias='rotary'``: RoPE per head from sinusoidal embeddings
     [B|1, L, key_size] (key_size must be even); ``'typical_relative'``:
-    NEZHA's relative embeddings [Lq, Lk, key_size]. ``return_attention_scores`` also returns
+    NEZHA's relative embeddings [Lq, Lk, key_size]; ``'t5_relative'``: T5's bucketed bias
+    [Lq, Lk, heads] added to the scores. ``return_attention_scores`` also returns
     the scaled scores before masking and normalisation, [B, heads, Lq, Lk].
     On JAX on a GPU, a softmax call without attention dropout (``fusable``)
     runs as cuDNN's fused (flash) attention where cuDNN takes it (bfloat16 or
@@ -297,7 +298,7 @@ class MultiHeadAttention(_AttentionBase):
     devices and on TensorFlow, spell the attention out.
     """
 
-    position_biases = (None, "rotary", "typical_relative")
+    position_biases = (None, "rotary", "typical_relative", "t5_relative")
 
     def __init__(
         self,
@@ -360,7 +361,7 @@ class MultiHeadAttention(_AttentionBase):
         relative = ops.cast(position, qw.dtype) if p_bias == "typical_relative" else None
         o = (
             self._fused_attention(qw, kw, vw, masks[2], bias)
-            if relative is None and self.fusable(bias, training)
+            if relative is None and p_bias != "t5_relative" and self.fusable(bias, training)
             else None
         )
         if o is not None:
@@ -369,6 +370,8 @@ class MultiHeadAttention(_AttentionBase):
         a = ops.einsum("bjhd,bkhd->bhjk", qw, kw)
         if relative is not None:  # Shaw et al.: q_j . r_jk added to the scores, sum_k p_jk r_jk to the output
             a = a + ops.einsum("bjhd,jkd->bhjk", qw, relative)
+        if p_bias == "t5_relative":  # T5: a learned bias per head, [Lq, Lk, heads] -> [1, heads, Lq, Lk]
+            a = a + ops.expand_dims(ops.transpose(ops.cast(position, a.dtype), (2, 0, 1)), 0)
         if self.attention_scale:
             a = a / self.key_size**0.5
         if bias is not None and len(bias.shape) == 3:  # [B|1, Lq, Lk], shared by the heads
