@@ -367,7 +367,12 @@ class MultiHeadAttention(_AttentionBase):
         if o is not None:
             shape = ops.shape(o)
             return self.o_dense(ops.reshape(o, [shape[0], shape[1], self.heads * self.head_size]))
-        a = ops.einsum("bjhd,bkhd->bhjk", qw, kw)
+        if p_bias == "t5_relative":
+            # T5's scores are not scaled down: under mixed precision they are taken in float32,
+            # where float16's rounding of the larger products would move the softmax by ~1e-2
+            a = ops.einsum("bjhd,bkhd->bhjk", ops.cast(qw, "float32"), ops.cast(kw, "float32"))
+        else:
+            a = ops.einsum("bjhd,bkhd->bhjk", qw, kw)
         if relative is not None:  # Shaw et al.: q_j . r_jk added to the scores, sum_k p_jk r_jk to the output
             a = a + ops.einsum("bjhd,jkd->bhjk", qw, relative)
         if p_bias == "t5_relative":  # T5: a learned bias per head, [Lq, Lk, heads] -> [1, heads, Lq, Lk]
@@ -377,7 +382,7 @@ class MultiHeadAttention(_AttentionBase):
         if bias is not None and len(bias.shape) == 3:  # [B|1, Lq, Lk], shared by the heads
             bias = ops.expand_dims(bias, 1)
         attention = self._normalize(a, masks[2], bias, training)
-        o = ops.einsum("bhjk,bkhd->bjhd", attention, vw)
+        o = ops.einsum("bhjk,bkhd->bjhd", ops.cast(attention, vw.dtype), vw)
         if relative is not None:
             o = o + ops.einsum("bhjk,jkd->bjhd", attention, relative)
         shape = ops.shape(o)

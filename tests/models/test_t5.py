@@ -145,7 +145,7 @@ def test_keep_tokens_select_rows_of_the_tied_and_the_untied_tables():
 
 @pytest.mark.slow
 def test_t5_encoder_backbone_passes_the_backbone_harness():
-    run_backbone_test(T5EncoderBackbone, dict(GATED, version="mt5.1.1"), [ENCODER_IDS], (2, 8, 16))
+    run_backbone_test(T5EncoderBackbone, TINY, [ENCODER_IDS], (2, 8, 16))
 
 
 @pytest.mark.slow
