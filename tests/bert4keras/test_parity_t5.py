@@ -13,7 +13,8 @@ its results cached for the JAX pass by run_bert4keras_code):
   * reverse (us -> bert4keras): we set every weight to seeded values, save with our
     ``save_weights_as_checkpoint``; bert4keras loads that checkpoint and reproduces our outputs.
 
-Tolerances: probabilities 1e-5 absolute, hidden states 1e-4 absolute.
+Tolerances: probabilities 1e-5 absolute, hidden states and log-probabilities (the logits up to
+each row's constant) 1e-4 absolute.
 """
 
 import json
@@ -27,7 +28,7 @@ from tests.reference.harness import run_bert4keras_code
 
 pytestmark = [pytest.mark.slow, pytest.mark.both_backends]
 
-PROBS_ATOL, HIDDEN_ATOL = 1e-5, 1e-4
+PROBS_ATOL, HIDDEN_ATOL, LOGITS_ATOL = 1e-5, 1e-4, 1e-4
 NOISE = 0.05
 SEED = 20240611
 VERSIONS = ("t5.1.0", "mt5.1.1")
@@ -182,6 +183,10 @@ def compare(ours, ref, label):
         diffs[item] = float(np.abs(ours[item].astype(np.float64) - ref[item]).max())
         if not diffs[item] <= atol:
             problems.append(f"{item}: max|diff| {diffs[item]:.3e} > {atol:g}")
+    # the logits up to each row's constant (all a softmax sees): log-probabilities, 1e-4
+    diffs["log_probs"] = float(np.abs(np.log(ours["probs"].astype(np.float64)) - np.log(ref["probs"])).max())
+    if not diffs["log_probs"] <= LOGITS_ATOL:
+        problems.append(f"log_probs: max|diff| {diffs['log_probs']:.3e} > {LOGITS_ATOL:g}")
     print(f"[{label}] " + ", ".join(f"{k}={v:.2e}" for k, v in diffs.items()))
     return problems
 
