@@ -322,7 +322,8 @@ class MultiHeadAttention(_AttentionBase):
     float = added) or a float [B|1, heads, Lq, Lk] (RealFormer's residual
     scores). ``p_bias='rotary'``: RoPE per head from sinusoidal embeddings
     [B|1, L, key_size] (key_size must be even); ``'typical_relative'``:
-    NEZHA's relative embeddings [Lq, Lk, key_size]. ``return_attention_scores`` also returns
+    NEZHA's relative embeddings [Lq, Lk, key_size]; ``'t5_relative'``: T5's bucketed bias
+    [Lq, Lk, heads] added to the scores. ``return_attention_scores`` also returns
     the scaled scores before masking and normalisation, [B, heads, Lq, Lk].
     On JAX on a GPU, a softmax call without attention dropout (``fusable``)
     runs as cuDNN's fused (flash) attention where cuDNN takes it (bfloat16 or
@@ -330,7 +331,7 @@ class MultiHeadAttention(_AttentionBase):
     devices and on TensorFlow, spell the attention out.
     """
 
-    position_biases = (None, "rotary", "typical_relative")
+    position_biases = (None, "rotary", "typical_relative", "t5_relative")
 
     def __init__(
         self,
@@ -386,8 +387,7 @@ class MultiHeadAttention(_AttentionBase):
         (q, k, v), bias, position = self._split_inputs(inputs, 3, a_bias, p_bias)
         masks = _as_list(mask) if mask is not None else [None] * len(_as_list(inputs))
         qw, kw, vw = self._projections(q, k, v, position, p_bias)
-        relative = ops.cast(position, qw.dtype) if p_bias == "typical_relative" else None
-        return self._attention(qw, kw, vw, masks[2], bias, relative, training)
+        return self._attention(qw, kw, vw, masks[2], bias, position, p_bias, training)
 
     def _projections(self, q, k, v, position, p_bias):
         """Per-head q [B, Lq, heads, key_size], k [B, Lk, heads, key_size] (rotated under
@@ -414,36 +414,45 @@ class MultiHeadAttention(_AttentionBase):
         Returns:
             (output [B, T, out_dim], the cache with slots ``index`` .. ``index + T - 1`` set).
         """
-        if p_bias == "typical_relative":
+        if p_bias in ("typical_relative", "t5_relative"):
             raise ValueError(f"MultiHeadAttention {self.name!r}: relative positions take no key/value cache")
         (q, k, v), bias, position = self._split_inputs(inputs, 3, a_bias, p_bias)
         qw, kw, vw = self._projections(q, k, v, position, p_bias)
         if cache is not None:
             kw = ops.slice_update(cache[0], [0, index, 0, 0], ops.cast(kw, cache[0].dtype))
             vw = ops.slice_update(cache[1], [0, index, 0, 0], ops.cast(vw, cache[1].dtype))
-        o = self._attention(qw, kw, vw, None, bias, None, False)
+        o = self._attention(qw, kw, vw, None, bias, position, p_bias, False)
         return (o[0] if self.return_attention_scores else o), (kw, vw)
 
-    def _attention(self, qw, kw, vw, key_mask, bias, relative, training):
+    def _attention(self, qw, kw, vw, key_mask, bias, position, p_bias, training):
         """The attention of per-head q, k, v (``_projections``) -> [B, Lq, out_dim]
-        (and the scores with ``return_attention_scores``)."""
+        (and the scores with ``return_attention_scores``); ``position``: the relative
+        embeddings of ``p_bias`` 'typical_relative' or 't5_relative'."""
+        relative = ops.cast(position, qw.dtype) if p_bias == "typical_relative" else None
         o = (
             self._fused_attention(qw, kw, vw, key_mask, bias)
-            if relative is None and self.fusable(bias, training)
+            if relative is None and p_bias != "t5_relative" and self.fusable(bias, training)
             else None
         )
         if o is not None:
             shape = ops.shape(o)
             return self.o_dense(ops.reshape(o, [shape[0], shape[1], self.heads * self.head_size]))
-        a = ops.einsum("bjhd,bkhd->bhjk", qw, kw)
+        if p_bias == "t5_relative":
+            # T5's scores are not scaled down: under mixed precision they are taken in float32,
+            # where float16's rounding of the larger products would move the softmax by ~1e-2
+            a = ops.einsum("bjhd,bkhd->bhjk", ops.cast(qw, "float32"), ops.cast(kw, "float32"))
+        else:
+            a = ops.einsum("bjhd,bkhd->bhjk", qw, kw)
         if relative is not None:  # Shaw et al.: q_j . r_jk added to the scores, sum_k p_jk r_jk to the output
             a = a + ops.einsum("bjhd,jkd->bhjk", qw, relative)
+        if p_bias == "t5_relative":  # T5: a learned bias per head, [Lq, Lk, heads] -> [1, heads, Lq, Lk]
+            a = a + ops.expand_dims(ops.transpose(ops.cast(position, a.dtype), (2, 0, 1)), 0)
         if self.attention_scale:
             a = a / self.key_size**0.5
         if bias is not None and len(bias.shape) == 3:  # [B|1, Lq, Lk], shared by the heads
             bias = ops.expand_dims(bias, 1)
         attention = self._normalize(a, key_mask, bias, training)
-        o = ops.einsum("bhjk,bkhd->bjhd", attention, vw)
+        o = ops.einsum("bhjk,bkhd->bjhd", ops.cast(attention, vw.dtype), vw)
         if relative is not None:
             o = o + ops.einsum("bhjk,jkd->bjhd", attention, relative)
         shape = ops.shape(o)

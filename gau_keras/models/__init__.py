@@ -20,6 +20,7 @@ from gau_keras.models.registry import MODELS, model_names, register, resolve_mod
 from gau_keras.models.roformer import RoFormer, RoformerBackbone
 from gau_keras.models.roformer_v2 import RoFormerV2, RoformerV2Backbone
 from gau_keras.models.srupp import SRUppBackbone, SRUppModel
+from gau_keras.models.t5 import T5, T5_Base, T5_Decoder, T5_Encoder, T5Backbone, T5DecoderBackbone, T5EncoderBackbone
 
 __all__ = [
     "Transformer",
@@ -45,6 +46,10 @@ __all__ = [
     "GPT",
     "GPT2",
     "GPT2_ML",
+    "T5_Base",
+    "T5",
+    "T5_Encoder",
+    "T5_Decoder",
     "BertBackbone",
     "AlbertBackbone",
     "AlbertUnsharedBackbone",
@@ -57,4 +62,7 @@ __all__ = [
     "GPTBackbone",
     "GPT2Backbone",
     "GPT2MLBackbone",
+    "T5Backbone",
+    "T5EncoderBackbone",
+    "T5DecoderBackbone",
 ]

@@ -10,13 +10,14 @@ import gau_keras.models.nezha  # noqa: F401
 import gau_keras.models.roformer  # noqa: F401
 import gau_keras.models.roformer_v2  # noqa: F401
 import gau_keras.models.srupp  # noqa: F401
+import gau_keras.models.t5  # noqa: F401
 from gau_keras.models.base import BUILD_ARGUMENTS
 from gau_keras.models.config import resolve_arguments
 from gau_keras.models.registry import (  # noqa: F401  (MODELS, model_names: their old home, still importable)
-    BERT4KERAS_ONLY_MODELS,
     MODELS,
     backbone_class,
     model_names,
+    name_arguments,
     resolve_model_class,
 )
 
@@ -78,8 +79,9 @@ def build_transformer_model(
             ``{name: array}`` dict, or None.
         model: 'bert' (the default, as in bert4keras), 'roberta', 'albert',
             'albert_unshared', 'nezha', 'roformer', 'electra', 'roformer_v2',
-            'gau_alpha', 'srupp', 'gpt', 'gpt2', 'gpt2_ml', or a ``Transformer``
-            subclass.
+            'gau_alpha', 'srupp', 'gpt', 'gpt2', 'gpt2_ml', T5's 't5' (= 't5.1.0'),
+            't5.1.1', 'mt5.1.1' and their '_encoder' / '_decoder' halves (e.g.
+            'mt5.1.1_encoder'), or a ``Transformer`` subclass.
         application: 'encoder', 'lm' (causal) or 'unilm'.
         return_keras_model: return the ``keras.Model`` (True) or the builder
             object (``.model``, ``.inputs``, ``.outputs``, ``.layers``,
@@ -95,6 +97,7 @@ def build_transformer_model(
             bert4keras option these models cannot honour an error saying why.
     """
     cls = resolve_model_class(model)
+    kwargs.update(name_arguments(model))  # bert4keras: 't5.1.1' / 'mt5.1.1' fix T5's version
     build_arguments = {k: kwargs.pop(k) for k in BUILD_ARGUMENTS if k in kwargs}
     kwargs["application"] = application  # an extend_with_* class replaces it with its own
     configs = resolve_arguments(cls, kwargs, config_path, also_accepted=BUILD_ARGUMENTS)

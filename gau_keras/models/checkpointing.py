@@ -34,6 +34,7 @@ OPTIONAL_LAYERS = {
     "Discriminator-Dense",
     "Discriminator-Prediction",
     "Embedding-Segment",
+    "Decoder-Output-LM",
 }
 #: the Pooler-Dense weights a BERT checkpoint has and GAU-alpha / RoFormerV2 ones lack
 POOLER_VARIABLES = {"kernel": "bert/pooler/dense/kernel", "bias": "bert/pooler/dense/bias"}
@@ -78,6 +79,11 @@ class CheckpointMapping:
     def embedding_variable_names(self):
         """Checkpoint variables that hold vocab rows (keep/compound tokens apply)."""
         return {"bert/embeddings/word_embeddings"}
+
+    def vocab_column_variable_names(self):
+        """Checkpoint variables whose columns are vocab rows (T5.1.1's untied output kernel
+        [H, V]): keep/compound tokens apply to their transpose."""
+        return set()
 
     def transposed_variable_names(self):
         """Checkpoint variables stored transposed relative to the Keras weight (BERT's NSP
@@ -151,6 +157,8 @@ class CheckpointMapping:
                 value = np.transpose(value)
             if ckpt_name in self.embedding_variable_names():
                 value = self.load_embeddings(value, f"{ckpt_name!r} of {reader.path!r}")
+            if ckpt_name in self.vocab_column_variable_names():
+                value = self.load_embeddings(value.T, f"{ckpt_name!r} of {reader.path!r}").T
             if tuple(value.shape) != expected and self.autoresize_weights and value.ndim == len(expected):
                 value = self._autoresized(layer_name, weight, value)
             if tuple(value.shape) != expected:
@@ -257,10 +265,26 @@ class CheckpointMapping:
 
 #: (what marks a checkpoint, the model names it fits, the sign as the message says it), most specific first
 _LAYER_NORM = "bert/encoder/layer_0/attention/output/LayerNorm/gamma"
+_T5_BLOCK = "encoder/block_000/layer_001/"
 _CHECKPOINT_SIGNS = (
     (lambda names: any(n.startswith("newslm/") for n in names), ("gpt2_ml",), "gpt2-ml's newslm/* variables"),
     (lambda names: "gpt/output/LayerNorm/gamma" in names, ("gpt2",), "gpt/* variables with a final LayerNorm"),
     (lambda names: any(n.startswith("gpt/") for n in names), ("gpt",), "gpt/* variables without a final LayerNorm"),
+    (
+        lambda names: any(n.startswith("encoder/rms_norm/") for n in names),
+        ("mt5.1.1", "mt5.1.1_encoder", "mt5.1.1_decoder"),
+        "mT5's rms_norm scales",
+    ),
+    (
+        lambda names: _T5_BLOCK + "DenseReluDense/wi_0/kernel" in names,
+        ("t5.1.1", "t5.1.1_encoder", "t5.1.1_decoder"),
+        "T5.1.1's gated feed-forward",
+    ),
+    (
+        lambda names: _T5_BLOCK + "DenseReluDense/wi/kernel" in names,
+        ("t5", "t5_encoder", "t5_decoder"),
+        "T5's encoder/block_* variables",
+    ),
     (lambda names: any(n.startswith("GAU_alpha/") for n in names), ("gau_alpha",), "GAU_alpha/* variables"),
     (lambda names: any(n.startswith("electra/") for n in names), ("electra",), "electra/* variables"),
     (

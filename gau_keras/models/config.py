@@ -81,7 +81,7 @@ _INTEGERS = {
 _RATES = ("dropout_rate", "attention_dropout_rate")
 _POSITIVE_FLOATS = ("layer_norm_epsilon",)
 #: head options: True (the head's own activation), False, or an activation name
-_HEAD_OPTIONS = ("with_mlm", "with_pool", "with_discriminator")
+_HEAD_OPTIONS = ("with_mlm", "with_pool", "with_discriminator", "with_lm")
 
 
 def _where(where, model=None):
@@ -245,7 +245,9 @@ def validate(config, where=None, model=None):
         if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):
             raise ConfigError(f"{prefix}: {key} must be a positive number, got {value!r}")
     act = config.get("hidden_act")
-    reason = act is not None and _activation_error(act)
+    # a list: a gated feed-forward (T5.1.1's ["gelu", "linear"]), one activation per input projection
+    acts = act if isinstance(act, (list, tuple)) and act else [act]
+    reason = act is not None and next(filter(None, map(_activation_error, acts)), None)
     if reason:
         raise ConfigError(f"{prefix}: hidden_act={act!r} is not a Keras activation ({reason})")
     for key in _HEAD_OPTIONS:

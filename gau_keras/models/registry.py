@@ -9,6 +9,7 @@ import types
 _MODELS = {}
 _PRIMARY = {}
 _BACKBONES = {}
+_ARGUMENTS = {}
 
 #: name -> builder class, read-only (every registered name and alias)
 MODELS = types.MappingProxyType(_MODELS)
@@ -29,25 +30,36 @@ LISTING_ORDER = (
     "gpt",
     "gpt2",
     "gpt2_ml",
+    "t5",
+    "t5_encoder",
+    "t5_decoder",
 )
 
-#: bert4keras's other model names: not implemented here (said so, not "unknown")
-BERT4KERAS_ONLY_MODELS = ("t5", "t5_encoder", "t5_decoder", "t5.1.0", "t5.1.1", "mt5.1.1")
 
-
-def register(name, *aliases):
+def register(name, *aliases, arguments=None):
     """Class decorator: the builder class answers to ``name`` (what command lines list) and
-    ``aliases`` (accepted too); a name taken by another class is an error."""
+    ``aliases`` (accepted too); a name taken by another class is an error. ``arguments``:
+    constructor arguments these names fix (bert4keras's ``'t5.1.1'`` is T5 with
+    ``version='t5.1.1'``); names registered with arguments are not the class's listed name."""
 
     def decorate(cls):
         for key in (name, *aliases):
             if _MODELS.get(key, cls) is not cls:
                 raise ValueError(f"model name {key!r} is already registered to {_MODELS[key].__name__}")
             _MODELS[key] = cls
-        _PRIMARY.setdefault(cls, name)
+            if arguments:
+                _ARGUMENTS[key] = dict(arguments)
+        if not arguments:
+            _PRIMARY.setdefault(cls, name)
         return cls
 
     return decorate
+
+
+def name_arguments(model):
+    """The constructor arguments the model name ``model`` fixes (``register(..., arguments=)``),
+    a new dict; {} for a class or a name that fixes none."""
+    return dict(_ARGUMENTS.get(model.lower(), {})) if isinstance(model, str) else {}
 
 
 def register_backbone_class(backbone):
@@ -83,11 +95,6 @@ def resolve_model_class(model):
     """The builder class of ``model``: a registered name or alias (any case), or a class as is."""
     if isinstance(model, str):
         key = model.lower()
-        if key not in _MODELS and key.split("_")[0] in BERT4KERAS_ONLY_MODELS:
-            raise ValueError(
-                f"model {model!r}: bert4keras's {key} is not implemented in gau_keras, which has "
-                f"{sorted(_MODELS)} or a Transformer subclass"
-            )
         if key not in _MODELS:
             raise ValueError(f"unknown model {model!r}; expected one of {sorted(_MODELS)} or a class")
         return _MODELS[key]

@@ -344,3 +344,21 @@ def test_multi_head_attention_passes_the_layer_harness():
 def test_attention_bias_passes_the_layer_harness():
     segments = np.array([[0, 0, 1, 1, 1], [0, 1, 1, 1, 1]], "int32")
     run_layer_test(AttentionBias, {"mode": "unilm"}, segments, (2, 5, 5), input_mask=PADDING, expected_output_mask=None)
+
+
+def test_mha_t5_relative_adds_the_bias_per_head_to_unscaled_scores():
+    """``p_bias='t5_relative'``: a bias [Lq, Lk, heads] added to each head's q·k (T5: no scale)."""
+    rng = np.random.default_rng(3)
+    q, kv = rng.normal(size=(2, 4, 8)).astype("float32"), rng.normal(size=(2, 5, 8)).astype("float32")
+    bias = rng.normal(size=(4, 5, 2)).astype("float32")
+    layer = MultiHeadAttention(2, 3, out_dim=8, use_bias=False, attention_scale=False)
+    got = _np(layer([q, kv, kv, bias], p_bias="t5_relative"))
+    heads = lambda x, d: x.reshape(x.shape[0], x.shape[1], 2, d).transpose(0, 2, 1, 3)  # noqa: E731
+    qw, kw, vw = (
+        heads(x @ _np(d.kernel), 3) for x, d in ((q, layer.q_dense), (kv, layer.k_dense), (kv, layer.v_dense))
+    )
+    scores = qw @ kw.transpose(0, 1, 3, 2) + bias.transpose(2, 0, 1)[None]
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    o = (weights @ vw).transpose(0, 2, 1, 3).reshape(2, 4, 6) @ _np(layer.o_dense.kernel)
+    np.testing.assert_allclose(got, o, atol=1e-5)

@@ -186,6 +186,9 @@ def test_the_task_choices_and_the_model_names_come_from_the_registries(capsys):
         "gpt",
         "gpt2",
         "gpt2_ml",
+        "t5",
+        "t5_encoder",
+        "t5_decoder",
     ) and set(model_names()) <= set(MODELS)
     parser = runner.build_parser("tnews")
     model = next(a for a in parser._actions if a.dest == "model")
@@ -193,7 +196,7 @@ def test_the_task_choices_and_the_model_names_come_from_the_registries(capsys):
     assert set(model.choices) == fine_tunable and "srupp" not in fine_tunable  # no segment input
     assert "gpt" not in fine_tunable  # a language model: no hidden states to classify
     assert parser.parse_args(["--data-dir", "x", "--model", "RoFormer-V2"]).model
-    assert model_names(segment_ids=True) == model_names()[:8]
+    assert model_names(segment_ids=True) == model_names()[:8]  # not srupp, the GPTs, T5
     assert tasks.same_model("bustm") == ("bustm", "afqmc", "cmnli", "ocnli", "ocnli_full")
     with pytest.raises(SystemExit):
         runner.parse_options("afqmc", ["--data-dir", "x", "--task-name", "tnews"])  # another input form
