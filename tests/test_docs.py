@@ -28,6 +28,7 @@ REPO_FOLDERS = ("pretrain", "benchmarks", "finetune", "gau_keras", "examples", "
 #: `gau-keras` subcommands: the modules whose source defines their flags
 SUBCOMMANDS = {
     "fill-mask": ("gau_keras/__main__.py", "gau_keras/flags.py"),
+    "generate": ("gau_keras/__main__.py", "gau_keras/generate.py", "gau_keras/flags.py"),
     "export": ("gau_keras/__main__.py", "gau_keras/export.py", "gau_keras/flags.py"),
     "prepare-corpus": ("gau_keras/training/pretrain",),
     "pretrain": ("gau_keras/training/pretrain",),
