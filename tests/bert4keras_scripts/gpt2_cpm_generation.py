@@ -63,7 +63,7 @@ class TextContinuation(AutoRegressiveDecoder):
 
 def main(text=prompt, cached=False, seed=1, n=2):
     """Beam search, greedy decoding and ``n`` top-k / top-p samples each (numpy seeded with
-    ``seed``) of one prompt: {'prompt_ids', 'beam', 'greedy', 'topk_samples', 'topp_samples', 'texts'}."""
+    ``seed``) of one prompt: {'prompt_ids', 'beam', 'greedy', 'topk_samples', 'topp_samples', 'texts', 'writer'}."""
     model = build_transformer_model(config_path, checkpoint_path, model="gpt2")
     cache = CachedLM(model, max_length=len(tokenizer.encode(text)[0]) + maxlen) if cached else None
     writer = TextContinuation(model, start_id=None, end_id=end_id, maxlen=maxlen, cached=cache)
@@ -74,6 +74,7 @@ def main(text=prompt, cached=False, seed=1, n=2):
         "greedy": writer.greedy(text),
         "topk_samples": writer.sample(text, n, topk=5),
         "topp_samples": writer.sample(text, n, topp=0.9),
+        "writer": writer,  # to decode more with the model built
     }
     result["texts"] = [text + tokenizer.decode(result["beam"])] + [
         text + tokenizer.decode(ids) for ids in result["topp_samples"]
@@ -83,4 +84,5 @@ def main(text=prompt, cached=False, seed=1, n=2):
 
 if __name__ == "__main__":
     for key, value in main(*sys.argv[1:2]).items():
-        print(key, value)
+        if key != "writer":
+            print(key, value)

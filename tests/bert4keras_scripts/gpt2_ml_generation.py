@@ -62,7 +62,8 @@ class ArticleContinuation(AutoRegressiveDecoder):
 
 def main(text=prompt, cached=False, seed=1, n=2):
     """Beam search, greedy decoding and ``n`` top-p samples (numpy seeded with ``seed``) of one prompt:
-    {'prompt_ids', 'beam', 'greedy', 'samples', 'texts'}."""
+    {'prompt_ids', 'beam', 'greedy', 'samples', 'texts', 'writer'}; ``n=0``: beam search only
+    (no 'greedy', no samples)."""
     model = build_transformer_model(config_path, checkpoint_path, model="gpt2_ml")
     cache = CachedLM(model, max_length=len(tokenizer.encode(text)[0]) + maxlen) if cached else None
     writer = ArticleContinuation(model, start_id=None, end_id=end_id, maxlen=maxlen, minlen=minlen, cached=cache)
@@ -70,13 +71,16 @@ def main(text=prompt, cached=False, seed=1, n=2):
     result = {
         "prompt_ids": tokenizer.encode(text)[0],
         "beam": writer.beam(text),
-        "greedy": writer.greedy(text),
-        "samples": writer.generate(text, n),
+        "samples": writer.generate(text, n) if n else [],
+        "writer": writer,  # to decode more with the model built
     }
+    if n:
+        result["greedy"] = writer.greedy(text)
     result["texts"] = [text + tokenizer.decode(ids) for ids in [result["beam"]] + result["samples"]]
     return result
 
 
 if __name__ == "__main__":
     for key, value in main(*sys.argv[1:2]).items():
-        print(key, value)
+        if key != "writer":
+            print(key, value)

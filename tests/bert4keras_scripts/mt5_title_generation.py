@@ -57,7 +57,7 @@ class AutoTitle(AutoRegressiveDecoder):
 
 def main(text=abstract, topk=3):
     """Beam search (``topk`` beams) and greedy titles of one abstract:
-    {'abstract_ids', 'beam', 'greedy', 'title'}."""
+    {'abstract_ids', 'beam', 'greedy', 'title', 'autotitle'}."""
     t5 = build_transformer_model(config_path, checkpoint_path, model="mt5.1.1", return_keras_model=False)
     autotitle = AutoTitle(t5.encoder, t5.decoder, start_id=0, end_id=tokenizer._token_end_id, maxlen=max_t_len)
     beam = autotitle.generate(text, topk=topk)
@@ -66,9 +66,11 @@ def main(text=abstract, topk=3):
         "beam": beam,
         "greedy": autotitle.greedy(text),
         "title": tokenizer.decode(beam),
+        "autotitle": autotitle,  # to decode more with the model built
     }
 
 
 if __name__ == "__main__":
     for key, value in main(*sys.argv[1:2]).items():
-        print(key, value)
+        if key != "autotitle":
+            print(key, value)
