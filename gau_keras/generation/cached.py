@@ -18,25 +18,32 @@ NEG_INF = -1e30
 
 
 class CachedLM:
-    """Cached decoding for a model built with ``application='lm'`` or ``'unilm'``.
+    """Cached decoding for a model built with ``application='lm'`` or ``'unilm'``, a GPT, or a
+    T5 (its decoder, on the encoder's output computed once).
 
     Args:
         model: a model of ``build_transformer_model`` or a ``Backbone`` (anything with its
             builder as ``.transformer``), or the builder itself.
-        max_length: the buffer: prompt + output ids together fit in it (default: the model's
-            ``max_position``); one compiled loop serves every length up to it.
+        max_length: the buffer: prompt + output ids together fit in it (T5: the output ids;
+            default: the model's ``max_position``); one compiled loop serves every length up to it.
+        max_input_length: T5: the most encoder input ids (default ``max_length``); inputs are
+            padded to it, so every input length shares one compiled loop too.
     """
 
-    def __init__(self, model, max_length=None):
+    def __init__(self, model, max_length=None, max_input_length=None):
         transformer = getattr(model, "transformer", model)
         if not hasattr(transformer, "cached_logits"):
             raise TypeError(f"CachedLM: {type(model).__name__} is not a gau_keras model (no builder)")
-        refusal = transformer.cache_refusal()
+        self.transformer = transformer
+        # an encoder-decoder (T5) decodes with its decoder, on its encoder's output
+        self.decoder = getattr(transformer, "_decoder", None) or transformer
+        self.encoder = transformer.encoder if self.decoder is not transformer else None
+        refusal = self.decoder.cache_refusal()
         if refusal:
             raise ValueError(f"CachedLM: {refusal}")
-        self.transformer = transformer
         self.model = transformer.model if transformer.model is not None else model
         self.max_length = int(max_length or transformer.max_position)
+        self.max_input_length = int(max_input_length or self.max_length)
         if self.max_length < 2:
             raise ValueError(f"CachedLM: max_length must be >= 2, got {max_length!r}")
         self._compiled = {}
@@ -56,10 +63,10 @@ class CachedLM:
         if rows < 1:
             raise ValueError(f"beam_search: topk must be >= 1, got {topk!r}")
         rows = min(rows, self.transformer.vocab_size)
-        ids, segments, length = self._buffer(prompt, output_start, rows)
+        ids, feed, length = self._buffer(prompt, output_start, rows)
         run = self._function("beam", rows)
         args = self._scalars(length, maxlen, end_id, minlen, temperature, min_ends, len(output_start))
-        out_ids, out_length = run(ids, segments, *args)
+        out_ids, out_length = run(ids, feed, *args)
         out_ids, out_length = np.asarray(out_ids), int(np.asarray(out_length))
         return out_ids[length - len(output_start) : out_length].astype(int)
 
@@ -95,17 +102,17 @@ class CachedLM:
             raise ValueError(f"random_sample: topk must be >= 1 (or None), got {topk!r}")
         if topp is not None and not 0 < topp <= 1:
             raise ValueError(f"random_sample: topp must be in (0, 1] (or None), got {topp!r}")
-        ids, segments, length = self._buffer(prompt, output_start, n)
+        ids, feed, length = self._buffer(prompt, output_start, n)
         scalars = self._scalars(length, maxlen, end_id, minlen, temperature, min_ends, len(output_start))
         steps, rest = int(scalars[1]), (scalars[2],) + scalars[3:]
         uniform = np.random.random((self.max_length, n)).astype("float32")
         limits = (np.int32(topk or 0), np.float32(1.0 if topp is None else topp))
         start, run = self._function("sample_start", n), self._function("sample_run", n)
-        state = start(ids, segments, np.int32(length))
+        state = start(ids, feed, np.int32(length))
         stop = 0
         while stop < steps:
             stop = steps if chunk is None else min(steps, stop + chunk)
-            state = run(state, segments, np.int32(length), np.int32(stop), *rest, uniform, *limits)
+            state = run(state, feed, np.int32(length), np.int32(stop), *rest, uniform, *limits)
             step, ends = int(np.asarray(state[0])), np.asarray(state[4])
             yield self._rows(np.asarray(state[1]), ends, length - len(output_start), length + step)
             if step < stop:  # every row ended
@@ -118,33 +125,68 @@ class CachedLM:
 
     # ----------------------------------------------------------------- inputs
     def _prompt(self, inputs, start_id, maxlen):
-        """(prompt [token_ids, segment_ids] as int32 arrays, the output's first ids)."""
+        """(prompt [token_ids, segment_ids, source] as arrays, the output's first ids); for T5 the
+        decoder's prompt is empty and ``source`` is the encoder's input ids or output."""
         if int(maxlen) < 1:
             raise ValueError(f"maxlen must be >= 1, got {maxlen!r}")
         inputs = list(inputs)
+        output_start = [] if start_id is None else [int(start_id)]
+        if self.encoder is not None:
+            if not output_start:
+                raise ValueError("an encoder-decoder starts its output with start_id (T5: 0): give one")
+            empty = np.zeros((0,), "int32")
+            return [empty, empty, self._source(inputs[0])], output_start
         token_ids = np.asarray(inputs[0], dtype="int32").reshape(-1)
         segment_ids = np.asarray(inputs[1], dtype="int32").reshape(-1) if len(inputs) > 1 else np.zeros_like(token_ids)
         if segment_ids.shape != token_ids.shape:
             raise ValueError(f"segment_ids has {segment_ids.size} ids, token_ids {token_ids.size}")
-        output_start = [] if start_id is None else [int(start_id)]
         if token_ids.size + len(output_start) >= self.max_length:
             raise ValueError(
                 f"the prompt has {token_ids.size + len(output_start)} ids; the buffer holds {self.max_length} "
                 f"(max_length), with room for at least one new id"
             )
-        return [token_ids, segment_ids], output_start
+        return [token_ids, segment_ids, None], output_start
+
+    def _source(self, source):
+        """The encoder's input ids [Lc] (int) or its output [Lc, H] (float, as bert4keras's T5
+        examples pass ``encoder.predict(...)[0]``), checked against ``max_input_length``."""
+        source = np.asarray(source)
+        if source.ndim not in (1, 2) or (source.ndim == 2 and source.shape[-1] != self.transformer.hidden_size):
+            raise ValueError(
+                f"inputs[0] must be the encoder's input ids [length] or its output [length, "
+                f"{self.transformer.hidden_size}], got shape {source.shape}"
+            )
+        if len(source) > self.max_input_length:
+            raise ValueError(f"the input has {len(source)} positions; max_input_length is {self.max_input_length}")
+        return source
 
     def _buffer(self, prompt, output_start, rows):
-        """ids, segments [rows, max_length] (prompt, output start, then zeros) and the length used."""
-        token_ids, segment_ids = prompt
-        output_segment = 1 if self.transformer.application == "unilm" else 0
+        """ids [rows, max_length] (prompt, output start, then zeros), what the passes read besides
+        (``feed``: segment ids [rows, max_length], T5's context [rows, Lc, H] and its mask [rows,
+        Lc], padded to ``max_input_length``) and the length used."""
+        token_ids, segment_ids, source = prompt
+        output_segment = 1 if self.decoder.application == "unilm" else 0
         ids = np.concatenate([token_ids, np.asarray(output_start, "int32")])
         length = ids.size
         buffer = np.zeros((rows, self.max_length), "int32")
         buffer[:, :length] = ids
         segments = np.full((rows, self.max_length), output_segment, "int32")
         segments[:, : token_ids.size] = segment_ids
-        return buffer, segments, length
+        context, context_mask = (None, None) if source is None else self._context(source, rows)
+        return buffer, (segments, context, context_mask), length
+
+    def _context(self, source, rows):
+        """T5's encoder output [rows, max_input_length, H] (the encoder run once here, on ids)
+        and its real positions, bool [rows, max_input_length]."""
+        size = self.max_input_length
+        if source.ndim == 1:
+            ids = np.zeros((rows, size), "int32")
+            ids[:, : len(source)] = source
+            context = keras.ops.convert_to_numpy(self.encoder([ids.astype(keras.config.floatx())], training=False))
+            return context, ids != 0
+        context = np.zeros((rows, size, source.shape[-1]), keras.config.floatx())
+        context[:, : len(source)] = source
+        return context, np.broadcast_to(np.arange(size) < len(source), (rows, size)).copy()
 
     def _scalars(self, length, maxlen, end_id, minlen, temperature, min_ends, start_count):
         if not 0 <= int(end_id) < self.transformer.vocab_size:
@@ -172,33 +214,35 @@ class CachedLM:
             self._compiled[key] = _compile(loop, self.model)
         return self._compiled[key]
 
-    def _first_pass(self, ids, segments, length):
+    def _first_pass(self, ids, feed, length):
         """Logits [B, V] of the last prompt position, and the caches of the whole buffer."""
-        ranks = ranks_of(self.transformer.application, segments)
+        segments, context, context_mask = feed
+        ranks = ranks_of(self.decoder.application, segments)
         positions = ops.arange(self.max_length, dtype="int32")
-        visible = visibility(ids, ranks, positions, length)
-        logits, caches = self.transformer.cached_logits(ids, segments, None, 0, visible)
+        visible = visibility(ids, ranks, positions, length, self.decoder.decode_masks_padding)
+        logits, caches = self.decoder.cached_logits(ids, segments, None, 0, visible, context, context_mask)
         last = ops.take(logits, ops.reshape(length - 1, (1,)), axis=1)[:, 0]
         return last, caches, ranks
 
-    def _step(self, ids, segments, ranks, caches, position):
+    def _step(self, ids, feed, ranks, caches, position):
         """Logits [B, V] after the ids at ``position``, and the updated caches."""
+        segments, context, context_mask = feed
         token = ops.slice(ids, [0, position], [ops.shape(ids)[0], 1])
         segment = ops.slice(segments, [0, position], [ops.shape(ids)[0], 1])
-        visible = visibility(ids, ranks, ops.reshape(position, (1,)), position + 1)
-        logits, caches = self.transformer.cached_logits(token, segment, caches, position, visible)
+        visible = visibility(ids, ranks, ops.reshape(position, (1,)), position + 1, self.decoder.decode_masks_padding)
+        logits, caches = self.decoder.cached_logits(token, segment, caches, position, visible, context, context_mask)
         return logits[:, 0], caches
 
-    def _sample_start(self, ids, segments, length):
+    def _sample_start(self, ids, feed, length):
         """The sampling state after the first pass: (step, ids, caches, logits, ends, counts)."""
-        logits, caches, _ = self._first_pass(ids, segments, length)
+        logits, caches, _ = self._first_pass(ids, feed, length)
         rows = ops.shape(ids)[0]
         ends = ops.full((rows,), -1, "int32")  # the position each row ended at
         return ops.convert_to_tensor(0, "int32"), ids, caches, logits, ends, ops.zeros((rows,), "int32")
 
-    def _sample_run(self, state, segments, length, stop, end_id, minlen, temperature, min_ends, uniform, topk, topp):
+    def _sample_run(self, state, feed, length, stop, end_id, minlen, temperature, min_ends, uniform, topk, topp):
         """``state`` advanced until step ``stop`` or until every row has ended."""
-        ranks = ranks_of(self.transformer.application, segments)
+        ranks = ranks_of(self.decoder.application, feed[0])
 
         def cond(step, ids, caches, logits, ends, counts):
             return ops.logical_and(ops.less(step, stop), ops.any(ops.less(ends, 0)))
@@ -213,13 +257,13 @@ class CachedLM:
             counts = counts + ops.cast(ended, "int32")
             finished = ops.logical_and(ended, ops.greater_equal(counts, min_ends))
             ends = ops.where(ops.logical_and(finished, step + 1 >= minlen), position, ends)
-            logits, caches = self._step(ids, segments, ranks, caches, position)
+            logits, caches = self._step(ids, feed, ranks, caches, position)
             return step + 1, ids, caches, logits, ends, counts
 
         return ops.while_loop(cond, body, tuple(state))
 
-    def _beam_loop(self, ids, segments, length, steps, end_id, minlen, temperature, min_ends):
-        logits, caches, ranks = self._first_pass(ids, segments, length)
+    def _beam_loop(self, ids, feed, length, steps, end_id, minlen, temperature, min_ends):
+        logits, caches, ranks = self._first_pass(ids, feed, length)
         rows = ops.shape(ids)[0]
         row_index = ops.arange(rows, dtype="int32")
         scores = ops.where(ops.equal(row_index, 0), 0.0, NEG_INF)  # one beam at first, as bert4keras
@@ -252,7 +296,7 @@ class CachedLM:
             rows_from = ops.take(beams, order, axis=0)  # the caches are still the old beams'
             caches = [(ops.take(k, rows_from, axis=0), ops.take(v, rows_from, axis=0)) for k, v in caches]
             live_count = ops.sum(ops.cast(ops.greater(scores, NEG_INF / 2), "int32"))
-            logits, caches = self._step(ids, segments, ranks, caches, position)
+            logits, caches = self._step(ids, feed, ranks, caches, position)
             return step + 1, ids, caches, logits, scores, live_count, counts, found, result
 
         state = (ops.convert_to_tensor(0, "int32"), ids, caches, logits, scores, live_count, counts, found, result)

@@ -399,24 +399,31 @@ class MultiHeadAttention(_AttentionBase):
             qw, kw = gops.apply_rotary(position, qw), gops.apply_rotary(position, kw)
         return qw, kw, vw
 
-    def attend_cached(self, inputs, cache, index, a_bias=None, p_bias=None):
-        """Self-attention of new tokens over a key/value cache (cached decoding).
+    def attend_cached(self, inputs, cache, index, a_bias=None, p_bias=None, cross_mask=None):
+        """Attention of new tokens over a key/value cache (cached decoding).
 
         Args:
-            inputs: as ``call``'s: ``[x, x, x, visible, (sinusoidal)]``, x [B, T, D] the
+            inputs: as ``call``'s: ``[x, x, x, visible, (position)]``, x [B, T, D] the
                 hidden states of the tokens at positions ``index`` .. ``index + T - 1``;
                 ``visible`` bool [B|1, T, N] which cache slots each may attend to (padding,
-                unfilled slots and the application's mask folded in); ``sinusoidal``
-                [1|B, T, key_size] their rotary embeddings.
+                unfilled slots and the application's mask folded in); ``position`` their
+                rotary embeddings [1|B, T, key_size] or relative ones [T, N, .]. Cross-attention
+                (``cross_mask`` given): ``[x, context, context, (position)]``.
             cache: ``(k, v)`` [B, N, heads, key_size], [B, N, heads, head_size], or None:
-                then T = N and this call's keys and values are the cache.
+                then T = N and this call's keys and values are the cache (cross-attention:
+                the context's, made on the first call and read after).
             index: int scalar (tensor), the position of the first new token.
+            cross_mask: bool [B, Lc], the context's real tokens, for cross-attention.
         Returns:
             (output [B, T, out_dim], the cache with slots ``index`` .. ``index + T - 1`` set).
         """
-        if p_bias in ("typical_relative", "t5_relative"):
-            raise ValueError(f"MultiHeadAttention {self.name!r}: relative positions take no key/value cache")
         (q, k, v), bias, position = self._split_inputs(inputs, 3, a_bias, p_bias)
+        if cross_mask is not None:  # cross-attention: the context's keys and values, projected once
+            qw = self._heads(self.q_dense(q), self.key_size)
+            if cache is None:
+                cache = (self._heads(self.k_dense(k), self.key_size), self._heads(self.v_dense(v), self.head_size))
+            o = self._attention(qw, cache[0], cache[1], cross_mask, bias, position, p_bias, False)
+            return (o[0] if self.return_attention_scores else o), cache
         qw, kw, vw = self._projections(q, k, v, position, p_bias)
         if cache is not None:
             kw = ops.slice_update(cache[0], [0, index, 0, 0], ops.cast(kw, cache[0].dtype))

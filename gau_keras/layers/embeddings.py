@@ -252,11 +252,22 @@ class RelativePositionEmbedding(keras.layers.Layer):
     def call(self, inputs):
         return ops.take(ops.cast(self.embeddings, self.compute_dtype), self.compute_position_ids(inputs), axis=0)
 
+    def at_positions(self, query_positions, key_positions):
+        """The embeddings [Lq, Lv, output_dim] of queries at ``query_positions`` [Lq] and keys at
+        ``key_positions`` [Lv] (int): what ``call`` gives for positions 0.., at any positions
+        (cached decoding's new tokens)."""
+        offsets = ops.cast(key_positions, "int32")[None, :] - ops.cast(query_positions, "int32")[:, None]
+        return ops.take(ops.cast(self.embeddings, self.compute_dtype), self.offset_ids(offsets), axis=0)
+
     def compute_position_ids(self, inputs):
         """Table indices int32 [Lq, Lv] of the offsets."""
         q, v = inputs
+        return self.offset_ids(_relative_positions(q, v))
+
+    def offset_ids(self, offsets):
+        """Table indices of key-minus-query ``offsets`` (int32, any shape)."""
         max_position = (self.input_dim - 1) // 2
-        return ops.clip(_relative_positions(q, v), -max_position, max_position) + max_position
+        return ops.clip(offsets, -max_position, max_position) + max_position
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0][1], input_shape[1][1], self.output_dim)
@@ -288,9 +299,8 @@ class RelativePositionEmbeddingT5(RelativePositionEmbedding):
         self.max_distance = max_distance
         self.bidirectional = bidirectional
 
-    def compute_position_ids(self, inputs):
-        q, v = inputs
-        distance = -_relative_positions(q, v)  # query index - key index
+    def offset_ids(self, offsets):
+        distance = -offsets  # query index - key index
         buckets = self.input_dim
         offset = 0
         if self.bidirectional:

@@ -28,6 +28,7 @@ from gau_keras.models.decoding import NOT_ROUTED, DecodeStep
 logger = logging.getLogger(__name__)
 
 APPLICATIONS = ("encoder", "lm", "unilm")
+_UNSET = object()
 #: ``Transformer.build`` arguments of bert4keras (``build_transformer_model`` passes them on)
 BUILD_ARGUMENTS = (
     "attention_caches",
@@ -557,7 +558,7 @@ class Transformer(CheckpointMapping):
             return f"{model}: custom_position_ids and layer_norm_cond take inputs the cache does not hold"
         return None
 
-    def cached_logits(self, token_ids, segment_ids, caches, index, visible):
+    def cached_logits(self, token_ids, segment_ids, caches, index, visible, context=None, context_mask=None):
         """The LM logits of T new tokens over a key/value cache: the model's own
         ``apply_embeddings``, ``apply_main_layers`` and ``decode_logits``, with the attention
         layers reading and writing ``caches`` (``models.decoding.DecodeStep``).
@@ -569,20 +570,39 @@ class Transformer(CheckpointMapping):
                 pass, T = N: its keys and values become the caches).
             index: int scalar (tensor), the position of the first new token.
             visible: bool [B, T, N], the cache slots each new token may attend to.
+            context, context_mask: a decoder's encoder output [B, Lc, H] and its real tokens
+                bool [B, Lc] (T5), or None.
         Returns:
             (logits [B, T, V] float32, the updated caches).
         """
-        inputs = [token_ids] + ([segment_ids] if self.segment_vocab_size > 0 else [])
-        step = DecodeStep(caches, index, visible, token_ids.shape[1])
+        step = DecodeStep(caches, index, visible, token_ids.shape[1], context, context_mask)
         self._decode = step
+        # what the model's own code records of the graph it builds (biases, encoder_output) is
+        # that graph's: the pass's tensors do not replace it
+        kept = (list(self._attention_biases._items), list(self._position_biases._items), self.encoder_output)
+        kept_attributes = {name: self.__dict__.get(name, _UNSET) for name in ("attention_bias", "position_bias")}
         try:
-            x = self.apply_embeddings(inputs)
+            x = self.apply_embeddings(self.decode_inputs(token_ids, segment_ids, context))
             for layer_index in range(self.num_hidden_layers):
                 x = self.apply_main_layers(x, layer_index)
             logits = self.decode_logits(x)
         finally:
             self._decode = None
+            self._attention_biases._items, self._position_biases._items, self.encoder_output = kept
+            for name, value in kept_attributes.items():  # T5's plain attributes
+                if value is _UNSET:
+                    self.__dict__.pop(name, None)
+                else:
+                    self.__dict__[name] = value
         return ops.cast(logits, "float32"), step.new_caches
+
+    #: whether a cached pass hides id 0 from the attention, as the model's mask does (T5's decoder: no)
+    decode_masks_padding = True
+
+    def decode_inputs(self, token_ids, segment_ids, context):
+        """Hook: what ``apply_embeddings`` takes in a cached pass (the ids, and the segment ids
+        of a model that has them; T5's decoder: the context and the ids)."""
+        return [token_ids] + ([segment_ids] if self.segment_vocab_size > 0 else [])
 
     def decode_logits(self, x):
         """Hook: the LM logits [B, T, V] of the last hidden states (the MLM head's)."""

@@ -10,9 +10,11 @@ tokens' positions, and the attention bias is the step's visibility over the cach
 from keras import ops
 
 from gau_keras.layers import (
+    AttentionBias,
     GatedAttentionUnit,
     MultiHeadAttention,
     PositionEmbedding,
+    RelativePositionEmbedding,
     SinusoidalPositionEmbedding,
 )
 
@@ -29,37 +31,53 @@ class DecodeStep:
         index: int scalar (tensor), the position of the first new token.
         visible: bool [B, T, N], which cache slots each new token may attend to.
         length: T, the number of new tokens (a Python int).
+        context: the encoder output [B, Lc, H] a decoder cross-attends to, or None.
+        context_mask: bool [B, Lc], its real tokens.
     """
 
-    def __init__(self, caches, index, visible, length):
+    def __init__(self, caches, index, visible, length, context=None, context_mask=None):
         self.caches = caches
         self.new_caches = []
         self.index = index
         self.visible = visible
+        self.context, self.context_mask = context, context_mask
         self.positions = ops.expand_dims(ops.arange(length, dtype="int32") + ops.cast(index, "int32"), 0)
 
     def call(self, layer, inputs, arguments):
         """``layer``'s output on ``inputs`` in this pass, or ``NOT_ROUTED`` (then the caller
         calls the layer as usual)."""
         if isinstance(layer, (MultiHeadAttention, GatedAttentionUnit)):
-            slot = len(self.new_caches)
-            cache = None if self.caches is None else self.caches[slot]
-            arguments = {k: v for k, v in (arguments or {}).items() if k in ("a_bias", "p_bias")}
-            output, cache = layer.attend_cached(inputs, cache, self.index, **arguments)
-            self.new_caches.append(cache)
-            return output
+            return self._attend(layer, inputs, arguments)
+        if isinstance(layer, AttentionBias):
+            return self.visible
+        if isinstance(layer, RelativePositionEmbedding):
+            query, key = inputs
+            keys = ops.shape(self.visible)[-1] if key is query else ops.shape(key)[1]
+            return layer.at_positions(self.positions[0], ops.arange(keys, dtype="int32"))
         if isinstance(layer, PositionEmbedding) and not layer.custom_position_ids:
             return layer.at_positions(inputs, self.positions)
         if isinstance(layer, SinusoidalPositionEmbedding) and not layer.custom_position_ids:
             return layer.at_positions(inputs, ops.cast(self.positions, "float32"))
         return NOT_ROUTED
 
+    def _attend(self, layer, inputs, arguments):
+        """An attention layer over its cache slot (the layers' calls, in order, own one each)."""
+        slot = len(self.new_caches)
+        cache = None if self.caches is None else self.caches[slot]
+        arguments = {k: v for k, v in (arguments or {}).items() if k in ("a_bias", "p_bias")}
+        if isinstance(layer, MultiHeadAttention) and inputs[1] is not inputs[0]:
+            arguments["cross_mask"] = self.context_mask
+        output, cache = layer.attend_cached(inputs, cache, self.index, **arguments)
+        self.new_caches.append(cache)
+        return output
 
-def visibility(token_ids, ranks, query_positions, filled):
+
+def visibility(token_ids, ranks, query_positions, filled, mask_padding=True):
     """Which cache slots each query may attend to, bool [B, T, N].
 
     Args:
-        token_ids: [B, N] the ids written so far (0 = padding: never visible).
+        token_ids: [B, N] the ids written so far (0 = padding: never visible, with
+            ``mask_padding``; a model whose attention sees id 0, as T5's decoder, passes False).
         ranks: int [B, N]: slot j is visible to the query at position p iff
             ``ranks[j] <= ranks[p]`` (the position itself for a causal LM, the running
             sum of segment ids for UniLM).
@@ -67,7 +85,9 @@ def visibility(token_ids, ranks, query_positions, filled):
         filled: int scalar, slots ``>= filled`` hold nothing yet.
     """
     slots = ops.arange(ops.shape(token_ids)[1], dtype="int32")
-    real = ops.logical_and(ops.not_equal(token_ids, 0), ops.less(slots, ops.cast(filled, "int32"))[None])
+    real = ops.less(slots, ops.cast(filled, "int32"))[None]
+    if mask_padding:
+        real = ops.logical_and(ops.not_equal(token_ids, 0), real)
     query_ranks = ops.take(ranks, query_positions, axis=1)  # [B, T]
     return ops.logical_and(real[:, None, :], ops.less_equal(ranks[:, None, :], query_ranks[:, :, None]))
 

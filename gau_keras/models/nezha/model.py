@@ -34,22 +34,15 @@ class NEZHA(BERT):
             raise ValueError(f"max_relative_position must be an integer >= 1, got {max_relative_position!r}")
         self.max_relative_position = max_relative_position
 
-    def cache_refusal(self):
-        """NEZHA's relative position embeddings span query and key positions together
-        ([Lq, Lk]): its attention takes no key/value cache."""
-        return super().cache_refusal() or (
-            "NEZHA's relative position embeddings take no key/value cache (decode by recomputing the prefix)"
-        )
-
     def attention_position(self, x):
         return self.compute_position_bias(x), "typical_relative"
 
     def compute_position_bias(self, inputs=None):
         """The relative embeddings [L, L, attention_key_size] of the graph of ``inputs``
         (hidden states [B, L, H]), built once per graph."""
-        return self._position_biases.get_or_build(
-            self.graph_input(inputs, "Input-Token"),
-            lambda: self.apply(
+
+        def build():
+            return self.apply(
                 [inputs, inputs],
                 RelativePositionEmbedding,
                 input_dim=2 * self.max_relative_position + 1,
@@ -57,8 +50,11 @@ class NEZHA(BERT):
                 embeddings_initializer=Sinusoidal(),
                 trainable=False,
                 name="Embedding-Relative-Position",
-            ),
-        )
+            )
+
+        if self._decode is not None:  # a cached pass: the new tokens' rows (models.decoding)
+            return build()
+        return self._position_biases.get_or_build(self.graph_input(inputs, "Input-Token"), build)
 
 
 @register_backbone

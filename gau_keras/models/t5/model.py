@@ -9,6 +9,7 @@ encoder output ("context"). Design notes: docs/models.md (T5).
 """
 
 import keras
+from keras import ops
 
 from gau_keras.layers import (
     Add,
@@ -289,6 +290,24 @@ class T5_Decoder(T5_Base):
             kernel_initializer=self.initializer,
             name="Decoder-Output-LM",
         )
+
+    #: its self-attention sees the start id 0 (no padding mask reaches it, as in bert4keras)
+    decode_masks_padding = False
+
+    def cache_refusal(self):
+        """None: T5's decoder is causal by itself (with its LM head: ``with_lm``)."""
+        if not self.with_lm:
+            return "T5_Decoder was built with with_lm=False: it has no language-model head"
+        return None
+
+    def decode_inputs(self, token_ids, segment_ids, context):
+        return [context, token_ids]
+
+    def decode_logits(self, inputs):
+        """Log-probabilities (or, with ``with_lm='linear'``, the logits) [B, T, V] of the LM head:
+        either is a logit vector to the decoding loop."""
+        output = ops.cast(self.apply_final_layers(inputs), "float32")
+        return output if self.with_lm == "linear" else ops.log(output)
 
     def compute_attention_bias(self, inputs=None):
         """The causal mask of the graph built last (bert4keras's method)."""
