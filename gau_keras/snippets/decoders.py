@@ -336,6 +336,8 @@ def _quiet_model_class():
         def predict(self, x, batch_size=None, verbose=0, **kwargs):
             if kwargs:  # steps, callbacks, ...: Keras's own predict
                 return super().predict(x, batch_size=batch_size, verbose=verbose, **kwargs)
+            if len(self.inputs) == 1 and not isinstance(x, (list, tuple, dict)):
+                x = [x]  # a single-input model called with a bare array, as bert4keras scripts do
             rows = len(keras.tree.flatten(x)[0])
             size = batch_size or 32
             chunks = [
