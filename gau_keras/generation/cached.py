@@ -189,7 +189,9 @@ class CachedLM:
         return context, np.broadcast_to(np.arange(size) < len(source), (rows, size)).copy()
 
     def _scalars(self, length, maxlen, end_id, minlen, temperature, min_ends, start_count):
-        if not 0 <= int(end_id) < self.transformer.vocab_size:
+        if end_id is None:  # no end: every step runs
+            end_id = -1
+        elif not 0 <= int(end_id) < self.transformer.vocab_size:
             last = self.transformer.vocab_size - 1
             raise ValueError(f"end_id must be an id of the vocabulary (0..{last}), got {end_id!r}")
         if not temperature > 0:

@@ -81,6 +81,55 @@ class Backbone(keras.Model):
     def get_config(self):
         return {"name": self.name, "trainable": self.trainable, **self._backbone_config}
 
+    def generate(
+        self,
+        inputs,
+        max_new_tokens=32,
+        end_id=None,
+        strategy="greedy",
+        num_beams=4,
+        top_k=None,
+        top_p=None,
+        temperature=1.0,
+        start_id=None,
+        max_length=None,
+        seed=None,
+    ):
+        """New ids after a prompt, decoded with a key/value cache in one compiled loop
+        (``gau_keras.generation.CachedLM``; docs/generation.md).
+
+        Args:
+            inputs: ``[token_ids]`` or ``[token_ids, segment_ids]`` of one prompt (1-D each); T5:
+                ``[encoder_token_ids]``.
+            max_new_tokens: the most new ids.
+            end_id: the id that ends the output (None: ``max_new_tokens`` ids).
+            strategy: 'greedy', 'sample' (``top_k``, ``top_p``, ``temperature``, ``seed``: numpy's)
+                or 'beam' (``num_beams``).
+            start_id: the id the output starts with (T5: default 0, its decoder start).
+            max_length: the cache's slots (default: the prompt plus ``max_new_tokens``).
+        Returns:
+            int array [new ids] (``start_id`` first when given; ``end_id`` last when reached).
+        """
+        from gau_keras.generation import CachedLM
+
+        if strategy not in ("greedy", "sample", "beam"):
+            raise ValueError(f"generate: strategy must be 'greedy', 'sample' or 'beam', got {strategy!r}")
+        seq2seq = hasattr(self.transformer, "_decoder")
+        start_id = 0 if seq2seq and start_id is None else start_id
+        prompt = 0 if seq2seq else len(inputs[0])
+        size = int(max_length or prompt + int(max_new_tokens) + 1 + (start_id is not None))
+        source = max(len(inputs[0]), 1)  # T5: the encoder's input
+        cached = getattr(self, "_cached_lm", None)
+        if cached is None or cached.max_length != size or (seq2seq and cached.max_input_length < source):
+            cached = self._cached_lm = CachedLM(self, max_length=size, max_input_length=source)
+        if seed is not None:
+            np.random.seed(seed)
+        if strategy == "beam":
+            return cached.beam_search(inputs, num_beams, max_new_tokens, end_id, start_id, 1, temperature)
+        top_k = 1 if strategy == "greedy" else top_k
+        top_p = None if strategy == "greedy" else top_p
+        return cached.random_sample(inputs, 1, max_new_tokens, end_id, top_k, top_p, start_id, 1, temperature)[0]
+
     @classmethod
     def from_config(cls, config):
         config = dict(config)

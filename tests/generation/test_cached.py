@@ -195,3 +195,19 @@ def test_greedy_ids_are_the_argmax_of_the_full_forward(name, application):
     assert ids.tolist() == expected.tolist()
     if ids[-1] != END:
         assert len(ids) == 10
+
+
+def test_backbones_generate_with_the_cache():
+    from gau_keras.models import GPT2Backbone, T5Backbone
+
+    config = {"vocab_size": VOCAB, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
+    gpt2 = GPT2Backbone(**config, intermediate_size=64, hidden_act="gelu", max_position=64)
+    greedy = gpt2.generate([PROMPT], max_new_tokens=6)
+    assert len(greedy) == 6 and greedy.tolist() == gpt2.generate([PROMPT], 6, strategy="beam", num_beams=1).tolist()
+    sampled = [gpt2.generate([PROMPT], 6, strategy="sample", top_k=5, seed=3).tolist() for _ in range(2)]
+    assert sampled[0] == sampled[1]
+    t5 = T5Backbone(**config, intermediate_size=64, hidden_act="relu", attention_head_size=16)
+    ids = t5.generate([[5, 9, 11, 1]], max_new_tokens=5, end_id=1)
+    assert ids[0] == 0 and 2 <= len(ids) <= 6
+    with pytest.raises(ValueError, match="strategy must be 'greedy', 'sample' or 'beam', got 'top'"):
+        gpt2.generate([PROMPT], strategy="top")
