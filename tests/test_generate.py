@@ -82,3 +82,44 @@ def test_option_values_are_checked(gpt2_dir, capsys, option, value):
     with pytest.raises(SystemExit) as info:
         main(["generate", "--model-dir", str(gpt2_dir), "今天", option, value])
     assert info.value.code == 2 and option in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def mt5_dir(tmp_path_factory):
+    """bert_config.json, spiece.model (trained here, T5's ids) and a checkpoint of a tiny mT5."""
+    spm = pytest.importorskip("sentencepiece", reason="sentencepiece (requirements.txt) is not installed")
+    directory = tmp_path_factory.mktemp("mt5")
+    lines = [CHARACTERS[i:] + CHARACTERS[:i] for i in range(len(CHARACTERS))]
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_prefix=str(directory / "spiece"),
+        vocab_size=40,
+        hard_vocab_limit=False,
+        model_type="char",
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        minloglevel=2,
+    )
+    size = spm.SentencePieceProcessor(model_file=str(directory / "spiece.model")).get_piece_size()
+    config = {**CONFIG, "vocab_size": size, "hidden_act": ["gelu", "linear"], "attention_head_size": 16}
+    (directory / "bert_config.json").write_text(json.dumps(config), encoding="utf-8")
+    keras.utils.set_random_seed(5)
+    transformer = build_transformer_model(directory / "bert_config.json", model="mt5.1.1", return_keras_model=False)
+    rng = np.random.default_rng(5)
+    for weight in transformer.model.weights:
+        weight.assign(weight.numpy() + rng.normal(0, 0.3, weight.shape).astype("float32"))
+    transformer.save_weights_as_checkpoint(str(directory / "bert_model.ckpt"))
+    return directory
+
+
+def test_a_t5_directory_decodes_from_its_encoder(mt5_dir, capsys):
+    common = ["--model-dir", str(mt5_dir), "--model", "mt5.1.1", "今天天气很好", "--max-new-tokens", "6"]
+    status, greedy, err = generate(capsys, *common)
+    assert status == 0, err
+    status, beam, err = generate(capsys, *common, "--strategy", "beam", "--num-beams", "1")
+    assert status == 0, err
+    assert greedy == beam and greedy.startswith("今天天气很好\n  -> ")
+    status, out, err = generate(capsys, "--model-dir", str(mt5_dir), "--model", "mt5.1.1_encoder", "今天")
+    assert status == 2 and "one half of T5" in err

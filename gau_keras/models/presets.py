@@ -20,8 +20,10 @@ def default_model_dir():
     return BUNDLED_DIR
 
 
-def model_files(model_dir):
-    """(config_path, checkpoint_prefix, vocab_path) of a model directory.
+def model_files(model_dir, vocab_names=("vocab.txt",)):
+    """(config_path, checkpoint_prefix, vocab_path) of a model directory; the vocabulary is the
+    first of ``vocab_names`` the folder holds (a SentencePiece model, ``spiece.model``, where
+    the caller reads one).
 
     Raises FileNotFoundError naming the first missing file (ValueError when
     ``model_dir`` is a file).
@@ -35,9 +37,9 @@ def model_files(model_dir):
     if not os.path.isdir(model_dir):
         raise FileNotFoundError(f"model directory {model_dir!r} does not exist")
     config = _config_file(model_dir)
-    vocab = os.path.join(model_dir, "vocab.txt")
-    if not os.path.isfile(vocab):
-        raise FileNotFoundError(f"{model_dir!r} has no vocab.txt")
+    vocab = next((os.path.join(model_dir, n) for n in vocab_names if os.path.isfile(os.path.join(model_dir, n))), None)
+    if vocab is None:
+        raise FileNotFoundError(f"{model_dir!r} has no {' nor '.join(vocab_names)}")
     prefix = os.path.join(model_dir, "bert_model.ckpt")
     if not os.path.isfile(prefix + ".index"):
         prefix = checkpoints.resolve_checkpoint(model_dir)

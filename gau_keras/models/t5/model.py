@@ -39,6 +39,8 @@ class T5_Base(Transformer):
 
     takes_segment_ids = False
     has_mlm_head = False
+    #: whether it is the whole encoder-decoder (``T5``), not one half
+    is_seq2seq = False
     #: bert4keras's T5 initializer: truncated normal scaled by the depth, as its other models
     initializer_order = 2
     # bert4keras attributes, set per built graph (not the base class's per-input caches)
@@ -325,6 +327,8 @@ class T5(T5_Base):
     """T5's encoder-decoder: ``encoder`` and ``decoder`` (keras models sharing the layers,
     ``Embedding-Token`` among them) and ``model``, the decoder on the encoder's output:
     inputs ``[Encoder-Input-Token, Decoder-Input-Token]``, output the decoder's."""
+
+    is_seq2seq = True
 
     def __init__(self, with_lm=True, cross_position_bias=True, **kwargs):
         super().__init__(**kwargs)
