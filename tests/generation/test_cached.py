@@ -211,3 +211,14 @@ def test_backbones_generate_with_the_cache():
     assert ids[0] == 0 and 2 <= len(ids) <= 6
     with pytest.raises(ValueError, match="strategy must be 'greedy', 'sample' or 'beam', got 'top'"):
         gpt2.generate([PROMPT], strategy="top")
+
+
+@pytest.mark.both_backends
+def test_beam_search_gives_the_recompute_ids_on_this_backend():
+    """A short run, so that the JAX pass (whose recompute path retraces at every length) can
+    afford it: beam search of 2 over 4 steps, cached and recomputed, on the backend of the pass."""
+    model = tiny_model("roformer_v2", "lm", noise=0.3)
+    inputs = [PROMPT, [0] * len(PROMPT)]
+    want = Decoder(model, "lm", start_id=None, end_id=END, maxlen=4).beam_search(inputs, topk=2)
+    cached = Decoder(model, "lm", start_id=None, end_id=END, maxlen=4, cached=CachedLM(model, max_length=12))
+    assert cached.beam_search(inputs, topk=2).tolist() == want.tolist()
