@@ -130,6 +130,11 @@ def test_bad_arguments_name_what_is_wrong():
         lm.random_sample([PROMPT], n=2, maxlen=4, end_id=END, topp=1.5)
     with pytest.raises(ValueError, match="application='encoder'"):
         CachedLM(tiny_model("roformer_v2", "encoder"))
+    srupp = build_transformer_model(
+        model="srupp", application="lm", vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, proj_size=8
+    )
+    with pytest.raises(ValueError, match="SRU.. has no key/value cache path yet"):
+        CachedLM(srupp)
     with pytest.raises(TypeError, match="cached must be a gau_keras.generation.CachedLM"):
         AutoRegressiveDecoder(start_id=None, end_id=END, maxlen=4, cached=model)
 

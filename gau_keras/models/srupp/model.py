@@ -117,6 +117,14 @@ class SRUppModel(Transformer):
         self.output_size = hidden_size * (2 if self.bidirectional else 1)
         self.new_memory, self.new_states = [], []
 
+    def cache_refusal(self):
+        """SRU++ decodes by recomputing: its cells carry a recurrent state and an attention memory,
+        not the key/value cache ``generation.CachedLM`` keeps."""
+        return super().cache_refusal() or (
+            "SRU++ has no key/value cache path yet (its cells carry a recurrent state); "
+            "AutoRegressiveDecoder recomputes the prefix"
+        )
+
     def layer_input_width(self, index):
         return self.embedding_size if index == 0 else self.output_size
 
