@@ -343,6 +343,11 @@ class Transformer(CheckpointMapping):
             kwargs["return_attention_scores"] = True
         name = self.prefixed(kwargs.get("name"))
         kwargs["name"] = name
+        if name not in self.layers and self._decode is not None:
+            raise ValueError(
+                f"{type(self).__name__}: a cached pass reached the layer {name!r}, which the built model "
+                f"does not have: this model cannot decode with a key/value cache"
+            )
         if name not in self.layers:
             if isinstance(kwargs.get("activation"), str):  # 'gelu' as bert4keras's set_gelu chose
                 kwargs["activation"] = gau_activations.get(kwargs["activation"])

@@ -227,3 +227,12 @@ def test_beam_search_gives_the_recompute_ids_on_this_backend():
     want = Decoder(model, "lm", start_id=None, end_id=END, maxlen=4).beam_search(inputs, topk=2)
     cached = Decoder(model, "lm", start_id=None, end_id=END, maxlen=4, cached=CachedLM(model, max_length=12))
     assert cached.beam_search(inputs, topk=2).tolist() == want.tolist()
+
+
+def test_a_cached_pass_never_makes_a_layer_the_model_lacks():
+    model = tiny_model("roformer_v2", "lm")
+    transformer = model.transformer
+    transformer.decode_logits = lambda x: transformer.apply(x, keras.layers.Dense, units=VOCAB, name="Not-There")
+    with pytest.raises(ValueError, match="a cached pass reached the layer 'Not-There'"):
+        CachedLM(model, max_length=12).beam_search([PROMPT], topk=1, maxlen=2, end_id=END)
+    assert "Not-There" not in transformer.layers
