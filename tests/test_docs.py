@@ -36,7 +36,7 @@ SUBCOMMANDS = {
     "finetune": ("gau_keras/training/finetune",),
 }
 #: modules run with `python -m` that are not part of this repository
-EXTERNAL_MODULES = {"pytest", "pip"}
+EXTERNAL_MODULES = {"pytest", "pip", "venv"}
 BERT4KERAS_MODULES = ("backend", "layers", "models", "optimizers", "snippets", "tokenizers")
 #: public names of bert4keras that its modules import rather than define
 BERT4KERAS_IMPORTED = {"backend": {"keras", "K"}, "snippets": {"uniout"}}

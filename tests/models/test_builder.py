@@ -149,9 +149,9 @@ def test_options_that_do_not_apply_are_refused_with_the_reason(argument, value, 
     assert argument in str(info.value)
 
 
-def test_bert4keras_only_models_and_srupp_pooler_are_refused():
-    with pytest.raises(ValueError, match="bert4keras's t5 is not implemented"):
-        build_transformer_model(model="t5", **SMALL)
+def test_unknown_models_and_srupp_pooler_are_refused():
+    with pytest.raises(ValueError, match="unknown model 't6'"):
+        build_transformer_model(model="t6", **SMALL)
     with pytest.raises(ValueError, match="SRUppModel has no pooler"):
         build_transformer_model(
             model="srupp", application="lm", with_pool=True, vocab_size=30, hidden_size=8, num_hidden_layers=1
