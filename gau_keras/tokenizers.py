@@ -15,6 +15,7 @@ package); both share ``TokenizerBase``'s ``tokenize`` / ``encode`` (patterns, tr
 Design notes: docs/architecture.md.
 """
 
+import abc
 import operator
 import os
 import re
@@ -233,7 +234,7 @@ def load_vocab(dict_path, encoding="utf-8", simplified=False, startswith=None):
     return new_dict, keep_tokens
 
 
-class TokenizerBase:
+class TokenizerBase(abc.ABC):
     """What bert4keras's two tokenizers share (bert4keras's ``TokenizerBase``): the special
     tokens, ``tokenize`` (``token_start`` + tokens + ``token_end``, ``token_translate``
     applied), ``encode`` (pair patterns and truncation) and the id/token list conversions.
@@ -289,24 +290,27 @@ class TokenizerBase:
         return self._vocab_size
 
     # -- tokens <-> ids ----------------------------------------------------
+    @abc.abstractmethod
     def token_to_id(self, token):
-        raise NotImplementedError
+        """Id of ``token``."""
 
     def tokens_to_ids(self, tokens):
         return [self.token_to_id(token) for token in tokens]
 
+    @abc.abstractmethod
     def id_to_token(self, i):
-        raise NotImplementedError
+        """The token of id ``i``."""
 
     def ids_to_tokens(self, ids):
         return [self.id_to_token(i) for i in ids]
 
+    @abc.abstractmethod
     def decode(self, ids):
-        raise NotImplementedError
+        """Text of ``ids``."""
 
+    @abc.abstractmethod
     def _tokenize(self, text):
         """Tokens of ``text`` without ``[CLS]``/``[SEP]``."""
-        raise NotImplementedError
 
     # -- tokenize / encode -------------------------------------------------
     def tokenize(self, text, maxlen=None):

@@ -199,3 +199,8 @@ def test_without_sentencepiece_the_error_names_the_package(tmp_path, monkeypatch
     monkeypatch.setitem(sys.modules, "sentencepiece", None)  # as if not installed
     with pytest.raises(ImportError, match=r"^gau_keras: SpTokenizer needs sentencepiece, .*pip install 'sentencepiece"):
         SpTokenizer(str(tmp_path / "any.model"))
+
+
+def test_the_base_is_abstract():
+    with pytest.raises(TypeError, match="abstract"):
+        TokenizerBase()
