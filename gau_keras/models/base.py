@@ -307,6 +307,19 @@ class Transformer(CheckpointMapping):
         the ids to integers)."""
         return keras.Input(shape=(self.sequence_length,), dtype=keras.config.floatx(), name=self.prefixed(name))
 
+    def embed_tokens(self, token_ids):
+        """``Embedding-Token`` (vocab_size x embedding_size, id 0 masked) on ids [B, L] -> [B, L, E]:
+        the token table every model reads, and its tied output heads."""
+        return self.apply(
+            token_ids,
+            Embedding,
+            input_dim=self.vocab_size,
+            output_dim=self.embedding_size,
+            embeddings_initializer=self.initializer,
+            mask_zero=True,
+            name="Embedding-Token",
+        )
+
     def layer_norm(self, x, name, epsilon=None):
         """bert4keras's LayerNormalization (gamma and beta), conditioned on ``layer_norm_cond``
         when the model was built with one; ``epsilon`` None = Keras's (1e-7)."""

@@ -93,15 +93,7 @@ class BERT(Transformer):
         x = inputs.pop(0)
         segments = inputs.pop(0) if self.segment_vocab_size > 0 else None
         positions = inputs.pop(0) if self.custom_position_ids else None
-        x = self.apply(
-            x,
-            Embedding,
-            input_dim=self.vocab_size,
-            output_dim=self.embedding_size,
-            embeddings_initializer=self.initializer,
-            mask_zero=True,
-            name="Embedding-Token",
-        )
+        x = self.embed_tokens(x)
         if segments is not None:
             name = "Embedding-Token" if self.shared_segment_embeddings else "Embedding-Segment"
             s = self.apply(

@@ -41,15 +41,7 @@ class RoFormerV2(Transformer):
         )
 
     def apply_embeddings(self, inputs):
-        x = self.apply(
-            inputs[0],
-            Embedding,
-            input_dim=self.vocab_size,
-            output_dim=self.embedding_size,
-            embeddings_initializer=self.initializer,
-            mask_zero=True,
-            name="Embedding-Token",
-        )
+        x = self.embed_tokens(inputs[0])
         if self.segment_vocab_size > 0:
             s = self.apply(
                 inputs[1],

@@ -39,7 +39,7 @@ Design notes: docs/srupp.md.
 import keras
 from keras import ops
 
-from gau_keras.layers import Embedding, SRUppAttention, SRUppCell
+from gau_keras.layers import SRUppAttention, SRUppCell
 from gau_keras.layers.srupp import stacked_cell_options
 from gau_keras.models.backbone import Backbone, register_backbone
 from gau_keras.models.base import Transformer
@@ -141,15 +141,7 @@ class SRUppModel(Transformer):
         return inputs
 
     def apply_embeddings(self, inputs):
-        x = self.apply(
-            inputs[0],
-            Embedding,
-            input_dim=self.vocab_size,
-            output_dim=self.embedding_size,
-            embeddings_initializer=self.initializer,
-            mask_zero=True,
-            name="Embedding-Token",
-        )
+        x = self.embed_tokens(inputs[0])
         return self.apply(x, keras.layers.Dropout, rate=self.dropout_rate, name="Embedding-Dropout")
 
     def apply_main_layers(self, x, index):

@@ -68,15 +68,7 @@ class T5_Base(Transformer):
     def token_embedding(self, ids, stack):
         """Embedding-Token (shared by the encoder and decoder of a T5) -> dropout -> the
         mapping to hidden_size when embedding_size differs (as bert4keras: a Dense with bias)."""
-        x = self.apply(
-            ids,
-            Embedding,
-            input_dim=self.vocab_size,
-            output_dim=self.embedding_size,
-            embeddings_initializer=self.initializer,
-            mask_zero=True,
-            name="Embedding-Token",
-        )
+        x = self.embed_tokens(ids)
         x = self.apply(x, keras.layers.Dropout, rate=self.dropout_rate, name=f"{stack}-Embedding-Dropout")
         if self.embedding_size != self.hidden_size:
             x = self.apply(
