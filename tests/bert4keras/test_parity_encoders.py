@@ -5,8 +5,8 @@ and electra, each with the options bert4keras gives it (heads, position options,
 segment options, embedding/attention sizes, vocabulary surgery, RealFormer's residual
 attention scores, conditional layer norm, layer-name prefix, lm/unilm applications).
 
-Method, per case (tests/reference/harness.py::run_bert4keras_code; one subprocess per
-model group, its results cached for the JAX pass):
+Method, per case (tests/reference/harness.py::run_bert4keras_code; one subprocess for
+every forward case and one for every reverse case, their results cached for the JAX pass):
   * forward (bert4keras -> us): bert4keras builds the model from a tiny config, every
     trainable weight is moved off its initial value by seeded noise, its own
     ``save_weights_as_checkpoint`` writes the weights, and it returns every checkpoint
@@ -85,7 +85,7 @@ SHARED_DATA = pathlib.Path(
 class Case:
     """One model build, the same on both sides."""
 
-    group: str  # bert4keras subprocess it runs in
+    group: str  # model family (the cases are listed by family)
     name: str  # what it checks
     model: str
     options: dict = dataclasses.field(default_factory=dict)  # build_transformer_model keywords
@@ -587,6 +587,7 @@ for index, case in enumerate(CASES):
 '''
 
 ELECTRA_REFUSALS = r"""
+ELECTRA_CONFIG = next(case["config"] for case in CASES if case["model"] == "electra")
 refusals = []
 for label, options, application in [("with_pool", {"with_pool": True}, "encoder"),
                                      ("with_mlm", {"with_mlm": True}, "encoder"),
@@ -594,7 +595,7 @@ for label, options, application in [("with_pool", {"with_pool": True}, "encoder"
     K.clear_session()
     try:
         build_transformer_model(None, None, model="electra", application=application,
-                                **dict(CASES[0]["config"], **options))
+                                **dict(ELECTRA_CONFIG, **options))
         refusals.append("%s none" % label)
     except Exception as e:
         refusals.append("%s %s" % (label, type(e).__name__))
@@ -637,16 +638,23 @@ def _decode(name):
 _REFERENCE = {}
 
 
-def reference(group):
-    """bert4keras's results for every forward case of ``group`` (one subprocess, cached)."""
-    if group not in _REFERENCE:
-        cases = [c for c in forward_cases() if c.group == group]
+def reference():
+    """bert4keras's results for every forward case, and electra's refusals under '_' (one
+    subprocess for all: each start of TensorFlow and bert4keras costs ~10 s; cached)."""
+    if not _REFERENCE:
         arrays = {k: v for k, v in batch_inputs().items() if k != "real_text"}
-        tail = ELECTRA_REFUSALS if group == "electra" else ""
-        _REFERENCE[group] = _split(
-            run_bert4keras_code(_snippet(cases, FORWARD_LOOP, tail), arrays, graph=True, seed=SEED, timeout=1200)
+        _REFERENCE.update(
+            _split(
+                run_bert4keras_code(
+                    _snippet(forward_cases(), FORWARD_LOOP, ELECTRA_REFUSALS),
+                    arrays,
+                    graph=True,
+                    seed=SEED,
+                    timeout=1800,
+                )
+            )
         )
-    return _REFERENCE[group]
+    return _REFERENCE
 
 
 # ----------------------------------------------------------------------------- our side
@@ -784,7 +792,7 @@ def loaded_from_bert4keras(case, tmp_dir):
     """(our transformer loaded with bert4keras's weights, our outputs, bert4keras's results)."""
     if case.key in _OURS:
         return _OURS[case.key]
-    ref = reference(case.group)[case.key]
+    ref = reference()[case.key]
     variables = {_decode(k[4:]): v for k, v in ref.items() if k.startswith("var|")}
     index = [c.key for c in forward_cases()].index(case.key)
     if index % 2:  # through a file we write (and a config file), or the dict itself
@@ -924,7 +932,7 @@ def test_bert4keras_loads_our_checkpoint_and_matches_outputs(case, tmp_path_fact
 
 
 def test_electra_refuses_pool_mlm_and_lm_as_bert4keras_does():
-    refusals = dict(line.split(" ") for line in reference("electra")["_"]["refusals"].tolist())
+    refusals = dict(line.split(" ") for line in reference()["_"]["refusals"].tolist())
     config = dict(BASE_CONFIG)
     # bert4keras: TypeError from delete_arguments for with_pool/with_mlm, ValueError for lm/unilm
     assert refusals == {"with_pool": "TypeError", "with_mlm": "TypeError", "lm": "ValueError", "unilm": "ValueError"}, (
