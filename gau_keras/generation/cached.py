@@ -296,7 +296,7 @@ class CachedLM:
             scores, order = ops.top_k(ops.where(done, NEG_INF, top), rows)
             ids, counts = ops.take(ids, order, axis=0), ops.take(counts, order, axis=0)
             rows_from = ops.take(beams, order, axis=0)  # the caches are still the old beams'
-            caches = [(ops.take(k, rows_from, axis=0), ops.take(v, rows_from, axis=0)) for k, v in caches]
+            caches = [tuple(ops.take(part, rows_from, axis=0) for part in cache) for cache in caches]
             live_count = ops.sum(ops.cast(ops.greater(scores, NEG_INF / 2), "int32"))
             logits, caches = self._step(ids, feed, ranks, caches, position)
             return step + 1, ids, caches, logits, scores, live_count, counts, found, result

@@ -115,22 +115,50 @@ class SRUppAttention(keras.layers.Layer):
         M = 0 if memory is None else ops.shape(memory)[1]
         z = self.linear1(inputs if memory is None else ops.concatenate([memory, inputs], axis=1))
         residual = z[:, M:]
-        if self.norm is not None and not self.normalize_after:
-            z = self.norm(z)
+        z = self._normalized(z)
         q = z[:, M:]
         k, v = ops.split(self.linear2(z), 2, axis=-1)
-        attn = self._attend(q, k, v, mask, attention_mask, memory, training)
+        allowed = self._allowed(mask, attention_mask, memory, ops.shape(q)[1], ops.shape(k)[1])
+        return self._output(self._attend(q, k, v, allowed, training), residual, training)
+
+    def attend_cached(self, inputs, cache, index, visible):
+        """The transform of new tokens over a key/value cache (cached decoding).
+
+        Args:
+            inputs: [B, T, d_in], the tokens at positions ``index`` .. ``index + T - 1``.
+            cache: ``(k, v)`` [B, N, p] each, or None: then T = N and this call's keys and
+                values are the cache.
+            index: int scalar (tensor), the position of the first new token.
+            visible: bool [B, T, N], the cache slots each new token may attend to (its own
+                earlier positions, padding and unfilled slots left out).
+        Returns:
+            (U [B, T, out_features], the cache with slots ``index`` .. ``index + T - 1`` set).
+        """
+        z = self.linear1(inputs)
+        residual = z
+        z = self._normalized(z)
+        k, v = ops.split(self.linear2(z), 2, axis=-1)
+        if cache is not None:
+            k = ops.slice_update(cache[0], [0, index, 0], ops.cast(k, cache[0].dtype))
+            v = ops.slice_update(cache[1], [0, index, 0], ops.cast(v, cache[1].dtype))
+        allowed = ops.expand_dims(ops.cast(visible, "bool"), 1)  # shared by the heads
+        return self._output(self._attend(z, k, v, allowed, False), residual, False), (k, v)
+
+    def _normalized(self, z):
+        """z, layer-normalised before the attention unless the norm comes after it."""
+        return self.norm(z) if self.norm is not None and not self.normalize_after else z
+
+    def _output(self, attn, residual, training):
+        """U = dropout(α·attn + residual, normalised after when so configured) W3."""
         o = self.alpha * attn + residual
         if self.norm is not None and self.normalize_after:
             o = self.norm(o)
         return self.linear3(self.output_dropout(o, training=training))
 
-    def _attend(self, q, k, v, mask, attention_mask, memory, training):
-        """Scaled dot-product attention over heads: q [B, L, p], k/v [B, M + L, p] → [B, L, p]."""
-        B, L, S = ops.shape(q)[0], ops.shape(q)[1], ops.shape(k)[1]
-        H, hd = self.num_heads, self.proj_size // self.num_heads
-        heads = lambda t, n: ops.transpose(ops.reshape(t, (B, n, H, hd)), (0, 2, 1, 3))  # noqa: E731
-        scores = ops.matmul(heads(q, L) * (hd**-0.5), ops.transpose(heads(k, S), (0, 1, 3, 2)))
+    def _allowed(self, mask, attention_mask, memory, L, S):
+        """Which keys each query may attend to, bool broadcastable to [B, H, L, S], or None:
+        the key padding ``mask``, causality (all the memory, then up to the query) and
+        ``attention_mask`` together."""
         allowed = None
         if mask is not None:
             allowed = _key_padding_mask(ops.cast(mask, "bool"), memory)
@@ -142,6 +170,15 @@ class SRUppAttention(keras.layers.Layer):
             am = ops.cast(attention_mask, "bool")
             am = am[:, None] if len(am.shape) == 3 else am
             allowed = am if allowed is None else ops.logical_and(allowed, am)
+        return allowed
+
+    def _attend(self, q, k, v, allowed, training):
+        """Scaled dot-product attention over heads: q [B, L, p], k/v [B, S, p], ``allowed``
+        (``_allowed``) -> [B, L, p]."""
+        B, L, S = ops.shape(q)[0], ops.shape(q)[1], ops.shape(k)[1]
+        H, hd = self.num_heads, self.proj_size // self.num_heads
+        heads = lambda t, n: ops.transpose(ops.reshape(t, (B, n, H, hd)), (0, 2, 1, 3))  # noqa: E731
+        scores = ops.matmul(heads(q, L) * (hd**-0.5), ops.transpose(heads(k, S), (0, 1, 3, 2)))
         # float32 logits under mixed precision; the package's one masked softmax
         probs = self.probs_dropout(gops.masked_softmax(scores, allowed, v.dtype), training=training)
         out = ops.matmul(probs, heads(v, S))
@@ -323,6 +360,42 @@ class SRUppCell(_SequenceLayer):
         if self.norm is not None and self.normalize_after:
             h = self.norm(h)
         return (h, c) if return_state else h
+
+    def attend_cached(self, inputs, cache, index, visible, real):
+        """New tokens over the cell's cache (cached decoding): the attention's keys and values
+        by slot, and the recurrent state c after the last token so far, so each new token
+        costs the same whatever its position.
+
+        Args:
+            inputs: [B, T, d_in], the tokens at positions ``index`` .. ``index + T - 1``.
+            cache: ``(k, v, c)`` (attention layers) or ``(c,)``, k/v [B, N, p], c [B, d];
+                None for the first pass (T = N, c from zeros).
+            index: int scalar (tensor), the position of the first new token.
+            visible: bool [B, T, N], the cache slots each new token may attend to.
+            real: bool [B, T], which new tokens are real (the others carry the state through).
+        Returns:
+            (h [B, T, d], the new cache).
+        """
+        if self.bidirectional:
+            raise ValueError(f"{self.name}: a bidirectional SRU++ cell sees later tokens and takes no cache")
+        x = self.norm(inputs) if self.norm is not None and not self.normalize_after else inputs
+        if self.attention:
+            U, kept = self.transform.attend_cached(x, None if cache is None else cache[:2], index, visible)
+        else:
+            U, kept = self.transform(x, training=False), ()
+        h, c = sru_recurrence(
+            U,
+            inputs,
+            self.weight_c,
+            self.bias,
+            c0=None if cache is None else cache[-1],
+            mask_pad=ops.logical_not(real),
+            scale_x=self.scale_x if self.k == 3 else None,
+        )
+        h, c = ops.cast(h, self.compute_dtype), ops.cast(c, self.compute_dtype)
+        if self.norm is not None and self.normalize_after:
+            h = self.norm(h)
+        return h, (*kept, c)
 
     def compute_mask(self, inputs, mask=None):
         return mask

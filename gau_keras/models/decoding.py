@@ -16,6 +16,7 @@ from gau_keras.layers import (
     PositionEmbedding,
     RelativePositionEmbedding,
     SinusoidalPositionEmbedding,
+    SRUppCell,
 )
 
 #: what ``DecodeStep.call`` returns for a layer it leaves to its own ``__call__``
@@ -48,6 +49,8 @@ class DecodeStep:
         calls the layer as usual)."""
         if isinstance(layer, (MultiHeadAttention, GatedAttentionUnit)):
             return self._attend(layer, inputs, arguments)
+        if isinstance(layer, SRUppCell):
+            return self._recur(layer, inputs)
         if isinstance(layer, AttentionBias):
             return self.visible
         if isinstance(layer, RelativePositionEmbedding):
@@ -70,6 +73,19 @@ class DecodeStep:
         output, cache = layer.attend_cached(inputs, cache, self.index, **arguments)
         self.new_caches.append(cache)
         return output
+
+    def _recur(self, layer, inputs):
+        """An SRU++ cell over its cache slot: attention keys and values, and the recurrent state."""
+        cache = None if self.caches is None else self.caches[len(self.new_caches)]
+        output, cache = layer.attend_cached(inputs, cache, self.index, self.visible, self.real_tokens())
+        self.new_caches.append(cache)
+        return output
+
+    def real_tokens(self):
+        """bool [B, T]: which new tokens are real (visible to themselves: not padding)."""
+        shape = ops.shape(self.visible)
+        own = ops.broadcast_to(ops.reshape(self.positions, (1, -1, 1)), (shape[0], shape[1], 1))
+        return ops.take_along_axis(self.visible, own, axis=-1)[..., 0]
 
 
 def visibility(token_ids, ranks, query_positions, filled, mask_padding=True):

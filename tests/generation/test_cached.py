@@ -131,9 +131,9 @@ def test_bad_arguments_name_what_is_wrong():
     with pytest.raises(ValueError, match="application='encoder'"):
         CachedLM(tiny_model("roformer_v2", "encoder"))
     srupp = build_transformer_model(
-        model="srupp", application="lm", vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, proj_size=8
+        model="srupp", application="lm", vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, memory_length=4
     )
-    with pytest.raises(ValueError, match="SRU.. has no key/value cache path yet"):
+    with pytest.raises(ValueError, match="SRU.. with memory_length=4 takes the previous segment's memory"):
         CachedLM(srupp)
     with pytest.raises(TypeError, match="cached must be a gau_keras.generation.CachedLM"):
         AutoRegressiveDecoder(start_id=None, end_id=END, maxlen=4, cached=model)
@@ -236,3 +236,74 @@ def test_a_cached_pass_never_makes_a_layer_the_model_lacks():
     with pytest.raises(ValueError, match="a cached pass reached the layer 'Not-There'"):
         CachedLM(model, max_length=12).beam_search([PROMPT], topk=1, maxlen=2, end_id=END)
     assert "Not-There" not in transformer.layers
+
+
+def tiny_srupp(seed=1, noise=0.3, **options):
+    """A 3-layer causal SRU++ LM with every weight moved off its init; highway_bias 2 lets the
+    recurrent state, not the skip term, lead (else a tied head repeats the last token)."""
+    keras.utils.set_random_seed(seed)
+    model = build_transformer_model(
+        model="srupp",
+        application="lm",
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=3,
+        proj_size=8,
+        highway_bias=2.0,
+        **options,
+    )
+    rng = np.random.default_rng(seed)
+    for weight in model.weights:
+        weight.assign(weight.numpy() + rng.normal(0, noise, weight.shape).astype("float32"))
+    return model
+
+
+def test_srupp_beam_search_gives_the_recompute_ids():
+    model = tiny_srupp()
+    inputs = [PROMPT, [0] * len(PROMPT)]
+    want = Decoder(model, "lm", start_id=None, end_id=END, maxlen=12, minlen=2).beam_search(inputs, topk=3)
+    cached = Decoder(model, "lm", start_id=None, end_id=END, maxlen=12, minlen=2, cached=CachedLM(model, max_length=32))
+    assert cached.beam_search(inputs, topk=3).tolist() == want.tolist()
+    assert len(set(want.tolist())) >= 4
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"attention_every_n_layers": 2, "layer_norm": True},
+        {"layer_norm": True, "normalize_after": True, "rescale": True, "num_attention_heads": 2},
+    ],
+    ids=["default", "every_2nd_attends", "normalize_after"],
+)
+def test_srupp_cached_steps_give_the_full_forward_probabilities(options):
+    """Teacher-forced: the first pass over the prompt, then one cached step per id (the
+    attention's keys and values by slot, the recurrent state carried), against one forward
+    pass over the whole sequence; a projected-linear layer (no attention) keeps only c."""
+    model = tiny_srupp(**options)
+    sequence = PROMPT + [21, 30, 4, 9, 50]
+    full = keras.ops.convert_to_numpy(model(np.array([sequence])))[0]
+    lm = CachedLM(model, max_length=16)
+    ids = np.zeros((1, 16), "int32")
+    ids[0, : len(sequence)] = sequence
+    feed = (np.zeros_like(ids), None, None)
+    logits, caches, ranks = lm._first_pass(ids, feed, len(PROMPT))
+    steps = [logits]
+    for position in range(len(PROMPT), len(sequence)):
+        logits, caches = lm._step(ids, feed, ranks, caches, position)
+        steps.append(logits)
+    got = keras.ops.convert_to_numpy(keras.ops.softmax(keras.ops.stack([s[0] for s in steps])))
+    np.testing.assert_allclose(got, full[len(PROMPT) - 1 :], rtol=1e-4, atol=1e-6)
+    cells = [model.get_layer(f"SRUpp-{i}") for i in range(3)]
+    assert [len(cache) for cache in caches] == [3 if cell.attention else 1 for cell in cells]  # (k, v, c) or (c,)
+    assert [cell.attention for cell in cells].count(False) == (2 if "attention_every_n_layers" in options else 0)
+
+
+@pytest.mark.both_backends
+def test_srupp_greedy_ids_are_the_argmax_of_the_full_forward():
+    """The compiled loop (XLA loops of the recurrence on TensorFlow, its scan on JAX)."""
+    model = tiny_srupp(noise=0.1)
+    ids = CachedLM(model, max_length=24).beam_search([PROMPT], topk=1, maxlen=10, end_id=None)
+    probas = keras.ops.convert_to_numpy(model(np.array([PROMPT + ids.tolist()])))[0]
+    assert len(ids) == 10 and ids.tolist() == probas[len(PROMPT) - 1 : -1].argmax(-1).tolist()

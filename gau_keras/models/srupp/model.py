@@ -118,12 +118,17 @@ class SRUppModel(Transformer):
         self.new_memory, self.new_states = [], []
 
     def cache_refusal(self):
-        """SRU++ decodes by recomputing: its cells carry a recurrent state and an attention memory,
-        not the key/value cache ``generation.CachedLM`` keeps."""
+        """A causal SRU++ decodes over its cells' caches (attention keys and values, the
+        recurrent state); one with segment memory takes inputs the cache does not hold."""
         return super().cache_refusal() or (
-            "SRU++ has no key/value cache path yet (its cells carry a recurrent state); "
-            "AutoRegressiveDecoder recomputes the prefix"
+            f"SRU++ with memory_length={self.memory_length} takes the previous segment's memory and "
+            f"states as inputs; cached decoding needs memory_length=0"
+            if self.memory_length
+            else None
         )
+
+    def decode_logits(self, x):
+        return self.mlm_head_logits(x, self.output_size)
 
     def layer_input_width(self, index):
         return self.embedding_size if index == 0 else self.output_size
