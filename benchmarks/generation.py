@@ -40,7 +40,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _common import format_number, markdown_table  # noqa: E402
 
-MODELS = ("gpt2", "gau_alpha")
+MODELS = ("gpt2", "gau_alpha", "srupp")
+DEFAULT_MODELS = ("gpt2", "gau_alpha")
 SIZES = {  # --quick: a smoke test of the machinery
     "full": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 12000},
     "quick": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 100},
@@ -68,6 +69,14 @@ HEADERS = [
 def model_config(name, sizes, max_position):
     hidden = sizes["hidden_size"]
     config = dict(sizes, max_position_embeddings=max_position, type_vocab_size=2)
+    if name == "srupp":  # SRU++: attention width p = H / 4 (the paper's ratio), every layer attends
+        return dict(
+            vocab_size=sizes["vocab_size"],
+            hidden_size=hidden,
+            num_hidden_layers=sizes["num_hidden_layers"],
+            num_attention_heads=1,
+            proj_size=hidden // 4,
+        )
     if name == "gau_alpha":
         # GAU-alpha: e = 2H, s = 128 at H 768; here s = H / 4
         config.update(intermediate_size=2 * hidden, attention_key_size=hidden // 4, hidden_act="swish")
@@ -228,7 +237,7 @@ def estimate(points, mean_length):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default=",".join(MODELS), help="comma-separated: gpt2, gau_alpha")
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated: gpt2, gau_alpha, srupp")
     p.add_argument("--lengths", default="64,256,1024", help="new tokens per run, comma-separated")
     p.add_argument(
         "--recompute-lengths",
