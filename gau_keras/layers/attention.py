@@ -233,7 +233,7 @@ class GatedAttentionUnit(_AttentionBase):
                 bool [B|1, T, N] which cache slots each may attend to (padding, unfilled slots
                 and the application's mask folded in, so softmax_plus counts what the
                 uncached call counts); ``sinusoidal`` [1|B, T, s] their rotary embeddings.
-            cache: ``(k, v)`` [B, N, s], [B, N, e], or None: then T = N and this call's keys
+            cache: ``(k, vᵀ)`` [B, N, s], [B, e, N], or None: then T = N and this call's keys
                 and values are the cache.
             index: int scalar (tensor), the position of the first new token.
         Returns:
@@ -243,10 +243,15 @@ class GatedAttentionUnit(_AttentionBase):
             raise ValueError(f"GatedAttentionUnit {self.name!r}: only self-attention takes a key/value cache")
         main, bias, sinusoidal = self._split_inputs(inputs, 1, a_bias, p_bias)
         u, q, k, v = self._projections(main, sinusoidal)
+        # the values are cached transposed, [B, e, N]: XLA on a CPU emits a step's product of
+        # its one query row [N] with them as a plain loop (a vector-matrix dot it fuses, not its
+        # GEMV), each output summing N terms; over [B, N, e] those terms lie e apart, 30x
+        # slower at N = 2064 than contiguous, and the step grew with the buffer
+        v = ops.swapaxes(v, 1, 2)
         if cache is not None:
             k = ops.slice_update(cache[0], [0, index, 0], ops.cast(k, cache[0].dtype))
-            v = ops.slice_update(cache[1], [0, index, 0], ops.cast(v, cache[1].dtype))
-        return self._attention(u, q, k, v, None, bias, False), (k, v)
+            v = ops.slice_update(cache[1], [0, 0, index], ops.cast(v, cache[1].dtype))
+        return self._attention(u, q, k, ops.swapaxes(v, 1, 2), None, bias, False), (k, v)
 
     def _attention(self, u, q, k, v, key_mask, bias, training):
         """``o_dense(u * (normalize(q kᵀ) v))`` -> [B, Lq, H]."""
