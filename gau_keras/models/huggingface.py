@@ -1,0 +1,259 @@
+"""Hugging Face model directories read as our models: config.json mapped to constructor
+arguments and the state dict's names mapped to the TF1 names each builder's
+``variable_mapping()`` reads, so the one checkpoint loader (``checkpointing``) loads them.
+
+A directory counts as a Hugging Face one when it holds ``config.json`` with a ``model_type``
+and a weights file (``hf_weights.WEIGHT_FILES``). ``read_hf_directory(directory)`` gives
+(model name, constructor arguments, checkpoint) where the checkpoint is an ``HFCheckpoint``: a
+``{TF1 name: array}`` reader whose errors name the weights file.
+
+What differs from the TF1 checkpoints, and how it is met:
+    - torch's ``nn.Linear`` keeps its weight [out, in]: transposed to the kernel [in, out]
+      (GPT2's ``Conv1D`` is already [in, out]: kept);
+    - GPT2's fused query/key/value ``c_attn`` [H, 3H] is split in three;
+    - RoBERTa (``model_type: roberta``) numbers positions from ``pad_token_id + 1``: the rows
+      before are dropped and ``max_position`` shrinks by as many;
+    - GPT2's ``gelu_new`` (and ``gelu_pytorch_tanh``) is the tanh GELU, BERT's ``gelu`` the
+      exact one (what the name 'gelu' means unless ``set_gelu('tanh')`` was called);
+    - buffers (``position_ids``, RoFormer's sinusoidal table) and the MLM decoder, which is the
+      tied token embedding, are not weights of ours and are left out.
+
+Design notes: docs/models.md (Hugging Face checkpoints).
+"""
+
+import os
+import re
+
+import keras
+import numpy as np
+
+from gau_keras import activations, hf_weights
+from gau_keras.errors import CheckpointError, ConfigError
+from gau_keras.models.checkpointing import _DictReader
+from gau_keras.models.config import read_json
+
+#: our model name of each Hugging Face ``model_type`` we load
+HF_MODEL_TYPES = {"bert": "bert", "roberta": "bert", "roformer": "roformer", "gpt2": "gpt2"}
+#: the tanh GELU as a config value: ``activations.gelu_tanh`` serialised (Keras's activation names
+#: have no tanh GELU; the dict stays JSON in a Backbone's config and resolves with keras.activations.get)
+GELU_TANH = keras.saving.serialize_keras_object(activations.gelu_tanh)
+#: HF activation names -> ours
+HF_ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_new": GELU_TANH,
+    "gelu_pytorch_tanh": GELU_TANH,
+    "gelu_fast": GELU_TANH,
+    "relu": "relu",
+    "tanh": "tanh",
+    "swish": "swish",
+    "silu": "swish",
+}
+#: BERT-family config.json keys -> constructor arguments
+_BERT_KEYS = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "hidden_size",
+    "num_hidden_layers": "num_hidden_layers",
+    "num_attention_heads": "num_attention_heads",
+    "intermediate_size": "intermediate_size",
+    "max_position_embeddings": "max_position",
+    "type_vocab_size": "segment_vocab_size",
+    "hidden_dropout_prob": "dropout_rate",
+    "attention_probs_dropout_prob": "attention_dropout_rate",
+    "layer_norm_eps": "layer_norm_epsilon",
+    "embedding_size": "embedding_size",
+}
+_GPT2_KEYS = {
+    "vocab_size": "vocab_size",
+    "n_embd": "hidden_size",
+    "n_layer": "num_hidden_layers",
+    "n_head": "num_attention_heads",
+    "n_inner": "intermediate_size",
+    "n_positions": "max_position",
+    "resid_pdrop": "dropout_rate",
+    "attn_pdrop": "attention_dropout_rate",
+    "layer_norm_epsilon": "layer_norm_epsilon",
+}
+
+
+def is_hf_directory(path):
+    """Whether ``path`` is a Hugging Face model directory: config.json with a ``model_type``
+    and no TF1 checkpoint (``*.index``) beside it; a missing weights file is then an error of
+    ``hf_weights.weight_file`` naming the directory."""
+    if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(path):
+        return False
+    config = os.path.join(path, "config.json")
+    if not os.path.isfile(config) or any(name.endswith(".index") for name in os.listdir(path)):
+        return False
+    return "model_type" in read_json(config)
+
+
+def hf_model_name(config, where):
+    """Our model name for a config.json's ``model_type``; a ConfigError naming it and the ones
+    we load otherwise."""
+    model_type = config.get("model_type")
+    if model_type not in HF_MODEL_TYPES:
+        raise ConfigError(
+            f"config {where!r}: model_type {model_type!r} (architectures {config.get('architectures')}) is not "
+            f"one gau_keras loads from Hugging Face files; it loads {sorted(HF_MODEL_TYPES)}"
+        )
+    return HF_MODEL_TYPES[model_type]
+
+
+def hf_config(config, where):
+    """Constructor arguments of our model for a Hugging Face config.json's keys.
+
+    Args:
+        config: the config.json object.
+        where: its path, for errors.
+    Returns:
+        a dict for ``build_transformer_model(config_path=...)`` (``resolve_arguments``).
+    """
+    model_type = config.get("model_type")
+    hf_model_name(config, where)
+    keys = _GPT2_KEYS if model_type == "gpt2" else _BERT_KEYS
+    arguments = {ours: config[theirs] for theirs, ours in keys.items() if config.get(theirs) is not None}
+    act_key = "activation_function" if model_type == "gpt2" else "hidden_act"
+    act = config.get(act_key, "gelu_new" if model_type == "gpt2" else "gelu")
+    if act not in HF_ACTIVATIONS:
+        raise ConfigError(f"config {where!r}: {act_key}={act!r} is not one of {sorted(HF_ACTIVATIONS)}")
+    arguments["hidden_act"] = HF_ACTIVATIONS[act]
+    if model_type == "gpt2":
+        arguments.setdefault("intermediate_size", 4 * arguments["hidden_size"])
+    if model_type in ("bert", "roberta") and config.get("position_embedding_type", "absolute") != "absolute":
+        raise ConfigError(
+            f"config {where!r}: position_embedding_type={config['position_embedding_type']!r} is not "
+            f"supported (only 'absolute')"
+        )
+    if model_type == "roformer" and config.get("rotary_value"):
+        raise ConfigError(f"config {where!r}: rotary_value=true is not supported (RoPE on queries and keys only)")
+    if model_type == "roberta":
+        arguments["max_position"] -= _position_offset(config)
+    if arguments.get("embedding_size") == arguments.get("hidden_size"):
+        arguments.pop("embedding_size", None)
+    return arguments
+
+
+def _position_offset(config):
+    """How many position rows RoBERTa's table has before position 0 (padding_idx + 1)."""
+    return config.get("pad_token_id", 1) + 1 if config.get("model_type") == "roberta" else 0
+
+
+# ------------------------------------------------------------------------------------ names
+def _tf1_leaf(module, leaf, value):
+    """(TF1 suffix, value) of one weight of a BERT-family module: a LayerNorm's gamma / beta, an
+    embedding table itself, a Linear's kernel (transposed) and bias."""
+    if module.endswith("LayerNorm"):
+        return {"weight": "/gamma", "gamma": "/gamma", "bias": "/beta", "beta": "/beta"}[leaf], value
+    if module.endswith("embeddings"):
+        return "", value
+    return ("/kernel", value.T) if leaf == "weight" else ("/bias", value)
+
+
+_SKIPPED = re.compile(r"(^|\.)(position_ids|embed_positions\.weight)$|predictions\.decoder\.|^lm_head\.decoder\.")
+_HEAD_RENAMES = (
+    ("cls.predictions.bias", "cls/predictions/output_bias"),
+    ("lm_head.bias", "cls/predictions/output_bias"),
+    ("cls.seq_relationship.weight", "cls/seq_relationship/output_weights"),
+    ("cls.seq_relationship.bias", "cls/seq_relationship/output_bias"),
+)
+
+
+def bert_family_names(state, config):
+    """``{TF1 name: array}`` of a BERT / RoBERTa / RoFormer state dict (BERT's TF1 names:
+    ``checkpoint.bert_names``), with the HF name of each for errors."""
+    converted, sources = {}, {}
+    for name, value in state.items():
+        if _SKIPPED.search(name):
+            continue
+        renamed = dict(_HEAD_RENAMES).get(name)
+        if renamed is None:
+            path = re.sub(r"^(bert|roberta|roformer|electra)\.", "", name)
+            path = re.sub(r"^lm_head\.dense\.", "cls.predictions.transform.dense.", path)
+            path = re.sub(r"^lm_head\.layer_norm\.", "cls.predictions.transform.LayerNorm.", path)
+            path = re.sub(r"^embeddings_project\.", "encoder.embedding_hidden_mapping_in.", path)
+            path = re.sub(r"\.layer\.(\d+)\.", r".layer_\1.", path)
+            module, _, leaf = path.rpartition(".")
+            suffix, value = _tf1_leaf(module, leaf, value)
+            scope = "" if module.startswith("cls.") else "bert/"
+            renamed = scope + module.replace(".", "/") + suffix
+            if renamed == "bert/embeddings/position_embeddings":
+                value = value[_position_offset(config) :]
+        converted[renamed], sources[renamed] = value, name
+    return converted, sources
+
+
+def gpt2_names(state, config):
+    """``{TF1 name: array}`` of a GPT2 state dict (our GPT2's ``gpt/`` names): Conv1D weights
+    kept [in, out], the fused ``c_attn`` split into query, key and value."""
+    converted, sources = {}, {}
+    fixed = {"wte.weight": "gpt/embeddings/word_embeddings", "wpe.weight": "gpt/embeddings/position_embeddings"}
+    parts = {
+        "ln_1": "attention/input/LayerNorm",
+        "attn.c_proj": "attention/output/dense",
+        "ln_2": "input/LayerNorm",
+        "mlp.c_fc": "intermediate/dense",
+        "mlp.c_proj": "output/dense",
+    }
+    for name, value in state.items():
+        path = re.sub(r"^transformer\.", "", name)
+        if name.startswith("lm_head.") or path.endswith((".attn.bias", ".attn.masked_bias")):
+            continue  # the tied output matrix; the causal mask buffers of old versions
+        if path in fixed:
+            converted[fixed[path]], sources[fixed[path]] = value, name
+            continue
+        if path.startswith("ln_f."):
+            leaf = "gamma" if path.endswith("weight") else "beta"
+            converted[f"gpt/output/LayerNorm/{leaf}"], sources[f"gpt/output/LayerNorm/{leaf}"] = value, name
+            continue
+        match = re.match(r"h\.(\d+)\.(.+)\.(weight|bias)$", path)
+        if match is None:
+            converted[name], sources[name] = value, name  # unknown: reported as unused by the loader
+            continue
+        layer, module, leaf = match.groups()
+        scope = f"gpt/transformer/layer_{layer}/"
+        if module == "attn.c_attn":
+            for part, chunk in zip(("query", "key", "value"), np.split(value, 3, axis=-1)):
+                target = f"{scope}attention/self/{part}/{'kernel' if leaf == 'weight' else 'bias'}"
+                converted[target], sources[target] = chunk, name
+            continue
+        if module not in parts:
+            converted[name], sources[name] = value, name
+            continue
+        if module.startswith("ln_"):
+            target = f"{scope}{parts[module]}/{'gamma' if leaf == 'weight' else 'beta'}"
+        else:
+            target = f"{scope}{parts[module]}/{'kernel' if leaf == 'weight' else 'bias'}"
+        converted[target], sources[target] = value, name
+    return converted, sources
+
+
+class HFCheckpoint(_DictReader):
+    """A Hugging Face state dict under our TF1 names, read by the checkpoint loader as a dict
+    checkpoint; errors name the weights file and the Hugging Face name of a variable."""
+
+    def __init__(self, values, sources, path):
+        super().__init__(values)
+        self.sources = sources
+        self.path = f"{path} (Hugging Face weights)"
+
+
+def hf_checkpoint(directory, config=None, use_torch=None):
+    """The ``HFCheckpoint`` of a Hugging Face model directory (its config.json read unless given)."""
+    directory = os.fspath(directory)
+    config = config if config is not None else read_json(os.path.join(directory, "config.json"))
+    where = os.path.join(directory, "config.json")
+    hf_model_name(config, where)
+    path = hf_weights.weight_file(directory)
+    state = hf_weights.read_state_dict(path, use_torch=use_torch)
+    names = gpt2_names if config["model_type"] == "gpt2" else bert_family_names
+    values, sources = names(state, config)
+    if not values:
+        raise CheckpointError(f"{path!r} holds no tensors")
+    return HFCheckpoint(values, sources, path)
+
+
+def read_hf_directory(directory, use_torch=None):
+    """(our model name, constructor arguments, ``HFCheckpoint``) of a Hugging Face model directory."""
+    where = os.path.join(os.fspath(directory), "config.json")
+    config = read_json(where)
+    return hf_model_name(config, where), hf_config(config, where), hf_checkpoint(directory, config, use_torch)
