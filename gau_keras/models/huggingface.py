@@ -21,8 +21,10 @@ What differs from the TF1 checkpoints, and how it is met:
 Design notes: docs/models.md (Hugging Face checkpoints).
 """
 
+import json
 import os
 import re
+import shutil
 
 import keras
 import numpy as np
@@ -257,3 +259,165 @@ def read_hf_directory(directory, use_torch=None):
     where = os.path.join(os.fspath(directory), "config.json")
     config = read_json(where)
     return hf_model_name(config, where), hf_config(config, where), hf_checkpoint(directory, config, use_torch)
+
+
+# ---------------------------------------------------------------------------------- writing
+def _tf1_values(transformer):
+    """``{TF1 name: array}`` of a built builder object's mapped weights (what
+    ``save_weights_as_checkpoint`` writes)."""
+    values = {}
+    transposed = transformer.transposed_variable_names()
+    for _, weight, name in transformer._weight_pairs(transformer.variable_mapping()):
+        value = keras.ops.convert_to_numpy(weight.value).astype(np.float32)
+        values[name] = value.T if name in transposed else value
+    return values
+
+
+def _hf_bert_name(name, value, model_type):
+    """(HF name, value) of one TF1 name of BERT's table (the inverse of ``bert_family_names``)."""
+    for hf, tf1 in _HEAD_RENAMES[:1] + _HEAD_RENAMES[2:]:
+        if name == tf1:
+            return hf, value
+    scope, _, leaf = name.rpartition("/")
+    if scope.startswith("bert/"):
+        scope = model_type + "/" + scope[len("bert/") :]
+    scope = scope.replace("/encoder/embedding_hidden_mapping_in", "/embeddings_project")
+    path = re.sub(r"/layer_(\d+)/", r"/layer/\1/", scope).replace("/", ".")
+    if leaf == "gamma":
+        return path + ".weight", value
+    if leaf == "beta":
+        return path + ".bias", value
+    if leaf == "kernel":
+        return path + ".weight", value.T
+    if leaf == "bias":
+        return path + ".bias", value
+    return f"{path}.{leaf}.weight", value  # an embedding table
+
+
+def _hf_gpt2_state(values):
+    """GPT2's state dict of our ``gpt/`` names (the inverse of ``gpt2_names``)."""
+    state = {}
+    fixed = {"gpt/embeddings/word_embeddings": "wte.weight", "gpt/embeddings/position_embeddings": "wpe.weight"}
+    parts = {
+        "attention/input/LayerNorm": "ln_1",
+        "attention/output/dense": "attn.c_proj",
+        "input/LayerNorm": "ln_2",
+        "intermediate/dense": "mlp.c_fc",
+        "output/dense": "mlp.c_proj",
+    }
+    leaves = {"kernel": "weight", "gamma": "weight", "bias": "bias", "beta": "bias"}
+    for name, value in values.items():
+        if name in fixed:
+            state["transformer." + fixed[name]] = value
+        elif name.startswith("gpt/output/LayerNorm/"):
+            state["transformer.ln_f." + leaves[name.rsplit("/", 1)[1]]] = value
+        else:
+            match = re.match(r"gpt/transformer/layer_(\d+)/(.+)/(\w+)$", name)
+            if match and match.group(2) in parts:
+                layer, module, leaf = match.groups()
+                state[f"transformer.h.{layer}.{parts[module]}.{leaves[leaf]}"] = value
+    for name in sorted(values):
+        match = re.match(r"gpt/transformer/layer_(\d+)/attention/self/query/(kernel|bias)$", name)
+        if match:
+            layer, leaf = match.groups()
+            fused = [values[name.replace("/query/", f"/{part}/")] for part in ("query", "key", "value")]
+            state[f"transformer.h.{layer}.attn.c_attn.{leaves[leaf]}"] = np.concatenate(fused, axis=-1)
+    return state
+
+
+def _hf_activation(act, where):
+    """A config.json activation name for our ``hidden_act``."""
+    if act == "gelu":
+        from gau_keras.activations import gelu_version
+
+        return "gelu" if gelu_version() == "erf" else "gelu_new"
+    if act == GELU_TANH or act is activations.gelu_tanh:
+        return "gelu_new"
+    if act in ("relu", "tanh", "swish"):
+        return act
+    raise ConfigError(f"{where}: hidden_act={act!r} has no Hugging Face name (gelu, gelu_new, relu, tanh, swish)")
+
+
+#: our builder classes' names -> the HF model_type they are written as
+_WRITTEN = {"BERT": "bert", "RoFormer": "roformer", "GPT2": "gpt2"}
+
+
+def hf_export(model, directory, vocab_path=None):
+    """Writes a model as a Hugging Face directory: config.json, model.safetensors and, given
+    ``vocab_path``, vocab.txt (transformers' ``AutoModel.from_pretrained(directory)`` loads it).
+
+    Args:
+        model: a BERT, RoFormer or GPT2: a Backbone, ``build_transformer_model``'s model, or
+            the builder object (``return_keras_model=False``).
+        directory: the folder to write (made when absent).
+        vocab_path: the vocab.txt to copy beside the weights, or None.
+    Returns:
+        the path of the model.safetensors written.
+    """
+    from safetensors.numpy import save_file
+
+    transformer = getattr(model, "transformer", model)
+    kind = type(transformer).__name__
+    model_type = next((t for klass, t in _WRITTEN.items() if kind == klass or kind.startswith(klass + "_")), None)
+    if model_type is None or not hasattr(transformer, "variable_mapping"):
+        raise ConfigError(f"hf_export: a {kind} cannot be written as Hugging Face files; these can: {sorted(_WRITTEN)}")
+    values = _tf1_values(transformer)
+    hidden, epsilon = transformer.hidden_size, transformer.layer_norm_epsilon or transformer.block_norm_epsilon or 1e-7
+    config = {
+        "model_type": model_type,
+        "vocab_size": transformer.vocab_size,
+        "max_position_embeddings": transformer.max_position,
+        "dropout": transformer.dropout_rate,
+        "attention_dropout": transformer.attention_dropout_rate,
+        "layer_norm_eps": epsilon,
+        "pad_token_id": 0,
+        "tie_word_embeddings": True,
+        "initializer_range": 0.02,
+    }
+    act = _hf_activation(transformer.hidden_act, f"hf_export ({kind})")
+    if model_type == "gpt2":
+        state = _hf_gpt2_state(values)
+        config.update(
+            architectures=["GPT2LMHeadModel"],
+            n_embd=hidden,
+            n_layer=transformer.num_hidden_layers,
+            n_head=transformer.num_attention_heads,
+            n_inner=transformer.intermediate_size,
+            n_positions=transformer.max_position,
+            activation_function=act,
+            layer_norm_epsilon=epsilon,
+            resid_pdrop=config.pop("dropout"),
+            embd_pdrop=0.0,
+            attn_pdrop=config.pop("attention_dropout"),
+        )
+        config.pop("layer_norm_eps")
+    else:
+        state = dict(_hf_bert_name(name, value, model_type) for name, value in values.items())
+        prefix = model_type + ".embeddings."
+        segments = state.get(prefix + "token_type_embeddings.weight")
+        if segments is None:  # no segment input: one zero row leaves transformers' sum unchanged
+            segments = state[prefix + "token_type_embeddings.weight"] = np.zeros((1, transformer.embedding_size))
+        head = "cls.predictions.bias" in state
+        config.update(
+            architectures=[f"{'Bert' if model_type == 'bert' else 'RoFormer'}{'ForMaskedLM' if head else 'Model'}"],
+            hidden_size=hidden,
+            num_hidden_layers=transformer.num_hidden_layers,
+            num_attention_heads=transformer.num_attention_heads,
+            intermediate_size=transformer.intermediate_size,
+            hidden_act=act,
+            type_vocab_size=len(segments),
+            hidden_dropout_prob=config.pop("dropout"),
+            attention_probs_dropout_prob=config.pop("attention_dropout"),
+        )
+        if model_type == "roformer":
+            config.update(embedding_size=transformer.embedding_size, rotary_value=False)
+        if head:  # transformers names the MLM decoder's bias apart from the head's bias
+            state["cls.predictions.decoder.bias"] = state["cls.predictions.bias"]
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+    if vocab_path is not None:
+        shutil.copyfile(vocab_path, os.path.join(directory, "vocab.txt"))
+    path = os.path.join(directory, hf_weights.SAFETENSORS)
+    save_file({name: np.ascontiguousarray(value, np.float32) for name, value in state.items()}, path)
+    return path

@@ -2,6 +2,7 @@
 (gau_keras.models.huggingface): the outputs of tiny random models match those transformers
 computed (tests/fixtures/hf/, written by tests/fixtures/make_hf_fixtures.py), without torch."""
 
+import importlib.util
 import json
 import pathlib
 import shutil
@@ -16,7 +17,7 @@ from gau_keras.errors import CheckpointError, ConfigError
 from gau_keras.models.bert.model import BertBackbone
 from gau_keras.models.builder import build_transformer_model
 from gau_keras.models.gpt.model import GPT2Backbone
-from gau_keras.models.huggingface import hf_checkpoint, is_hf_directory
+from gau_keras.models.huggingface import hf_checkpoint, hf_export, is_hf_directory
 from gau_keras.models.roformer.model import RoformerBackbone
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "hf"
@@ -194,3 +195,78 @@ def test_hugging_face_names_map_to_the_tf1_names_the_models_read():
     gpt2 = hf_checkpoint(FIXTURES / "gpt2")
     fused = load_file(FIXTURES / "gpt2" / "model.safetensors")["transformer.h.0.attn.c_attn.weight"]
     np.testing.assert_array_equal(gpt2.get("gpt/transformer/layer_0/attention/self/value/kernel"), fused[:, 64:])
+
+
+# ---------------------------------------------------------------------------------- writing
+def _built(arch, directory):
+    with_mlm = {} if arch == "gpt2" else {"with_mlm": "linear"}
+    return build_transformer_model(checkpoint_path=directory, model=None, return_keras_model=False, **with_mlm)
+
+
+@pytest.mark.parametrize("arch", ["bert", "roformer", "gpt2"])
+def test_an_export_holds_the_tensors_transformers_wrote_and_reads_back(arch, tmp_path):
+    written = hf_export(_built(arch, FIXTURES / arch), tmp_path / arch, FIXTURES / arch / "vocab.txt")
+    ours, theirs = load_file(written), load_file(FIXTURES / arch / "model.safetensors")
+    # the fixtures' pooler, NSP head and RoFormer's sinusoidal buffer are not in a model built without them
+    assert set(theirs) - set(ours) <= {
+        "bert.pooler.dense.weight",
+        "bert.pooler.dense.bias",
+        "cls.seq_relationship.weight",
+        "cls.seq_relationship.bias",
+        "roformer.encoder.embed_positions.weight",
+    }
+    for name in set(ours) & set(theirs):
+        np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
+    assert (tmp_path / arch / "vocab.txt").read_text(encoding="utf-8").startswith("[PAD]\n")
+    _check_outputs(arch, tmp_path / arch)
+
+
+def test_a_roberta_is_written_as_a_bert_with_positions_from_zero(tmp_path):
+    hf_export(_built("roberta", FIXTURES / "roberta"), tmp_path / "roberta")
+    config = json.loads((tmp_path / "roberta" / "config.json").read_text(encoding="utf-8"))
+    assert config["model_type"] == "bert" and config["max_position_embeddings"] == 65  # 66 less the row before 0
+    _check_outputs("roberta", tmp_path / "roberta")
+
+
+def test_a_model_without_segments_is_written_with_one_zero_segment_row(tmp_path):
+    hf_export(build_transformer_model(checkpoint_path=FIXTURES / "bert", model=None, segment_vocab_size=0), tmp_path)
+    table = load_file(tmp_path / "model.safetensors")["bert.embeddings.token_type_embeddings.weight"]
+    assert table.shape == (1, 32) and not table.any()
+
+
+def test_an_architecture_without_a_hugging_face_writer_is_refused():
+    albert = build_transformer_model(
+        dict(
+            vocab_size=10,
+            hidden_size=8,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=16,
+            hidden_act="gelu",
+        ),
+        model="albert",
+    )
+    with pytest.raises(ConfigError, match=r"a ALBERT cannot be written as Hugging Face files; these can: \['BERT'"):
+        hf_export(albert, "unused")
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None,
+    reason="torch and transformers are not installed",
+)
+@pytest.mark.parametrize("arch", ["bert", "roformer", "gpt2"])
+def test_transformers_runs_an_export_to_the_same_outputs(arch, tmp_path):
+    import torch
+    import transformers
+
+    hf_export(_built(arch, FIXTURES / arch), tmp_path)
+    auto = transformers.AutoModelForCausalLM if arch == "gpt2" else transformers.AutoModelForMaskedLM
+    model = auto.from_pretrained(tmp_path).eval()
+    _, real, reference = _reference(arch)
+    ids = torch.tensor(reference["token_ids"])
+    inputs = {"input_ids": ids, "attention_mask": (ids != 0).long()}
+    if arch != "gpt2":
+        inputs["token_type_ids"] = torch.tensor(reference["segment_ids"])
+    with torch.no_grad():
+        logits = model(**inputs).logits.numpy()
+    assert _relative_error(logits, reference["logits"], real) < TOLERANCE
