@@ -21,7 +21,7 @@ from gau_keras import hf_weights
 from gau_keras.errors import CheckpointError
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "hf"
-ARCHITECTURES = ("bert", "roberta", "roformer", "gpt2")
+ARCHITECTURES = ("bert", "roberta", "albert", "electra", "roformer", "gpt2")
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)

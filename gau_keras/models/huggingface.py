@@ -35,7 +35,14 @@ from gau_keras.models.checkpointing import _DictReader
 from gau_keras.models.config import read_json
 
 #: our model name of each Hugging Face ``model_type`` we load
-HF_MODEL_TYPES = {"bert": "bert", "roberta": "bert", "roformer": "roformer", "gpt2": "gpt2"}
+HF_MODEL_TYPES = {
+    "bert": "bert",
+    "roberta": "bert",
+    "albert": "albert",
+    "electra": "electra",
+    "roformer": "roformer",
+    "gpt2": "gpt2",
+}
 #: the tanh GELU as a config value: ``activations.gelu_tanh`` serialised (Keras's activation names
 #: have no tanh GELU; the dict stays JSON in a Backbone's config and resolves with keras.activations.get)
 GELU_TANH = keras.saving.serialize_keras_object(activations.gelu_tanh)
@@ -126,6 +133,11 @@ def hf_config(config, where):
             f"config {where!r}: position_embedding_type={config['position_embedding_type']!r} is not "
             f"supported (only 'absolute')"
         )
+    if model_type == "albert" and (config.get("num_hidden_groups", 1), config.get("inner_group_num", 1)) != (1, 1):
+        raise ConfigError(
+            f"config {where!r}: num_hidden_groups={config.get('num_hidden_groups')} and inner_group_num="
+            f"{config.get('inner_group_num')} are not supported (ALBERT's one shared layer: 1 and 1)"
+        )
     if model_type == "roformer" and config.get("rotary_value"):
         raise ConfigError(f"config {where!r}: rotary_value=true is not supported (RoPE on queries and keys only)")
     if model_type == "roberta":
@@ -144,40 +156,64 @@ def _position_offset(config):
 def _tf1_leaf(module, leaf, value):
     """(TF1 suffix, value) of one weight of a BERT-family module: a LayerNorm's gamma / beta, an
     embedding table itself, a Linear's kernel (transposed) and bias."""
-    if module.endswith("LayerNorm"):
+    if module.rpartition(".")[2].startswith("LayerNorm"):
         return {"weight": "/gamma", "gamma": "/gamma", "bias": "/beta", "beta": "/beta"}[leaf], value
     if module.endswith("embeddings"):
         return "", value
     return ("/kernel", value.T) if leaf == "weight" else ("/bias", value)
 
 
-_SKIPPED = re.compile(r"(^|\.)(position_ids|embed_positions\.weight)$|predictions\.decoder\.|^lm_head\.decoder\.")
+_SKIPPED = re.compile(
+    r"(^|\.)(position_ids|embed_positions\.weight)$|predictions\.decoder\.|^lm_head\.decoder\.|^sop_classifier\."
+)
 _HEAD_RENAMES = (
     ("cls.predictions.bias", "cls/predictions/output_bias"),
     ("lm_head.bias", "cls/predictions/output_bias"),
+    ("predictions.bias", "cls/predictions/output_bias"),
     ("cls.seq_relationship.weight", "cls/seq_relationship/output_weights"),
     ("cls.seq_relationship.bias", "cls/seq_relationship/output_bias"),
+)
+#: (pattern, replacement) on a dotted HF name, in order, before the dots become slashes
+_PATH_RENAMES = (
+    (r"^(bert|roberta|roformer|electra|albert)\.", ""),
+    (r"^lm_head\.dense\.", "cls.predictions.transform.dense."),
+    (r"^lm_head\.layer_norm\.", "cls.predictions.transform.LayerNorm."),
+    (r"^predictions\.(dense|LayerNorm)\.", r"cls.predictions.transform.\1."),
+    (r"^embeddings_project\.", "encoder.embedding_hidden_mapping_in."),
+    (r"^pooler\.(weight|bias)$", r"pooler.dense.\1"),
+    (r"^discriminator_predictions\.dense_prediction\.", "discriminator_predictions.dense_1."),
+    # ALBERT's one shared layer under its TF1 names (checkpoint.ALBERT_GROUP, ALBERT_BLOCK)
+    (r"^encoder\.albert_layer_groups\.0\.albert_layers\.0\.", "encoder.transformer.group_0.inner_group_0."),
+    (r"\.inner_group_0\.attention\.(query|key|value)\.", r".inner_group_0.attention_1.self.\1."),
+    (r"\.inner_group_0\.attention\.dense\.", ".inner_group_0.attention_1.output.dense."),
+    (r"\.inner_group_0\.attention\.LayerNorm\.", ".inner_group_0.LayerNorm."),
+    (r"\.inner_group_0\.ffn\.", ".inner_group_0.ffn_1.intermediate.dense."),
+    (r"\.inner_group_0\.ffn_output\.", ".inner_group_0.ffn_1.intermediate.output.dense."),
+    (r"\.inner_group_0\.full_layer_layer_norm\.", ".inner_group_0.LayerNorm_1."),
+    (r"\.layer\.(\d+)\.", r".layer_\1."),
 )
 
 
 def bert_family_names(state, config):
-    """``{TF1 name: array}`` of a BERT / RoBERTa / RoFormer state dict (BERT's TF1 names:
-    ``checkpoint.bert_names``), with the HF name of each for errors."""
+    """``{TF1 name: array}`` of a BERT / RoBERTa / ALBERT / ELECTRA / RoFormer state dict (the TF1
+    names of ``checkpoint.bert_names``, ALBERT's shared group, ELECTRA's ``electra/`` scope), with
+    the HF name of each for errors."""
     converted, sources = {}, {}
+    scope = "electra/" if config.get("model_type") == "electra" else "bert/"
     for name, value in state.items():
         if _SKIPPED.search(name):
             continue
         renamed = dict(_HEAD_RENAMES).get(name)
         if renamed is None:
-            path = re.sub(r"^(bert|roberta|roformer|electra)\.", "", name)
-            path = re.sub(r"^lm_head\.dense\.", "cls.predictions.transform.dense.", path)
-            path = re.sub(r"^lm_head\.layer_norm\.", "cls.predictions.transform.LayerNorm.", path)
-            path = re.sub(r"^embeddings_project\.", "encoder.embedding_hidden_mapping_in.", path)
-            path = re.sub(r"\.layer\.(\d+)\.", r".layer_\1.", path)
+            path = name
+            for pattern, replacement in _PATH_RENAMES:
+                path = re.sub(pattern, replacement, path)
+            if scope == "electra/":  # ELECTRA's TF1 projection keeps its own name
+                path = path.replace("encoder.embedding_hidden_mapping_in.", "embeddings_project.")
             module, _, leaf = path.rpartition(".")
             suffix, value = _tf1_leaf(module, leaf, value)
-            scope = "" if module.startswith("cls.") else "bert/"
-            renamed = scope + module.replace(".", "/") + suffix
+            outer = "" if module.startswith(("cls.", "discriminator_predictions.")) else scope
+            renamed = outer + module.replace(".", "/") + suffix
             if renamed == "bert/embeddings/position_embeddings":
                 value = value[_position_offset(config) :]
         converted[renamed], sources[renamed] = value, name
@@ -275,7 +311,7 @@ def _tf1_values(transformer):
 
 def _hf_bert_name(name, value, model_type):
     """(HF name, value) of one TF1 name of BERT's table (the inverse of ``bert_family_names``)."""
-    for hf, tf1 in _HEAD_RENAMES[:1] + _HEAD_RENAMES[2:]:
+    for hf, tf1 in (pair for pair in _HEAD_RENAMES if pair[0].startswith("cls.")):
         if name == tf1:
             return hf, value
     scope, _, leaf = name.rpartition("/")

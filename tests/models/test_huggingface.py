@@ -14,14 +14,25 @@ from safetensors.numpy import load_file, save_file
 
 from gau_keras import hf_weights
 from gau_keras.errors import CheckpointError, ConfigError
+from gau_keras.models.albert.model import AlbertBackbone
 from gau_keras.models.bert.model import BertBackbone
 from gau_keras.models.builder import build_transformer_model
+from gau_keras.models.electra.model import ElectraBackbone
 from gau_keras.models.gpt.model import GPT2Backbone
 from gau_keras.models.huggingface import hf_checkpoint, hf_export, is_hf_directory
 from gau_keras.models.roformer.model import RoformerBackbone
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "hf"
-BACKBONES = {"bert": BertBackbone, "roberta": BertBackbone, "roformer": RoformerBackbone, "gpt2": GPT2Backbone}
+BACKBONES = {
+    "bert": BertBackbone,
+    "roberta": BertBackbone,
+    "albert": AlbertBackbone,
+    "electra": ElectraBackbone,
+    "roformer": RoformerBackbone,
+    "gpt2": GPT2Backbone,
+}
+#: the head whose logits transformers' reference holds
+HEADS = {"electra": {"with_discriminator": "linear"}, "gpt2": {}}
 #: the largest |ours - transformers'| over real tokens, relative to the largest |transformers'|
 TOLERANCE = 1e-4
 
@@ -43,7 +54,8 @@ def _centred(logits):
 
 def _errors(arch, directory, model=None):
     """(hidden, logits) relative errors of our model read from ``directory`` (a copy of the
-    ``arch`` fixture) against transformers' outputs; GPT2's logits from its LM distribution."""
+    ``arch`` fixture) against transformers' outputs: MLM logits, ELECTRA's discriminator logits,
+    GPT2's logits from its LM distribution."""
     inputs, real, reference = _reference(arch)
     model = model or build_transformer_model(checkpoint_path=directory, model=None)
     if arch == "gpt2":
@@ -52,8 +64,9 @@ def _errors(arch, directory, model=None):
         expected = _centred(reference["logits"])
     else:
         hidden = model.predict(inputs, verbose=0)
-        mlm = build_transformer_model(checkpoint_path=directory, model=None, with_mlm="linear")
-        logits, expected = mlm.predict(inputs, verbose=0), reference["logits"]
+        head = build_transformer_model(checkpoint_path=directory, model=None, **HEADS.get(arch, {"with_mlm": "linear"}))
+        expected = reference["logits"]
+        logits = head.predict(inputs, verbose=0).reshape(expected.shape)  # ELECTRA's [B, L, 1]
     return _relative_error(hidden, reference["hidden"], real), _relative_error(logits, expected, real)
 
 
