@@ -42,6 +42,8 @@ HF_MODEL_TYPES = {
     "electra": "electra",
     "roformer": "roformer",
     "gpt2": "gpt2",
+    "t5": "t5",
+    "mt5": "mt5.1.1",
 }
 #: the tanh GELU as a config value: ``activations.gelu_tanh`` serialised (Keras's activation names
 #: have no tanh GELU; the dict stays JSON in a Backbone's config and resolves with keras.activations.get)
@@ -98,14 +100,68 @@ def is_hf_directory(path):
 
 def hf_model_name(config, where):
     """Our model name for a config.json's ``model_type``; a ConfigError naming it and the ones
-    we load otherwise."""
+    we load otherwise. A T5 with the gated feed-forward is our 't5.1.1'."""
     model_type = config.get("model_type")
     if model_type not in HF_MODEL_TYPES:
         raise ConfigError(
             f"config {where!r}: model_type {model_type!r} (architectures {config.get('architectures')}) is not "
             f"one gau_keras loads from Hugging Face files; it loads {sorted(HF_MODEL_TYPES)}"
         )
+    if model_type == "t5" and config.get("feed_forward_proj", "relu").startswith("gated-"):
+        return "t5.1.1"
     return HF_MODEL_TYPES[model_type]
+
+
+def t5_scales_output(config):
+    """Whether transformers scales a T5's decoder output by d_model ** -0.5 before the head (our
+    T5, as bert4keras's, always does): ``scale_decoder_outputs`` where the config has it
+    (transformers 5), else a tied head's T5 (transformers 4); transformers 5's mT5 never does."""
+    if "scale_decoder_outputs" in config:
+        return bool(config["scale_decoder_outputs"])
+    major = int(str(config.get("transformers_version", "4")).split(".")[0] or 4)
+    if config.get("model_type") == "mt5" and major >= 5:
+        return False
+    return bool(config.get("tie_word_embeddings", True))
+
+
+def _t5_config(config, where):
+    """Our T5's arguments for a T5 / mT5 config.json (the relative position table's 32 buckets and
+    distance 128 are fixed here; no position bias in the cross-attention, as transformers')."""
+    fixed = {"relative_attention_num_buckets": 32, "relative_attention_max_distance": 128}
+    for key, value in fixed.items():
+        if config.get(key, value) != value:
+            raise ConfigError(f"config {where!r}: {key}={config[key]!r} is not supported (only {value})")
+    layers = config["num_layers"]
+    if config.get("num_decoder_layers", layers) != layers:
+        raise ConfigError(
+            f"config {where!r}: num_decoder_layers={config['num_decoder_layers']} differs from "
+            f"num_layers={layers}, which our T5 cannot build"
+        )
+    name = hf_model_name(config, where)
+    projection = config.get("feed_forward_proj", "relu")
+    if name == "t5" and not (t5_scales_output(config) and config.get("tie_word_embeddings", True)):
+        raise ConfigError(
+            f"config {where!r}: a T5 with a ReLU feed-forward and an untied or unscaled head is not supported"
+        )
+    act = projection.removeprefix("gated-")
+    if projection.startswith("gated-") and act == "gelu":
+        act = "gelu_new"  # transformers' gated-gelu is the tanh GELU
+    if act not in HF_ACTIVATIONS:
+        raise ConfigError(f"config {where!r}: feed_forward_proj={projection!r} is not supported")
+    hidden_act = [HF_ACTIVATIONS[act], "linear"] if projection.startswith("gated-") else HF_ACTIVATIONS[act]
+    return {
+        "version": "t5.1.0" if name == "t5" else name,
+        "vocab_size": config["vocab_size"],
+        "hidden_size": config["d_model"],
+        "num_hidden_layers": layers,
+        "num_attention_heads": config["num_heads"],
+        "intermediate_size": config["d_ff"],
+        "attention_head_size": config.get("d_kv", config["d_model"] // config["num_heads"]),
+        "hidden_act": hidden_act,
+        "dropout_rate": config.get("dropout_rate", 0.1),
+        "layer_norm_epsilon": config.get("layer_norm_epsilon", 1e-6),
+        "cross_position_bias": False,
+    }
 
 
 def hf_config(config, where):
@@ -119,6 +175,8 @@ def hf_config(config, where):
     """
     model_type = config.get("model_type")
     hf_model_name(config, where)
+    if model_type in ("t5", "mt5"):
+        return _t5_config(config, where)
     keys = _GPT2_KEYS if model_type == "gpt2" else _BERT_KEYS
     arguments = {ours: config[theirs] for theirs, ours in keys.items() if config.get(theirs) is not None}
     act_key = "activation_function" if model_type == "gpt2" else "hidden_act"
@@ -265,6 +323,46 @@ def gpt2_names(state, config):
     return converted, sources
 
 
+def t5_names_of(state, config):
+    """``{TF1 name: array}`` of a T5 / mT5 state dict (``t5.checkpoint.t5_names``): Linear weights
+    transposed, the relative position tables [buckets, heads] to [heads, buckets], and for the
+    gated versions the output kernel [H, V], multiplied by sqrt(d_model) where transformers does
+    not scale the decoder output (our T5 always does)."""
+    converted, sources = {}, {}
+    version = hf_model_name(config, "config.json")
+    norm = "rms_norm" if version == "mt5.1.1" else "layer_norm"
+    final = "rms_norm" if version == "mt5.1.1" else "final_layer_norm"
+    for name, value in state.items():
+        if name in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"):
+            continue  # the shared table again; the head below
+        if name == "shared.weight":
+            target = "shared/embedding"
+        elif re.match(r"(encoder|decoder)\.final_layer_norm\.weight$", name):
+            target = f"{name.split('.')[0]}/{final}/scale"
+        else:
+            match = re.match(r"(encoder|decoder)\.block\.(\d+)\.layer\.(\d+)\.(.+)\.weight$", name)
+            if match is None:
+                converted[name], sources[name] = value, name  # unknown: reported as unused by the loader
+                continue
+            stack, block, layer, module = match.groups()
+            scope = f"{stack}/block_{int(block):03d}/layer_{int(layer):03d}/"
+            if module == "layer_norm":
+                target = f"{scope}{norm}/scale"
+            elif module.endswith("relative_attention_bias"):
+                target, value = scope + module.replace(".", "/"), value.T
+            elif module.startswith("DenseReluDense."):
+                target, value = scope + module.replace(".", "/") + "/kernel", value.T
+            else:  # SelfAttention.q / EncDecAttention.o ...: mesh TensorFlow's names have no /kernel
+                target, value = scope + module.replace(".", "/"), value.T
+        converted[target], sources[target] = value, name
+    if version != "t5":
+        head = state.get("lm_head.weight", state["shared.weight"])
+        scale = 1.0 if t5_scales_output(config) else np.sqrt(config["d_model"])
+        converted["decoder/logits/kernel"] = (head.T * scale).astype(head.dtype)
+        sources["decoder/logits/kernel"] = "lm_head.weight" if "lm_head.weight" in state else "shared.weight"
+    return converted, sources
+
+
 class HFCheckpoint(_DictReader):
     """A Hugging Face state dict under our TF1 names, read by the checkpoint loader as a dict
     checkpoint; errors name the weights file and the Hugging Face name of a variable."""
@@ -283,7 +381,7 @@ def hf_checkpoint(directory, config=None, use_torch=None):
     hf_model_name(config, where)
     path = hf_weights.weight_file(directory)
     state = hf_weights.read_state_dict(path, use_torch=use_torch)
-    names = gpt2_names if config["model_type"] == "gpt2" else bert_family_names
+    names = {"gpt2": gpt2_names, "t5": t5_names_of, "mt5": t5_names_of}.get(config["model_type"], bert_family_names)
     values, sources = names(state, config)
     if not values:
         raise CheckpointError(f"{path!r} holds no tensors")

@@ -21,6 +21,7 @@ from gau_keras.models.electra.model import ElectraBackbone
 from gau_keras.models.gpt.model import GPT2Backbone
 from gau_keras.models.huggingface import hf_checkpoint, hf_export, is_hf_directory
 from gau_keras.models.roformer.model import RoformerBackbone
+from gau_keras.models.t5.model import T5Backbone
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "hf"
 BACKBONES = {
@@ -99,6 +100,43 @@ def test_pytorch_model_bin_without_torch_gives_transformers_outputs(arch, tmp_pa
     monkeypatch.setattr(hf_weights, "_read_with_torch", no_torch)
     monkeypatch.setattr(hf_weights.importlib.util, "find_spec", lambda name: None)
     _check_outputs(arch, _copy(arch, tmp_path, ("pytorch_model.bin",)))
+
+
+def _t5_errors(arch, directory, model=None):
+    """(encoder hidden, decoder logits) relative errors of a T5 / mT5 read from ``directory``."""
+    reference = np.load(FIXTURES / arch / "reference.npz")
+    ids, decoder_ids = reference["token_ids"], reference["decoder_ids"]
+    model = model or build_transformer_model(checkpoint_path=directory, model=None)
+    encoder = keras.Model(model.inputs[0], model.get_layer("Encoder-Output-Norm").output)
+    hidden = _relative_error(encoder.predict(ids, verbose=0), reference["encoder_hidden"], ids != 0)
+    logits = _centred(np.log(model.predict([ids, decoder_ids], verbose=0)))
+    return hidden, _relative_error(logits, _centred(reference["logits"]), np.ones(decoder_ids.shape, bool))
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("arch", ["t5", "mt5"])
+@pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin"])
+def test_t5_and_mt5_give_transformers_outputs(arch, weights, tmp_path):
+    """T5 (ReLU, tied head, output scaled) and mT5 (gated tanh GELU, no output scaling in
+    transformers 5, which our T5 always applies: the head kernel absorbs it)."""
+    hidden, logits = _t5_errors(arch, _copy(arch, tmp_path, (weights,)))
+    assert hidden < TOLERANCE and logits < TOLERANCE, (hidden, logits)
+
+
+def test_t5_from_preset_is_the_version_of_the_directory():
+    backbone = T5Backbone.from_preset(str(FIXTURES / "mt5"))
+    assert backbone.transformer.version == "mt5.1.1" and not backbone.transformer.cross_position_bias
+    hidden, logits = _t5_errors("mt5", FIXTURES / "mt5", model=backbone)
+    assert hidden < TOLERANCE and logits < TOLERANCE
+
+
+def test_a_t5_whose_head_transformers_would_not_scale_is_compensated(tmp_path):
+    """Without the sqrt(d_model) factor on the head kernel the logits are d_model ** -0.5 too small."""
+    directory = _copy("mt5", tmp_path)
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    (directory / "config.json").write_text(json.dumps(dict(config, scale_decoder_outputs=True)), encoding="utf-8")
+    _, logits = _t5_errors("mt5", directory)
+    assert logits > 0.5
 
 
 def test_sharded_safetensors_give_the_same_outputs(tmp_path):
