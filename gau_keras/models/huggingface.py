@@ -2,10 +2,12 @@
 arguments and the state dict's names mapped to the TF1 names each builder's
 ``variable_mapping()`` reads, so the one checkpoint loader (``checkpointing``) loads them.
 
-A directory counts as a Hugging Face one when it holds ``config.json`` with a ``model_type``
-and a weights file (``hf_weights.WEIGHT_FILES``). ``read_hf_directory(directory)`` gives
-(model name, constructor arguments, checkpoint) where the checkpoint is an ``HFCheckpoint``: a
-``{TF1 name: array}`` reader whose errors name the weights file.
+A directory counts as a Hugging Face one when it holds ``config.json`` with a ``model_type`` and
+no TF1 checkpoint (its weights: ``hf_weights.WEIGHT_FILES``). ``read_hf_directory(directory)``
+gives (model name, constructor arguments, checkpoint) where the checkpoint is an
+``HFCheckpoint``: a ``{TF1 name: array}`` reader whose errors name the weights file. Read: BERT,
+RoBERTa, ALBERT, ELECTRA, RoFormer, GPT2, T5 and mT5 (``HF_MODEL_TYPES``); written back
+(``hf_export``): BERT, RoFormer and GPT2.
 
 What differs from the TF1 checkpoints, and how it is met:
     - torch's ``nn.Linear`` keeps its weight [out, in]: transposed to the kernel [in, out]
@@ -16,7 +18,9 @@ What differs from the TF1 checkpoints, and how it is met:
     - GPT2's ``gelu_new`` (and ``gelu_pytorch_tanh``) is the tanh GELU, BERT's ``gelu`` the
       exact one (what the name 'gelu' means unless ``set_gelu('tanh')`` was called);
     - buffers (``position_ids``, RoFormer's sinusoidal table) and the MLM decoder, which is the
-      tied token embedding, are not weights of ours and are left out.
+      tied token embedding, are not weights of ours and are left out;
+    - T5: our decoder output is always scaled by d_model ** -0.5 (as bert4keras's), transformers'
+      only where ``t5_scales_output``: otherwise the head kernel is read times sqrt(d_model).
 
 Design notes: docs/models.md (Hugging Face checkpoints).
 """
@@ -118,7 +122,8 @@ def t5_scales_output(config):
     (transformers 5), else a tied head's T5 (transformers 4); transformers 5's mT5 never does."""
     if "scale_decoder_outputs" in config:
         return bool(config["scale_decoder_outputs"])
-    major = int(str(config.get("transformers_version", "4")).split(".")[0] or 4)
+    version = re.match(r"\d+", str(config.get("transformers_version", "4")))
+    major = int(version.group()) if version else 4
     if config.get("model_type") == "mt5" and major >= 5:
         return False
     return bool(config.get("tie_word_embeddings", True))
@@ -462,9 +467,7 @@ def _hf_gpt2_state(values):
 def _hf_activation(act, where):
     """A config.json activation name for our ``hidden_act``."""
     if act == "gelu":
-        from gau_keras.activations import gelu_version
-
-        return "gelu" if gelu_version() == "erf" else "gelu_new"
+        return "gelu" if activations.gelu_version() == "erf" else "gelu_new"
     if act == GELU_TANH or act is activations.gelu_tanh:
         return "gelu_new"
     if act in ("relu", "tanh", "swish"):
