@@ -234,6 +234,9 @@ def _rebuild_tensor(storage, offset, size, stride, requires_grad=False, hooks=No
     if not isinstance(storage, np.ndarray):
         raise CheckpointError(f"a tensor rebuilt from {type(storage).__name__}, not a storage; refused")
     size, stride = tuple(size), tuple(stride)
+    if not all(isinstance(v, int) and v >= 0 for v in (offset, *size, *stride)) or len(size) != len(stride):
+        # as_strided reads wherever these point: only a view inside the storage is built
+        raise CheckpointError(f"a tensor of shape {size}, strides {stride}, offset {offset}: not a view of a storage")
     if size and offset + sum((n - 1) * s for n, s in zip(size, stride)) >= storage.size:
         raise CheckpointError(f"a tensor of shape {size} does not fit its storage of {storage.size} elements")
     item = storage.itemsize
@@ -270,6 +273,8 @@ def read_torch_zip(path):
         raise CheckpointError(
             f"cannot read torch checkpoint {path!r} ({type(e).__name__}: {e}); is it truncated?"
         ) from None
+    except (TypeError, ValueError) as e:  # an allowed global called the wrong way (a storage called)
+        raise CheckpointError(f"{path!r}: the pickle is not a state dict of tensors ({e}); refused") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path!r} holds a {type(state).__name__}, not a state dict")
     return {name: value for name, value in state.items() if isinstance(value, np.ndarray)}

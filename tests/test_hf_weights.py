@@ -170,3 +170,17 @@ def test_a_zip_that_is_no_torch_checkpoint_is_refused(tmp_path):
     legacy.write_bytes(pickle.dumps({"a": 1}))  # what torch.save wrote before 1.6: a bare pickle
     with pytest.raises(CheckpointError, match="legacy.bin' is not a zip file"):
         hf_weights.read_state_dict(legacy, use_torch=False)
+
+
+@pytest.mark.parametrize(
+    "offset, size, stride",
+    [(0, (2, 3), (3, -1)), (-4, (2,), (1,)), (0, (2, 3), (3,)), (2, (2, 3), (3, 1))],
+    ids=["negative-stride", "negative-offset", "rank-mismatch", "past-the-end"],
+)
+def test_a_tensor_is_only_a_view_inside_its_storage(offset, size, stride):
+    """The unpickler's stand-in for torch's tensor rebuild: a crafted pickle's offset, sizes and
+    strides cannot make it read outside the storage's memory."""
+    storage = np.arange(6, dtype=np.float32)
+    with pytest.raises(CheckpointError, match="not a view of a storage|does not fit its storage"):
+        hf_weights._rebuild_tensor(storage, offset, size, stride)
+    np.testing.assert_array_equal(hf_weights._rebuild_tensor(storage, 0, (3, 2), (1, 3)), storage.reshape(2, 3).T)
