@@ -283,18 +283,22 @@ def bert_family_names(state, config):
     return converted, sources
 
 
+#: GPT2's Hugging Face names -> ours: the tables outside the layers, then a layer's modules
+GPT2_FIXED_NAMES = {"wte.weight": "gpt/embeddings/word_embeddings", "wpe.weight": "gpt/embeddings/position_embeddings"}
+GPT2_LAYER_PARTS = {
+    "ln_1": "attention/input/LayerNorm",
+    "attn.c_proj": "attention/output/dense",
+    "ln_2": "input/LayerNorm",
+    "mlp.c_fc": "intermediate/dense",
+    "mlp.c_proj": "output/dense",
+}
+
+
 def gpt2_names(state, config):
     """``{TF1 name: array}`` of a GPT2 state dict (our GPT2's ``gpt/`` names): Conv1D weights
     kept [in, out], the fused ``c_attn`` split into query, key and value."""
     converted, sources = {}, {}
-    fixed = {"wte.weight": "gpt/embeddings/word_embeddings", "wpe.weight": "gpt/embeddings/position_embeddings"}
-    parts = {
-        "ln_1": "attention/input/LayerNorm",
-        "attn.c_proj": "attention/output/dense",
-        "ln_2": "input/LayerNorm",
-        "mlp.c_fc": "intermediate/dense",
-        "mlp.c_proj": "output/dense",
-    }
+    fixed, parts = GPT2_FIXED_NAMES, GPT2_LAYER_PARTS
     for name, value in state.items():
         path = re.sub(r"^transformer\.", "", name)
         if name.startswith("lm_head.") or path.endswith((".attn.bias", ".attn.masked_bias")):
@@ -436,14 +440,8 @@ def _hf_bert_name(name, value, model_type):
 def _hf_gpt2_state(values):
     """GPT2's state dict of our ``gpt/`` names (the inverse of ``gpt2_names``)."""
     state = {}
-    fixed = {"gpt/embeddings/word_embeddings": "wte.weight", "gpt/embeddings/position_embeddings": "wpe.weight"}
-    parts = {
-        "attention/input/LayerNorm": "ln_1",
-        "attention/output/dense": "attn.c_proj",
-        "input/LayerNorm": "ln_2",
-        "intermediate/dense": "mlp.c_fc",
-        "output/dense": "mlp.c_proj",
-    }
+    fixed = {ours: theirs for theirs, ours in GPT2_FIXED_NAMES.items()}
+    parts = {ours: theirs for theirs, ours in GPT2_LAYER_PARTS.items()}
     leaves = {"kernel": "weight", "gamma": "weight", "bias": "bias", "beta": "bias"}
     for name, value in values.items():
         if name in fixed:
