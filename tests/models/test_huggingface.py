@@ -164,26 +164,17 @@ def test_from_preset_of_another_architecture_names_the_right_class():
         BertBackbone.from_preset(str(FIXTURES / "gpt2"))
 
 
+#: a tiny config with no model_type (bert4keras's bert_config.json layout)
+TINY = dict(
+    vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16, hidden_act="gelu"
+)
+
+
 def test_a_config_json_alone_names_the_model():
     model = build_transformer_model(str(FIXTURES / "gpt2" / "config.json"), model=None, return_keras_model=False)
     assert type(model).__name__ == "GPT2" and model.num_hidden_layers == 2
     # bert4keras's default stays: a config without a model_type builds BERT
-    assert (
-        type(
-            build_transformer_model(
-                dict(
-                    vocab_size=10,
-                    hidden_size=8,
-                    num_hidden_layers=1,
-                    num_attention_heads=2,
-                    intermediate_size=16,
-                    hidden_act="gelu",
-                ),
-                return_keras_model=False,
-            )
-        ).__name__
-        == "BERT"
-    )
+    assert type(build_transformer_model(TINY, return_keras_model=False)).__name__ == "BERT"
 
 
 def test_gpt2s_gelu_new_is_the_tanh_gelu(tmp_path):
@@ -286,17 +277,7 @@ def test_a_model_without_segments_is_written_with_one_zero_segment_row(tmp_path)
 
 
 def test_an_architecture_without_a_hugging_face_writer_is_refused():
-    albert = build_transformer_model(
-        dict(
-            vocab_size=10,
-            hidden_size=8,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            intermediate_size=16,
-            hidden_act="gelu",
-        ),
-        model="albert",
-    )
+    albert = build_transformer_model(TINY, model="albert")
     with pytest.raises(ConfigError, match=r"a ALBERT cannot be written as Hugging Face files; these can: \['BERT'"):
         hf_export(albert, "unused")
 
