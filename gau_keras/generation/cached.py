@@ -222,9 +222,10 @@ class CachedLM:
         ranks = ranks_of(self.decoder.application, segments)
         positions = ops.arange(self.max_length, dtype="int32")
         visible = visibility(ids, ranks, positions, length, self.decoder.decode_masks_padding)
-        logits, caches = self.decoder.cached_logits(ids, segments, None, 0, visible, context, context_mask)
-        last = ops.take(logits, ops.reshape(length - 1, (1,)), axis=1)[:, 0]
-        return last, caches, ranks
+        logits, caches = self.decoder.cached_logits(
+            ids, segments, None, 0, visible, context, context_mask, logits_at=length - 1
+        )
+        return logits[:, 0], caches, ranks
 
     def _step(self, ids, feed, ranks, caches, position):
         """Logits [B, V] after the ids at ``position``, and the updated caches."""

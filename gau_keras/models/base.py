@@ -576,7 +576,9 @@ class Transformer(CheckpointMapping):
             return f"{model}: custom_position_ids and layer_norm_cond take inputs the cache does not hold"
         return None
 
-    def cached_logits(self, token_ids, segment_ids, caches, index, visible, context=None, context_mask=None):
+    def cached_logits(
+        self, token_ids, segment_ids, caches, index, visible, context=None, context_mask=None, logits_at=None
+    ):
         """The LM logits of T new tokens over a key/value cache: the model's own
         ``apply_embeddings``, ``apply_main_layers`` and ``decode_logits``, with the attention
         layers reading and writing ``caches`` (``models.decoding.DecodeStep``).
@@ -590,8 +592,11 @@ class Transformer(CheckpointMapping):
             visible: bool [B, T, N], the cache slots each new token may attend to.
             context, context_mask: a decoder's encoder output [B, Lc, H] and its real tokens
                 bool [B, Lc] (T5), or None.
+            logits_at: int scalar (tensor), or None: the LM head runs on that one of the T
+                positions only (a first pass needs the last prompt position's logits, not
+                the whole buffer's), and the logits are [B, 1, V].
         Returns:
-            (logits [B, T, V] float32, the updated caches).
+            (logits [B, T, V] (or [B, 1, V]) float32, the updated caches).
         """
         step = DecodeStep(caches, index, visible, token_ids.shape[1], context, context_mask)
         self._decode = step
@@ -603,6 +608,8 @@ class Transformer(CheckpointMapping):
             x = self.apply_embeddings(self.decode_inputs(token_ids, segment_ids, context))
             for layer_index in range(self.num_hidden_layers):
                 x = self.apply_main_layers(x, layer_index)
+            if logits_at is not None:
+                x = self.decode_position(x, logits_at)
             logits = self.decode_logits(x)
         finally:
             self._decode = None
@@ -621,6 +628,11 @@ class Transformer(CheckpointMapping):
         """Hook: what ``apply_embeddings`` takes in a cached pass (the ids, and the segment ids
         of a model that has them; T5's decoder: the context and the ids)."""
         return [token_ids] + ([segment_ids] if self.segment_vocab_size > 0 else [])
+
+    def decode_position(self, x, index):
+        """Hook: the main layers' output ``x`` [B, T, H] at the one position ``index`` (int
+        scalar): [B, 1, H]. What ``decode_logits`` takes in a first pass."""
+        return ops.take(x, ops.reshape(index, (1,)), axis=1)
 
     def decode_logits(self, x):
         """Hook: the LM logits [B, T, V] of the last hidden states (the MLM head's)."""

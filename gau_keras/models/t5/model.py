@@ -297,6 +297,11 @@ class T5_Decoder(T5_Base):
     def decode_inputs(self, token_ids, segment_ids, context):
         return [context, token_ids]
 
+    def decode_position(self, inputs, index):
+        """The (context, hidden states [B, T, H]) pair at one position of the hidden states."""
+        context, x = inputs
+        return [context, super().decode_position(x, index)]
+
     def decode_logits(self, inputs):
         """Log-probabilities (or, with ``with_lm='linear'``, the logits) [B, T, V] of the LM head:
         either is a logit vector to the decoding loop."""
