@@ -118,7 +118,7 @@ def build_parser():
         "--hf",
         metavar="DIR",
         help="write a Hugging Face model directory instead (config.json, model.safetensors, vocab.txt): "
-        "BERT, RoFormer or GPT2",
+        "BERT, RoFormer, RoFormerV2, GAU-alpha or GPT2",
     )
     export.add_argument(
         "--overwrite",

@@ -18,9 +18,11 @@ from gau_keras.models.albert.model import AlbertBackbone
 from gau_keras.models.bert.model import BertBackbone
 from gau_keras.models.builder import build_transformer_model
 from gau_keras.models.electra.model import ElectraBackbone
+from gau_keras.models.gau_alpha.model import GAUAlphaBackbone
 from gau_keras.models.gpt.model import GPT2Backbone
 from gau_keras.models.huggingface import hf_checkpoint, hf_export, is_hf_directory
 from gau_keras.models.roformer.model import RoformerBackbone
+from gau_keras.models.roformer_v2.model import RoformerV2Backbone
 from gau_keras.models.t5.model import T5Backbone
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "hf"
@@ -31,6 +33,8 @@ BACKBONES = {
     "electra": ElectraBackbone,
     "roformer": RoformerBackbone,
     "gpt2": GPT2Backbone,
+    "roformer_v2": RoformerV2Backbone,  # junnyu's roformer package's layout
+    "gau_alpha": GAUAlphaBackbone,  # junnyu's GAU-alpha port's layout
 }
 #: the head whose logits transformers' reference holds
 HEADS = {"electra": {"with_discriminator": "linear"}, "gpt2": {}}
@@ -187,6 +191,21 @@ def test_gpt2s_gelu_new_is_the_tanh_gelu(tmp_path):
     assert hidden > TOLERANCE and logits > TOLERANCE
 
 
+def _with_config(arch, tmp_path, **changes):
+    """A copy of the ``arch`` fixture whose config.json has ``changes``."""
+    directory = _copy(arch, tmp_path)
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    (directory / "config.json").write_text(json.dumps(dict(config, **changes)), encoding="utf-8")
+    return directory
+
+
+def test_junnyus_gau_alpha_counts_the_tokens_of_softmax_plus_without_a_floor(tmp_path):
+    """His port scales by ln(n) / ln(512) with n the real tokens, bert4keras by ln(max(n, 16)):
+    read with bert4keras's floor, the outputs of the fixture's 8-token rows miss his."""
+    hidden, logits = _errors("gau_alpha", _with_config("gau_alpha", tmp_path, softmax_plus_min_len=16))
+    assert hidden > TOLERANCE and logits > TOLERANCE
+
+
 def test_the_backbone_of_a_hugging_face_gpt2_saves_and_reloads(tmp_path):
     backbone = GPT2Backbone.from_preset(str(FIXTURES / "gpt2"))
     backbone.save(tmp_path / "gpt2.keras")
@@ -202,6 +221,20 @@ def test_an_architecture_we_do_not_have_is_named_with_the_list(tmp_path):
     (directory / "config.json").write_text(json.dumps(config), encoding="utf-8")
     with pytest.raises(ConfigError, match=r"model_type 'llama' \(architectures \['LlamaForCausalLM'\]\).*loads \["):
         build_transformer_model(checkpoint_path=directory, model=None)
+
+
+@pytest.mark.parametrize(
+    "arch, changes, message",
+    [
+        ("roformer_v2", {"use_bias": True}, r"use_bias=true is not supported for a roformer_v2"),
+        ("roformer_v2", {"embedding_size": 16}, r"embedding_size=16 differs from hidden_size=32"),
+        ("gau_alpha", {"attention_scale": False}, r"attention_scale=false is not supported"),
+        ("gau_alpha", {"tie_word_embeddings": False}, r"tie_word_embeddings=false is not supported"),
+    ],
+)
+def test_a_rms_norm_layout_our_models_cannot_build_is_named(arch, changes, message, tmp_path):
+    with pytest.raises(ConfigError, match=rf"config\.json'?: {message}"):
+        build_transformer_model(checkpoint_path=_with_config(arch, tmp_path, **changes), model=None)
 
 
 def test_a_directory_without_weights_is_named(tmp_path):
@@ -245,7 +278,7 @@ def _built(arch, directory):
     return build_transformer_model(checkpoint_path=directory, model=None, return_keras_model=False, **with_mlm)
 
 
-@pytest.mark.parametrize("arch", ["bert", "roformer", "gpt2"])
+@pytest.mark.parametrize("arch", ["bert", "roformer", "gpt2", "roformer_v2", "gau_alpha"])
 def test_an_export_holds_the_tensors_transformers_wrote_and_reads_back(arch, tmp_path):
     written = hf_export(_built(arch, FIXTURES / arch), tmp_path / arch, FIXTURES / arch / "vocab.txt")
     ours, theirs = load_file(written), load_file(FIXTURES / arch / "model.safetensors")
@@ -277,9 +310,13 @@ def test_a_model_without_segments_is_written_with_one_zero_segment_row(tmp_path)
 
 
 def test_an_architecture_without_a_hugging_face_writer_is_refused():
-    albert = build_transformer_model(TINY, model="albert")
-    with pytest.raises(ConfigError, match=r"a ALBERT cannot be written as Hugging Face files; these can: \['BERT'"):
-        hf_export(albert, "unused")
+    nezha = build_transformer_model(TINY, model="nezha")
+    with pytest.raises(ConfigError, match=r"a NEZHA cannot be written as Hugging Face files; these can: \['BERT'"):
+        hf_export(nezha, "unused")
+    # junnyu's RoFormerV2 has no bias-free projection of narrower embeddings
+    narrow = build_transformer_model(TINY, model="roformer_v2", embedding_size=4)
+    with pytest.raises(ConfigError, match=r"a RoFormerV2 with embedding_size=4 != hidden_size=8 has no Hugging Face"):
+        hf_export(narrow, "unused")
 
 
 @pytest.mark.skipif(
