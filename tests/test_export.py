@@ -486,6 +486,17 @@ def test_export_hf_writes_a_hugging_face_directory(tmp_path, capsys):
     _same_tensors(out / "model.safetensors", "gpt2")
 
 
+@pytest.mark.parametrize(
+    "arch, architecture",
+    [("albert", "AlbertForMaskedLM"), ("electra", "ElectraForPreTraining"), ("mt5", "MT5ForConditionalGeneration")],
+)
+def test_export_hf_writes_albert_electra_and_t5_with_their_heads(arch, architecture, tmp_path):
+    out = tmp_path / arch
+    assert cli.main(["export", "--model-dir", str(HF_FIXTURES / arch), "--hf", str(out)]) == 0
+    assert json.loads((out / "config.json").read_text(encoding="utf-8"))["architectures"] == [architecture]
+    _same_tensors(out / "model.safetensors", arch)
+
+
 def test_export_hf_from_a_released_tf1_directory(tmp_path):
     """TF1 checkpoint -> Hugging Face files: the weights arrive under transformers' names."""
     released = tmp_path / "released"

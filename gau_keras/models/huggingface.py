@@ -8,7 +8,7 @@ gives (model name, constructor arguments, checkpoint) where the checkpoint is an
 ``HFCheckpoint``: a ``{TF1 name: array}`` reader whose errors name the weights file. Read: BERT,
 RoBERTa, ALBERT, ELECTRA, RoFormer, GPT2, T5 and mT5 (``HF_MODEL_TYPES``), and RoFormerV2
 and GAU-alpha in the layouts of junnyu's ``roformer`` and ``gau_alpha`` packages; written back
-(``hf_export``): BERT, RoFormer, RoFormerV2, GAU-alpha and GPT2.
+(``hf_export``): BERT, RoFormer, ALBERT, ELECTRA, RoFormerV2, GAU-alpha, GPT2, T5 and mT5.
 
 What differs from the TF1 checkpoints, and how it is met:
     - torch's ``nn.Linear`` keeps its weight [out, in]: transposed to the kernel [in, out]
@@ -64,6 +64,7 @@ HF_ACTIVATIONS = {
     "gelu_new": GELU_TANH,
     "gelu_pytorch_tanh": GELU_TANH,
     "gelu_fast": GELU_TANH,
+    "gelu_python": "gelu",
     "relu": "relu",
     "tanh": "tanh",
     "swish": "swish",
@@ -570,14 +571,42 @@ def _segment_table(state, prefix, transformer):
     return table
 
 
+#: transformers' class-name stem of each BERT-family model_type written
+_ARCHITECTURE_STEMS = {"bert": "Bert", "roformer": "RoFormer", "albert": "Albert", "electra": "Electra"}
+#: (pattern, replacement) on the dotted names ``_hf_bert_name`` gives, where a family's names
+#: differ from BERT's (the reader's ``_PATH_RENAMES`` backwards), in order
+_WRITTEN_RENAMES = {
+    "albert": (
+        (r"^albert\.embeddings_project\.", "albert.encoder.embedding_hidden_mapping_in."),
+        (r"\.transformer\.group_0\.inner_group_0\.", ".albert_layer_groups.0.albert_layers.0."),
+        (r"\.attention_1\.self\.", ".attention."),
+        (r"\.attention_1\.output\.dense\.", ".attention.dense."),
+        (r"\.albert_layers\.0\.LayerNorm\.", ".albert_layers.0.attention.LayerNorm."),
+        (r"\.ffn_1\.intermediate\.output\.dense\.", ".ffn_output."),
+        (r"\.ffn_1\.intermediate\.dense\.", ".ffn."),
+        (r"\.LayerNorm_1\.", ".full_layer_layer_norm."),
+        (r"^cls\.predictions\.(transform\.)?", "predictions."),
+        (r"^albert\.pooler\.dense\.", "albert.pooler."),
+    ),
+    "electra": ((r"^discriminator_predictions\.dense_1\.", "discriminator_predictions.dense_prediction."),),
+}
+
+
 def _bert_files(transformer, values, config, act, model_type):
-    """(config.json, state dict) of a BERT or RoFormer."""
+    """(config.json, state dict) of a BERT, RoFormer, ALBERT or ELECTRA."""
     state = dict(_hf_bert_name(name, value, model_type) for name, value in values.items())
     segments = _segment_table(state, model_type + ".embeddings.", transformer)
     head = "cls.predictions.bias" in state
+    if head:  # transformers names the MLM decoder's bias apart from the head's bias
+        state["cls.predictions.decoder.bias"] = state["cls.predictions.bias"]
+    for pattern, replacement in _WRITTEN_RENAMES.get(model_type, ()):
+        state = {re.sub(pattern, replacement, name): value for name, value in state.items()}
+    suffix = "ForMaskedLM" if head else "Model"
+    if model_type == "electra" and getattr(transformer, "with_discriminator", False):
+        suffix = "ForPreTraining"
     config.update(
         model_type=model_type,
-        architectures=[f"{'Bert' if model_type == 'bert' else 'RoFormer'}{'ForMaskedLM' if head else 'Model'}"],
+        architectures=[_ARCHITECTURE_STEMS[model_type] + suffix],
         hidden_size=transformer.hidden_size,
         num_hidden_layers=transformer.num_hidden_layers,
         num_attention_heads=transformer.num_attention_heads,
@@ -587,10 +616,12 @@ def _bert_files(transformer, values, config, act, model_type):
         hidden_dropout_prob=config.pop("dropout"),
         attention_probs_dropout_prob=config.pop("attention_dropout"),
     )
+    if model_type != "bert":
+        config.update(embedding_size=transformer.embedding_size)
     if model_type == "roformer":
-        config.update(embedding_size=transformer.embedding_size, rotary_value=False)
-    if head:  # transformers names the MLM decoder's bias apart from the head's bias
-        state["cls.predictions.decoder.bias"] = state["cls.predictions.bias"]
+        config.update(rotary_value=False)
+    if model_type == "albert":
+        config.update(num_hidden_groups=1, inner_group_num=1)
     return config, state
 
 
@@ -667,14 +698,85 @@ def _gpt2_files(transformer, values, config, act):
     return config, _hf_gpt2_state(values)
 
 
+def _t5_state(values, d_model):
+    """A T5's state dict of our TF1 names (``t5_names_of`` backwards): kernels and relative position
+    tables transposed; an untied head kernel scaled by d_model ** -0.5 (our decoder scales its output,
+    transformers' untied T5 does not)."""
+    state = {}
+    for name, value in values.items():
+        stack_norm = re.match(r"(encoder|decoder)/(rms_norm|final_layer_norm)/scale$", name)
+        block = re.match(r"(encoder|decoder)/block_(\d+)/layer_(\d+)/(.+?)(/kernel)?$", name)
+        if name == "shared/embedding":
+            state["shared.weight"] = value
+        elif name == "decoder/logits/kernel":
+            state["lm_head.weight"] = (value * d_model**-0.5).T
+        elif stack_norm:
+            state[f"{stack_norm.group(1)}.final_layer_norm.weight"] = value
+        elif block:
+            stack, index, layer, module, _ = block.groups()
+            prefix = f"{stack}.block.{int(index)}.layer.{int(layer)}."
+            if module.endswith("/scale"):  # layer_norm or rms_norm
+                state[prefix + "layer_norm.weight"] = value
+            else:  # SelfAttention/q ... (mesh TensorFlow's names have no /kernel), DenseReluDense/wi/kernel
+                state[prefix + module.replace("/", ".") + ".weight"] = value.T
+    return state
+
+
+def _t5_files(transformer, values, config, act):
+    """(config.json, state dict) of a T5 / mT5 encoder-decoder; one with a position bias in its
+    cross-attention (bert4keras's default, not transformers') is refused."""
+    kind = type(transformer).__name__
+    if transformer.cross_position_bias:
+        raise ConfigError(
+            f"hf_export: a {kind} with cross_position_bias=True has no Hugging Face layout (transformers' "
+            f"cross-attention has no position bias); build it with cross_position_bias=False"
+        )
+    gated = isinstance(transformer.hidden_act, (list, tuple))
+    if gated and transformer.hidden_act[1] != "linear":
+        raise ConfigError(f"hf_export: a {kind} with hidden_act={transformer.hidden_act!r} has no Hugging Face name")
+    projection = {"gelu_new": "gated-gelu", "gelu": "gated-gelu_python"}.get(act, f"gated-{act}") if gated else act
+    version = transformer.version
+    config = {
+        "model_type": "mt5" if version == "mt5.1.1" else "t5",
+        "architectures": [f"{'MT5' if version == 'mt5.1.1' else 'T5'}ForConditionalGeneration"],
+        "vocab_size": transformer.vocab_size,
+        "d_model": transformer.hidden_size,
+        "d_kv": transformer.attention_head_size,
+        "d_ff": transformer.intermediate_size,
+        "num_layers": transformer.num_hidden_layers,
+        "num_decoder_layers": transformer.num_hidden_layers,
+        "num_heads": transformer.num_attention_heads,
+        "relative_attention_num_buckets": 32,
+        "relative_attention_max_distance": 128,
+        "dropout_rate": config["dropout"],
+        "layer_norm_epsilon": transformer.layer_norm_epsilon,
+        "feed_forward_proj": projection,
+        "tie_word_embeddings": version == "t5.1.0",
+        "is_encoder_decoder": True,
+        "pad_token_id": 0,
+        "eos_token_id": 1,
+        "decoder_start_token_id": 0,
+        "initializer_factor": 1.0,
+    }
+    return config, _t5_state(values, transformer.hidden_size)
+
+
 #: our builder classes' names -> (the HF model_type written, the writer of its files); a subclass
 #: (GAU_alpha of RoFormerV2) before its base
 _WRITTEN = {
-    "BERT": ("bert", functools.partial(_bert_files, model_type="bert")),
-    "RoFormer": ("roformer", functools.partial(_bert_files, model_type="roformer")),
+    **{
+        klass: (model_type, functools.partial(_bert_files, model_type=model_type))
+        for klass, model_type in (
+            ("BERT", "bert"),
+            ("RoFormer", "roformer"),
+            ("ALBERT", "albert"),
+            ("ELECTRA", "electra"),
+        )
+    },
     "GAU_alpha": ("gau_alpha", _gau_alpha_files),
     "RoFormerV2": ("roformer", _roformer_v2_files),
     "GPT2": ("gpt2", _gpt2_files),
+    "T5": ("t5", _t5_files),
 }
 
 
@@ -685,7 +787,7 @@ def hf_export(model, directory, vocab_path=None):
     packages, which load it).
 
     Args:
-        model: a BERT, RoFormer, RoFormerV2, GAU-alpha or GPT2: a Backbone,
+        model: a BERT, RoFormer, ALBERT, ELECTRA, RoFormerV2, GAU-alpha, GPT2 or T5: a Backbone,
             ``build_transformer_model``'s model, or the builder object (``return_keras_model=False``).
         directory: the folder to write (made when absent).
         vocab_path: the vocab.txt to copy beside the weights, or None.
@@ -696,8 +798,8 @@ def hf_export(model, directory, vocab_path=None):
 
     transformer = getattr(model, "transformer", model)
     kind = type(transformer).__name__
-    klass = next((k for k in _WRITTEN if kind == k or kind.startswith(k + "_")), None)
-    if klass is None or not hasattr(transformer, "variable_mapping"):
+    klass = re.sub(r"_(encoder|lm|unilm)$", "", kind)  # build_transformer_model's application classes
+    if klass not in _WRITTEN or not hasattr(transformer, "variable_mapping"):
         raise ConfigError(f"hf_export: a {kind} cannot be written as Hugging Face files; these can: {sorted(_WRITTEN)}")
     model_type, writer = _WRITTEN[klass]
     # a norm's epsilon where the model names none: Keras's (as our LayerNormalization's)
@@ -715,7 +817,8 @@ def hf_export(model, directory, vocab_path=None):
         "tie_word_embeddings": True,
         "initializer_range": 0.02,
     }
-    act = _hf_activation(transformer.hidden_act, f"hf_export ({kind})")
+    hidden_act = transformer.hidden_act
+    act = _hf_activation(hidden_act[0] if isinstance(hidden_act, (list, tuple)) else hidden_act, f"hf_export ({kind})")
     config, state = writer(transformer, _tf1_values(transformer), config, act)
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:

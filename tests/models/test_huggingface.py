@@ -274,11 +274,11 @@ def test_hugging_face_names_map_to_the_tf1_names_the_models_read():
 
 # ---------------------------------------------------------------------------------- writing
 def _built(arch, directory):
-    with_mlm = {} if arch == "gpt2" else {"with_mlm": "linear"}
-    return build_transformer_model(checkpoint_path=directory, model=None, return_keras_model=False, **with_mlm)
+    heads = {"t5": {}, "mt5": {}, **HEADS}.get(arch, {"with_mlm": "linear"})
+    return build_transformer_model(checkpoint_path=directory, model=None, return_keras_model=False, **heads)
 
 
-@pytest.mark.parametrize("arch", ["bert", "roformer", "gpt2", "roformer_v2", "gau_alpha"])
+@pytest.mark.parametrize("arch", ["bert", "roformer", "gpt2", "roformer_v2", "gau_alpha", "albert", "electra"])
 def test_an_export_holds_the_tensors_transformers_wrote_and_reads_back(arch, tmp_path):
     written = hf_export(_built(arch, FIXTURES / arch), tmp_path / arch, FIXTURES / arch / "vocab.txt")
     ours, theirs = load_file(written), load_file(FIXTURES / arch / "model.safetensors")
@@ -296,6 +296,21 @@ def test_an_export_holds_the_tensors_transformers_wrote_and_reads_back(arch, tmp
     _check_outputs(arch, tmp_path / arch)
 
 
+@pytest.mark.parametrize("arch", ["t5", "mt5"])
+def test_a_t5_export_holds_the_tensors_transformers_wrote_and_reads_back(arch, tmp_path):
+    """mT5's untied head is written as lm_head scaled by d_model ** -0.5 (transformers does not
+    scale an untied T5's decoder output, ours always does); transformers 5 wrote none (it ties)."""
+    written = hf_export(_built(arch, FIXTURES / arch), tmp_path)
+    ours, theirs = load_file(written), load_file(FIXTURES / arch / "model.safetensors")
+    assert set(theirs) <= set(ours) <= set(theirs) | {"lm_head.weight"}
+    for name in theirs:
+        np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
+    config = json.loads((tmp_path / "config.json").read_text(encoding="utf-8"))
+    assert config["feed_forward_proj"] == ("relu" if arch == "t5" else "gated-gelu")
+    hidden, logits = _t5_errors(arch, tmp_path)
+    assert hidden < TOLERANCE and logits < TOLERANCE, (hidden, logits)
+
+
 def test_a_roberta_is_written_as_a_bert_with_positions_from_zero(tmp_path):
     hf_export(_built("roberta", FIXTURES / "roberta"), tmp_path / "roberta")
     config = json.loads((tmp_path / "roberta" / "config.json").read_text(encoding="utf-8"))
@@ -311,8 +326,16 @@ def test_a_model_without_segments_is_written_with_one_zero_segment_row(tmp_path)
 
 def test_an_architecture_without_a_hugging_face_writer_is_refused():
     nezha = build_transformer_model(TINY, model="nezha")
-    with pytest.raises(ConfigError, match=r"a NEZHA cannot be written as Hugging Face files; these can: \['BERT'"):
+    with pytest.raises(
+        ConfigError, match=r"a NEZHA cannot be written as Hugging Face files; these can: \['ALBERT', 'BERT'"
+    ):
         hf_export(nezha, "unused")
+    unshared = build_transformer_model(TINY, model="albert_unshared")
+    with pytest.raises(ConfigError, match=r"a ALBERT_Unshared cannot be written"):
+        hf_export(unshared, "unused")
+    t5 = build_transformer_model(str(FIXTURES / "t5" / "config.json"), model=None, cross_position_bias=True)
+    with pytest.raises(ConfigError, match=r"a T5 with cross_position_bias=True has no Hugging Face layout"):
+        hf_export(t5, "unused")
     # junnyu's RoFormerV2 has no bias-free projection of narrower embeddings
     narrow = build_transformer_model(TINY, model="roformer_v2", embedding_size=4)
     with pytest.raises(ConfigError, match=r"a RoFormerV2 with embedding_size=4 != hidden_size=8 has no Hugging Face"):
