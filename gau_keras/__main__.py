@@ -122,7 +122,7 @@ def build_parser():
         "--hf",
         metavar="DIR",
         help="write a Hugging Face model directory instead (config.json, model.safetensors, vocab.txt): "
-        "BERT, RoFormer, ALBERT, ELECTRA, RoFormerV2, GAU-alpha, GPT2 or T5",
+        "BERT, RoFormer, ALBERT, ELECTRA, NEZHA, RoFormerV2, GAU-alpha, GPT2 or T5",
     )
     export.add_argument(
         "--overwrite",

@@ -6,9 +6,9 @@ A directory counts as a Hugging Face one when it holds ``config.json`` with a ``
 no TF1 checkpoint (its weights: ``hf_weights.WEIGHT_FILES``). ``read_hf_directory(directory)``
 gives (model name, constructor arguments, checkpoint) where the checkpoint is an
 ``HFCheckpoint``: a ``{TF1 name: array}`` reader whose errors name the weights file. Read: BERT,
-RoBERTa, ALBERT, ELECTRA, RoFormer, GPT2, T5 and mT5 (``HF_MODEL_TYPES``), and RoFormerV2
+RoBERTa, ALBERT, ELECTRA, NEZHA, RoFormer, GPT2, T5 and mT5 (``HF_MODEL_TYPES``), and RoFormerV2
 and GAU-alpha in the layouts of junnyu's ``roformer`` and ``gau_alpha`` packages; written back
-(``hf_export``): BERT, RoFormer, ALBERT, ELECTRA, RoFormerV2, GAU-alpha, GPT2, T5 and mT5.
+(``hf_export``): all of these but RoBERTa (written as BERT).
 
 What differs from the TF1 checkpoints, and how it is met:
     - torch's ``nn.Linear`` keeps its weight [out, in]: transposed to the kernel [in, out]
@@ -49,6 +49,7 @@ HF_MODEL_TYPES = {
     "roberta": "bert",
     "albert": "albert",
     "electra": "electra",
+    "nezha": "nezha",
     "roformer": "roformer",
     "gau_alpha": "gau_alpha",
     "gpt2": "gpt2",
@@ -83,6 +84,7 @@ _BERT_KEYS = {
     "attention_probs_dropout_prob": "attention_dropout_rate",
     "layer_norm_eps": "layer_norm_epsilon",
     "embedding_size": "embedding_size",
+    "max_relative_position": "max_relative_position",
 }
 _GPT2_KEYS = {
     "vocab_size": "vocab_size",
@@ -282,7 +284,8 @@ def _tf1_leaf(module, leaf, value):
 
 
 _SKIPPED = re.compile(
-    r"(^|\.)(position_ids|embed_positions\.weight)$|predictions\.decoder\.|^lm_head\.decoder\.|^sop_classifier\."
+    r"(^|\.)(position_ids|embed_positions\.weight|relative_positions_encoding\.positions_encoding)$"
+    r"|predictions\.decoder\.|^lm_head\.decoder\.|^sop_classifier\."
 )
 _HEAD_RENAMES = (
     ("cls.predictions.bias", "cls/predictions/output_bias"),
@@ -293,7 +296,7 @@ _HEAD_RENAMES = (
 )
 #: (pattern, replacement) on a dotted HF name, in order, before the dots become slashes
 _PATH_RENAMES = (
-    (r"^(bert|roberta|roformer|electra|albert)\.", ""),
+    (r"^(bert|roberta|roformer|electra|albert|nezha)\.", ""),
     (r"^lm_head\.dense\.", "cls.predictions.transform.dense."),
     (r"^lm_head\.layer_norm\.", "cls.predictions.transform.LayerNorm."),
     (r"^predictions\.(dense|LayerNorm)\.", r"cls.predictions.transform.\1."),
@@ -572,7 +575,13 @@ def _segment_table(state, prefix, transformer):
 
 
 #: transformers' class-name stem of each BERT-family model_type written
-_ARCHITECTURE_STEMS = {"bert": "Bert", "roformer": "RoFormer", "albert": "Albert", "electra": "Electra"}
+_ARCHITECTURE_STEMS = {
+    "bert": "Bert",
+    "roformer": "RoFormer",
+    "albert": "Albert",
+    "electra": "Electra",
+    "nezha": "Nezha",
+}
 #: (pattern, replacement) on the dotted names ``_hf_bert_name`` gives, where a family's names
 #: differ from BERT's (the reader's ``_PATH_RENAMES`` backwards), in order
 _WRITTEN_RENAMES = {
@@ -616,12 +625,14 @@ def _bert_files(transformer, values, config, act, model_type):
         hidden_dropout_prob=config.pop("dropout"),
         attention_probs_dropout_prob=config.pop("attention_dropout"),
     )
-    if model_type != "bert":
+    if model_type not in ("bert", "nezha"):
         config.update(embedding_size=transformer.embedding_size)
     if model_type == "roformer":
         config.update(rotary_value=False)
     if model_type == "albert":
         config.update(num_hidden_groups=1, inner_group_num=1)
+    if model_type == "nezha":
+        config.update(max_relative_position=transformer.max_relative_position)
     return config, state
 
 
@@ -771,6 +782,7 @@ _WRITTEN = {
             ("RoFormer", "roformer"),
             ("ALBERT", "albert"),
             ("ELECTRA", "electra"),
+            ("NEZHA", "nezha"),
         )
     },
     "GAU_alpha": ("gau_alpha", _gau_alpha_files),
@@ -787,7 +799,7 @@ def hf_export(model, directory, vocab_path=None):
     packages, which load it).
 
     Args:
-        model: a BERT, RoFormer, ALBERT, ELECTRA, RoFormerV2, GAU-alpha, GPT2 or T5: a Backbone,
+        model: a BERT, RoFormer, ALBERT, ELECTRA, NEZHA, RoFormerV2, GAU-alpha, GPT2 or T5: a Backbone,
             ``build_transformer_model``'s model, or the builder object (``return_keras_model=False``).
         directory: the folder to write (made when absent).
         vocab_path: the vocab.txt to copy beside the weights, or None.
