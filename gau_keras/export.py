@@ -429,7 +429,7 @@ def hf_main(args):
     from gau_keras.errors import OutputDirError
     from gau_keras.models.builder import build_transformer_model
     from gau_keras.models.huggingface import hf_export, is_hf_directory, read_hf_directory
-    from gau_keras.models.presets import model_files
+    from gau_keras.models.presets import VOCAB_FILES, model_files
     from gau_keras.models.registry import resolve_model_class
 
     taken = [n for n in ("config.json", "model.safetensors") if os.path.exists(os.path.join(args.hf, n))]
@@ -442,7 +442,7 @@ def hf_main(args):
         name, _, checkpoint = read_hf_directory(args.model_dir)
         heads = _export_heads(resolve_model_class(name), checkpoint)
         network = build_transformer_model(checkpoint_path=args.model_dir, model=None, **heads)
-        vocab = os.path.join(args.model_dir, "vocab.txt")
+        vocab = next((v for v in (os.path.join(args.model_dir, n) for n in VOCAB_FILES) if os.path.isfile(v)), None)
     else:
         config, checkpoint, vocab = model_files(args.model_dir)
         heads = _export_heads(resolve_model_class(args.model), CheckpointReader(checkpoint))

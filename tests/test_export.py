@@ -497,6 +497,16 @@ def test_export_hf_writes_albert_electra_and_t5_with_their_heads(arch, architect
     _same_tensors(out / "model.safetensors", arch)
 
 
+def test_export_hf_keeps_a_tokenizer_json_that_stands_for_the_vocab(tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        shutil.copy(HF_FIXTURES / "bert" / name, source)
+    assert cli.main(["export", "--model-dir", str(source), "--hf", str(tmp_path / "hf")]) == 0
+    assert (tmp_path / "hf" / "tokenizer.json").read_bytes() == (source / "tokenizer.json").read_bytes()
+    assert not (tmp_path / "hf" / "vocab.txt").exists()
+
+
 def test_export_hf_from_a_released_tf1_directory(tmp_path):
     """TF1 checkpoint -> Hugging Face files: the weights arrive under transformers' names."""
     released = tmp_path / "released"

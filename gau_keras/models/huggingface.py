@@ -794,15 +794,16 @@ _WRITTEN = {
 
 def hf_export(model, directory, vocab_path=None):
     """Writes a model as a Hugging Face directory: config.json, model.safetensors and, given
-    ``vocab_path``, vocab.txt (transformers' ``AutoModel.from_pretrained(directory)`` loads it;
-    a RoFormerV2 or GAU-alpha is written in the layout of junnyu's ``roformer`` / ``gau_alpha``
-    packages, which load it).
+    ``vocab_path``, its vocab.txt or tokenizer.json (transformers' ``AutoModel.from_pretrained``
+    loads it; a RoFormerV2 or GAU-alpha is written in the layout of junnyu's ``roformer`` /
+    ``gau_alpha`` packages, which load it).
 
     Args:
         model: a BERT, RoFormer, ALBERT, ELECTRA, NEZHA, RoFormerV2, GAU-alpha, GPT2 or T5: a Backbone,
             ``build_transformer_model``'s model, or the builder object (``return_keras_model=False``).
         directory: the folder to write (made when absent).
-        vocab_path: the vocab.txt to copy beside the weights, or None.
+        vocab_path: the vocab.txt (or a tokenizer.json, kept under that name) to copy beside the
+            weights, or None.
     Returns:
         the path of the model.safetensors written.
     """
@@ -836,7 +837,8 @@ def hf_export(model, directory, vocab_path=None):
     with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2, sort_keys=True)
     if vocab_path is not None:
-        shutil.copyfile(vocab_path, os.path.join(directory, "vocab.txt"))
+        name = "tokenizer.json" if os.fspath(vocab_path).endswith(".json") else "vocab.txt"
+        shutil.copyfile(vocab_path, os.path.join(directory, name))
     path = os.path.join(directory, hf_weights.SAFETENSORS)
     # format 'pt': transformers 4 refuses a model.safetensors without it
     tensors = {name: np.ascontiguousarray(value, np.float32) for name, value in state.items()}
