@@ -44,18 +44,19 @@ COMMANDS = {
 def _fill_mask(args):
     from gau_keras.fill_mask import fill_mask
     from gau_keras.models.registry import MODELS, model_names
-    from gau_keras.pretrained import load_pretrained
+    from gau_keras.pretrained import load_pretrained, model_name
 
-    if not MODELS[args.model].has_mlm_head:
+    name = model_name(args.model_dir, args.model)
+    if not MODELS[name].has_mlm_head:
         with_head = [name for name in model_names() if MODELS[name].has_mlm_head]
         raise ValueError(
-            f"fill-mask: --model {args.model} has no MLM head to predict tokens with (ELECTRA's "
+            f"fill-mask: --model {name} has no MLM head to predict tokens with (ELECTRA's "
             f"checkpoints hold its discriminator; the GPTs predict the next token only); choose one of "
             f"{', '.join(with_head)}"
         )
     model, tokenizer = load_pretrained(
         args.model_dir,
-        model=args.model,
+        model=name,
         with_mlm=True,
         **({"softmax_plus_min_len": args.softmax_plus_min_len} if args.softmax_plus_min_len is not None else {}),
     )
@@ -93,9 +94,12 @@ def build_parser():
     fill.add_argument(
         "--model-dir",
         default=None,
-        help="directory with bert_config.json, bert_model.ckpt.* and vocab.txt (default: the bundled small GAU-alpha)",
+        help="directory with bert_config.json, bert_model.ckpt.* and vocab.txt, or a Hugging Face one "
+        "(default: the bundled small GAU-alpha)",
     )
-    flags.add_model_option(fill, help="the encoder of --model-dir")
+    flags.add_model_option(
+        fill, help="the encoder of --model-dir (default: a Hugging Face directory's, else gau_alpha)", default=None
+    )
     fill.add_argument("--top-k", type=flags.positive_int, default=5, help="predictions per [MASK] (default 5)")
     fill.add_argument(
         "--softmax-plus-min-len",
@@ -118,7 +122,7 @@ def build_parser():
         "--hf",
         metavar="DIR",
         help="write a Hugging Face model directory instead (config.json, model.safetensors, vocab.txt): "
-        "BERT, RoFormer or GPT2",
+        "BERT, RoFormer, ALBERT, ELECTRA, NEZHA, RoFormerV2, GAU-alpha, GPT2 or T5",
     )
     export.add_argument(
         "--overwrite",

@@ -406,15 +406,30 @@ def write_export(network, output, label_names=None):
     return names
 
 
+#: ELECTRA's discriminator head in a checkpoint (TF1 name; a Hugging Face one is read under it)
+_DISCRIMINATOR = "discriminator_predictions/dense/kernel"
+
+
+def _export_heads(model_class, checkpoint):
+    """The heads an export keeps: the MLM head where the model has one, ELECTRA's discriminator
+    where ``checkpoint`` (a reader) holds it."""
+    if model_class.has_mlm_head:
+        return {"with_mlm": "linear"}
+    if model_class.__name__ == "ELECTRA" and _DISCRIMINATOR in checkpoint:
+        return {"with_discriminator": "linear"}
+    return {}
+
+
 def hf_main(args):
     """``gau-keras export --hf DIR``: the model of ``--model-dir`` (a released TF1 directory or a
-    Hugging Face one, with its MLM head where the model has one) or of ``--keras``, written as a
-    Hugging Face directory (``models.huggingface.hf_export``); an earlier export there is replaced
-    only with ``--overwrite``."""
+    Hugging Face one, with its MLM head or ELECTRA's discriminator where it has one) or of
+    ``--keras``, written as a Hugging Face directory (``models.huggingface.hf_export``); an earlier
+    export there is replaced only with ``--overwrite``."""
+    from gau_keras.checkpoints import CheckpointReader
     from gau_keras.errors import OutputDirError
     from gau_keras.models.builder import build_transformer_model
-    from gau_keras.models.huggingface import hf_export, is_hf_directory
-    from gau_keras.models.presets import model_files
+    from gau_keras.models.huggingface import hf_export, is_hf_directory, read_hf_directory
+    from gau_keras.models.presets import VOCAB_FILES, model_files
     from gau_keras.models.registry import resolve_model_class
 
     taken = [n for n in ("config.json", "model.safetensors") if os.path.exists(os.path.join(args.hf, n))]
@@ -424,13 +439,13 @@ def hf_main(args):
     if args.keras:
         network = _load_keras(args.keras)
     elif is_hf_directory(args.model_dir):
-        network = build_transformer_model(checkpoint_path=args.model_dir, model=None, return_keras_model=False)
-        if network.has_mlm_head:
-            network = build_transformer_model(checkpoint_path=args.model_dir, model=None, with_mlm="linear")
-        vocab = os.path.join(args.model_dir, "vocab.txt")
+        name, _, checkpoint = read_hf_directory(args.model_dir)
+        heads = _export_heads(resolve_model_class(name), checkpoint)
+        network = build_transformer_model(checkpoint_path=args.model_dir, model=None, **heads)
+        vocab = next((v for v in (os.path.join(args.model_dir, n) for n in VOCAB_FILES) if os.path.isfile(v)), None)
     else:
         config, checkpoint, vocab = model_files(args.model_dir)
-        heads = {"with_mlm": "linear"} if resolve_model_class(args.model).has_mlm_head else {}
+        heads = _export_heads(resolve_model_class(args.model), CheckpointReader(checkpoint))
         network = build_transformer_model(config, checkpoint, model=args.model, **heads)
     path = hf_export(network, args.hf, vocab if vocab and os.path.isfile(vocab) else None)
     print(f"wrote a Hugging Face model directory to {args.hf}: {os.path.basename(path)}, config.json")

@@ -122,7 +122,7 @@ def command_status(main, argv=None):
 def add_model_option(parser, help="the encoder", default="gau_alpha", segment_ids=None):
     """``--model``: a name of the model registry (`gau_keras.models.registry.MODELS`, its
     aliases too; ``segment_ids=True``: of the models that read segment ids); the help lists
-    one name per model."""
+    one name per model (``default`` None: ``help`` says what it is)."""
     from gau_keras.models.registry import MODELS, model_names
 
     names = model_names(segment_ids)
@@ -133,7 +133,7 @@ def add_model_option(parser, help="the encoder", default="gau_alpha", segment_id
         choices=accepted,
         default=default,
         metavar="{" + ",".join(names) + "}",
-        help=f"{help}: {', '.join(names)} (default: %(default)s)",
+        help=f"{help}: {', '.join(names)}" + (" (default: %(default)s)" if default is not None else ""),
     )
 
 

@@ -16,6 +16,7 @@ Design notes: docs/architecture.md.
 """
 
 import abc
+import json
 import operator
 import os
 import re
@@ -193,14 +194,27 @@ def _is_redundant(token):
     return any(is_cjk_character(ch) or is_punctuation(ch) for ch in stem(token))
 
 
-def load_vocab(dict_path, encoding="utf-8", simplified=False, startswith=None):
-    """Read a vocab file (one token per line, first whitespace-separated field).
+def _wordpiece_vocab(path):
+    """The ``{token: id}`` of a Hugging Face ``tokenizer.json`` whose model is WordPiece (a fast
+    BERT tokenizer's file); a ValueError naming the file for another model or broken ids."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            model = json.load(f).get("model") or {}
+    except (ValueError, AttributeError) as e:
+        raise ValueError(f"vocab {path}: not a Hugging Face tokenizer.json ({e})") from None
+    if model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
+        raise ValueError(
+            f"vocab {path}: a {model.get('type')!r} tokenizer; only a WordPiece tokenizer.json (BERT's) "
+            f"gives a vocab.txt's tokens"
+        )
+    token_dict = dict(sorted(model["vocab"].items(), key=lambda item: item[1]))
+    if sorted(token_dict.values()) != list(range(len(token_dict))):
+        raise ValueError(f"vocab {path}: the token ids are not 0 .. {len(token_dict) - 1}, each once")
+    return token_dict
 
-    Returns ``{token: id}``; with ``simplified=True`` returns
-    ``(token_dict, keep_tokens)``: the ``startswith`` tokens first, then every
-    non-redundant token in file order, renumbered, and ``keep_tokens`` the
-    original ids of the kept tokens (for ``build_transformer_model(keep_tokens=...)``).
-    """
+
+def _text_vocab(dict_path, encoding):
+    """``{token: id}`` of a vocab.txt: one token a line (its first whitespace-separated field)."""
     token_dict = {}
     try:
         with open(dict_path, encoding=encoding) as reader:
@@ -218,6 +232,20 @@ def load_vocab(dict_path, encoding="utf-8", simplified=False, startswith=None):
         ) from None
     except LookupError as e:
         raise ValueError(f"vocab {dict_path}: unknown encoding {encoding!r} ({e})") from None
+    return token_dict
+
+
+def load_vocab(dict_path, encoding="utf-8", simplified=False, startswith=None):
+    """Read a vocab file (one token per line, first whitespace-separated field), or the vocabulary
+    of a Hugging Face WordPiece ``tokenizer.json`` (a path ending in .json).
+
+    Returns ``{token: id}``; with ``simplified=True`` returns
+    ``(token_dict, keep_tokens)``: the ``startswith`` tokens first, then every
+    non-redundant token in file order, renumbered, and ``keep_tokens`` the
+    original ids of the kept tokens (for ``build_transformer_model(keep_tokens=...)``).
+    """
+    json_file = os.fspath(dict_path).endswith(".json")
+    token_dict = _wordpiece_vocab(dict_path) if json_file else _text_vocab(dict_path, encoding)
     if not token_dict:
         raise ValueError(f"vocab {dict_path} is empty: one token per line expected")
     if not simplified:

@@ -22,7 +22,7 @@ from gau_keras import build_transformer_model, export
 from gau_keras.layers import heads
 from gau_keras.models.presets import default_model_dir
 from gau_keras.pretrained import load_pretrained
-from tests.model_utils import TINY
+from tests.model_utils import TINY, random_checkpoint
 
 #: gau_keras cannot be imported at all; `import tensorflow` itself pulls in the keras
 #: package (TF's tf.keras loader), so the check is that loading and serving add no module.
@@ -486,6 +486,27 @@ def test_export_hf_writes_a_hugging_face_directory(tmp_path, capsys):
     _same_tensors(out / "model.safetensors", "gpt2")
 
 
+@pytest.mark.parametrize(
+    "arch, architecture",
+    [("albert", "AlbertForMaskedLM"), ("electra", "ElectraForPreTraining"), ("mt5", "MT5ForConditionalGeneration")],
+)
+def test_export_hf_writes_albert_electra_and_t5_with_their_heads(arch, architecture, tmp_path):
+    out = tmp_path / arch
+    assert cli.main(["export", "--model-dir", str(HF_FIXTURES / arch), "--hf", str(out)]) == 0
+    assert json.loads((out / "config.json").read_text(encoding="utf-8"))["architectures"] == [architecture]
+    _same_tensors(out / "model.safetensors", arch)
+
+
+def test_export_hf_keeps_a_tokenizer_json_that_stands_for_the_vocab(tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        shutil.copy(HF_FIXTURES / "bert" / name, source)
+    assert cli.main(["export", "--model-dir", str(source), "--hf", str(tmp_path / "hf")]) == 0
+    assert (tmp_path / "hf" / "tokenizer.json").read_bytes() == (source / "tokenizer.json").read_bytes()
+    assert not (tmp_path / "hf" / "vocab.txt").exists()
+
+
 def test_export_hf_from_a_released_tf1_directory(tmp_path):
     """TF1 checkpoint -> Hugging Face files: the weights arrive under transformers' names."""
     released = tmp_path / "released"
@@ -503,9 +524,38 @@ def test_export_hf_from_a_released_tf1_directory(tmp_path):
     _same_tensors(out / "model.safetensors", "bert")
 
 
+def _released(directory, model):
+    """A random TF1 model directory in the released layout (bert_config.json, bert_model.ckpt with
+    the MLM head's weights, vocab.txt): (config path, checkpoint)."""
+    config, checkpoint = random_checkpoint(str(directory), model=model, heads={"with_mlm": True})
+    (directory / "vocab.txt").write_text("\n".join(f"t{i}" for i in range(TINY[model]["vocab_size"])), "utf-8")
+    return config, checkpoint
+
+
+def test_a_released_gau_alpha_through_both_doors(tmp_path):
+    """GAU-alpha's TF1 checkpoint -> ``export --hf`` (junnyu's layout) -> read back: the same
+    outputs, bert4keras's softmax_plus floor of 16 kept in config.json (6 real tokens show it)."""
+    released = tmp_path / "released"
+    config, checkpoint = _released(released, "gau_alpha")
+    out = tmp_path / "hf"
+    assert cli.main(["export", "--model-dir", str(released), "--model", "gau_alpha", "--hf", str(out)]) == 0
+    written = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    assert (written["model_type"], written["softmax_plus_min_len"]) == ("gau_alpha", 16)
+    ids = np.array([[2, 17, 45, 8, 9, 3, 0, 0]])
+    inputs = [ids, np.zeros_like(ids)]
+    original = build_transformer_model(config, checkpoint, model="gau_alpha", with_mlm="linear")
+    again = build_transformer_model(checkpoint_path=out, model=None, with_mlm="linear")
+    np.testing.assert_allclose(again.predict(inputs, verbose=0), original.predict(inputs, verbose=0), atol=1e-6)
+
+
 def test_export_hf_refuses_what_it_cannot_write(tmp_path, capsys):
-    assert cli.main(["export", "--model-dir", default_model_dir(), "--hf", str(tmp_path / "hf")]) == 2
-    assert "a GAU_alpha cannot be written as Hugging Face files" in capsys.readouterr().err
+    albert = tmp_path / "albert"
+    _released(albert, "albert")  # read into ALBERT_Unshared's unshared layers, which transformers cannot hold
+    assert (
+        cli.main(["export", "--model-dir", str(albert), "--model", "albert_unshared", "--hf", str(tmp_path / "hf")])
+        == 2
+    )
+    assert "a ALBERT_Unshared cannot be written as Hugging Face files" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(
             ["export", "--model-dir", default_model_dir(), "--hf", str(tmp_path / "a"), "--output", str(tmp_path / "b")]

@@ -1,5 +1,6 @@
 """The fill-mask entry point on a tiny random model directory."""
 
+import pathlib
 import shutil
 
 import numpy as np
@@ -130,3 +131,22 @@ def test_bundled_model_reads_the_second_text_of_a_pair(shared_data):
     pair = quality.random_char_accuracy(model, tokenizer, texts, pair=True)
     assert single["masked"] > 1000 and pair["second_masked"] > 500
     assert pair["second_accuracy"] >= 0.8 * single["accuracy"], (pair, single)
+
+
+HF_BERT = pathlib.Path(__file__).resolve().parent / "fixtures" / "hf" / "bert"
+
+
+def test_a_hugging_face_directory_with_only_tokenizer_json_fills_masks(tmp_path, capsys):
+    """config.json + model.safetensors + tokenizer.json: the model from config.json (no --model),
+    the vocabulary from the WordPiece tokenizer.json; the same predictions as with vocab.txt."""
+    for name, files in (("json", ("tokenizer.json",)), ("txt", ("vocab.txt",))):
+        (tmp_path / name).mkdir()
+        for file in ("config.json", "model.safetensors", *files):
+            shutil.copy(HF_BERT / file, tmp_path / name)
+    model, tokenizer = load_pretrained(str(tmp_path / "json"), with_mlm=True)
+    assert type(model).__name__ == "BertBackbone" and tokenizer.token_to_id("[MASK]") == 4
+    printed = []
+    for name in ("json", "txt"):
+        assert cli.main(["fill-mask", "--model-dir", str(tmp_path / name), "--top-k", "2", "一[MASK]丁"]) == 0
+        printed.append(capsys.readouterr().out)
+    assert printed[0] == printed[1] and "[MASK] #1:" in printed[0]

@@ -190,6 +190,24 @@ def test_load_vocab_simplified(tmp_path):
     assert keep == [0, 1, 8, 2, 5, 6]
 
 
+HF_BERT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "hf", "bert")
+
+
+def test_load_vocab_reads_a_wordpiece_tokenizer_json():
+    """A fast BERT tokenizer's tokenizer.json (written by transformers from the fixture's vocab.txt)."""
+    assert load_vocab(os.path.join(HF_BERT, "tokenizer.json")) == load_vocab(os.path.join(HF_BERT, "vocab.txt"))
+
+
+def test_load_vocab_refuses_a_tokenizer_json_of_another_model(tmp_path):
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"tokenizer.json: a 'BPE' tokenizer; only a WordPiece tokenizer.json"):
+        load_vocab(path)
+    path.write_text(json.dumps({"model": {"type": "WordPiece", "vocab": {"a": 0, "b": 2}}}), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"tokenizer.json: the token ids are not 0 .. 1, each once"):
+        load_vocab(path)
+
+
 def test_load_vocab_duplicate_names_line(tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_text("a\nb\na\n", encoding="utf-8")

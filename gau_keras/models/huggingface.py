@@ -6,8 +6,9 @@ A directory counts as a Hugging Face one when it holds ``config.json`` with a ``
 no TF1 checkpoint (its weights: ``hf_weights.WEIGHT_FILES``). ``read_hf_directory(directory)``
 gives (model name, constructor arguments, checkpoint) where the checkpoint is an
 ``HFCheckpoint``: a ``{TF1 name: array}`` reader whose errors name the weights file. Read: BERT,
-RoBERTa, ALBERT, ELECTRA, RoFormer, GPT2, T5 and mT5 (``HF_MODEL_TYPES``); written back
-(``hf_export``): BERT, RoFormer and GPT2.
+RoBERTa, ALBERT, ELECTRA, NEZHA, RoFormer, GPT2, T5 and mT5 (``HF_MODEL_TYPES``), and RoFormerV2
+and GAU-alpha in the layouts of junnyu's ``roformer`` and ``gau_alpha`` packages; written back
+(``hf_export``): all of these but RoBERTa (written as BERT).
 
 What differs from the TF1 checkpoints, and how it is met:
     - torch's ``nn.Linear`` keeps its weight [out, in]: transposed to the kernel [in, out]
@@ -19,12 +20,16 @@ What differs from the TF1 checkpoints, and how it is met:
       exact one (what the name 'gelu' means unless ``set_gelu('tanh')`` was called);
     - buffers (``position_ids``, RoFormer's sinusoidal table) and the MLM decoder, which is the
       tied token embedding, are not weights of ours and are left out;
+    - junnyu's RoFormerV2 is a 'roformer' whose ``norm_type`` is not 'layer_norm'; his GAU-alpha's
+      softmax_plus has no floor on the token count (``softmax_plus_min_len`` 1 unless config.json
+      names one, as ``hf_export`` writes it);
     - T5: our decoder output is always scaled by d_model ** -0.5 (as bert4keras's), transformers'
       only where ``t5_scales_output``: otherwise the head kernel is read times sqrt(d_model).
 
 Design notes: docs/models.md (Hugging Face checkpoints).
 """
 
+import functools
 import json
 import os
 import re
@@ -44,7 +49,9 @@ HF_MODEL_TYPES = {
     "roberta": "bert",
     "albert": "albert",
     "electra": "electra",
+    "nezha": "nezha",
     "roformer": "roformer",
+    "gau_alpha": "gau_alpha",
     "gpt2": "gpt2",
     "t5": "t5",
     "mt5": "mt5.1.1",
@@ -58,6 +65,7 @@ HF_ACTIVATIONS = {
     "gelu_new": GELU_TANH,
     "gelu_pytorch_tanh": GELU_TANH,
     "gelu_fast": GELU_TANH,
+    "gelu_python": "gelu",
     "relu": "relu",
     "tanh": "tanh",
     "swish": "swish",
@@ -76,6 +84,7 @@ _BERT_KEYS = {
     "attention_probs_dropout_prob": "attention_dropout_rate",
     "layer_norm_eps": "layer_norm_epsilon",
     "embedding_size": "embedding_size",
+    "max_relative_position": "max_relative_position",
 }
 _GPT2_KEYS = {
     "vocab_size": "vocab_size",
@@ -113,6 +122,8 @@ def hf_model_name(config, where):
         )
     if model_type == "t5" and config.get("feed_forward_proj", "relu").startswith("gated-"):
         return "t5.1.1"
+    if model_type == "roformer" and config.get("norm_type", "layer_norm") != "layer_norm":
+        return "roformer_v2"  # junnyu's roformer package writes RoFormerV2 as a 'roformer'
     return HF_MODEL_TYPES[model_type]
 
 
@@ -169,6 +180,48 @@ def _t5_config(config, where):
     }
 
 
+#: GAU-alpha's config.json keys (junnyu's port) -> constructor arguments
+_GAU_KEYS = {
+    **{key: _BERT_KEYS[key] for key in ("vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size")},
+    **{key: _BERT_KEYS[key] for key in ("max_position_embeddings", "type_vocab_size", "layer_norm_eps")},
+    "hidden_dropout_prob": "dropout_rate",
+    "attention_probs_dropout_prob": "attention_dropout_rate",
+    "attention_key_size": "attention_key_size",
+    "normalization": "normalization",
+    "softmax_plus_min_len": "softmax_plus_min_len",
+}
+
+
+def _check_rms_layout(config, where, model_type):
+    """A RoFormerV2 / GAU-alpha config.json our model can build: no biases, no embedding
+    projection (junnyu's has a bias ours has not; his MLM head has none); GAU's scaled attention."""
+    if config.get("use_bias", False):
+        raise ConfigError(f"config {where!r}: use_bias=true is not supported for a {model_type} (bias-free only)")
+    if config.get("embedding_size", config["hidden_size"]) != config["hidden_size"]:
+        raise ConfigError(
+            f"config {where!r}: embedding_size={config['embedding_size']} differs from hidden_size="
+            f"{config['hidden_size']}, which a {model_type} in this layout cannot have"
+        )
+    if not config.get("tie_word_embeddings", True):
+        raise ConfigError(f"config {where!r}: tie_word_embeddings=false is not supported (the MLM head is the table)")
+    if not config.get("attention_scale", True):
+        raise ConfigError(f"config {where!r}: attention_scale=false is not supported (scores scaled by s ** -0.5)")
+
+
+def _gau_alpha_config(config, where):
+    """Our GAU-alpha's arguments for junnyu's config.json. His softmax_plus counts the real tokens
+    without bert4keras's floor of 16: ``softmax_plus_min_len`` 1 unless the config names one (as
+    ``hf_export`` writes it)."""
+    _check_rms_layout(config, where, "gau_alpha")
+    arguments = {ours: config[theirs] for theirs, ours in _GAU_KEYS.items() if config.get(theirs) is not None}
+    arguments.setdefault("softmax_plus_min_len", 1)
+    act = config.get("hidden_act", "swish")
+    if act not in HF_ACTIVATIONS:
+        raise ConfigError(f"config {where!r}: hidden_act={act!r} is not one of {sorted(HF_ACTIVATIONS)}")
+    arguments["hidden_act"] = HF_ACTIVATIONS[act]
+    return arguments
+
+
 def hf_config(config, where):
     """Constructor arguments of our model for a Hugging Face config.json's keys.
 
@@ -179,9 +232,13 @@ def hf_config(config, where):
         a dict for ``build_transformer_model(config_path=...)`` (``resolve_arguments``).
     """
     model_type = config.get("model_type")
-    hf_model_name(config, where)
+    name = hf_model_name(config, where)
     if model_type in ("t5", "mt5"):
         return _t5_config(config, where)
+    if model_type == "gau_alpha":
+        return _gau_alpha_config(config, where)
+    if name == "roformer_v2":
+        _check_rms_layout(config, where, name)
     keys = _GPT2_KEYS if model_type == "gpt2" else _BERT_KEYS
     arguments = {ours: config[theirs] for theirs, ours in keys.items() if config.get(theirs) is not None}
     act_key = "activation_function" if model_type == "gpt2" else "hidden_act"
@@ -227,7 +284,8 @@ def _tf1_leaf(module, leaf, value):
 
 
 _SKIPPED = re.compile(
-    r"(^|\.)(position_ids|embed_positions\.weight)$|predictions\.decoder\.|^lm_head\.decoder\.|^sop_classifier\."
+    r"(^|\.)(position_ids|embed_positions\.weight|relative_positions_encoding\.positions_encoding)$"
+    r"|predictions\.decoder\.|^lm_head\.decoder\.|^sop_classifier\."
 )
 _HEAD_RENAMES = (
     ("cls.predictions.bias", "cls/predictions/output_bias"),
@@ -238,7 +296,7 @@ _HEAD_RENAMES = (
 )
 #: (pattern, replacement) on a dotted HF name, in order, before the dots become slashes
 _PATH_RENAMES = (
-    (r"^(bert|roberta|roformer|electra|albert)\.", ""),
+    (r"^(bert|roberta|roformer|electra|albert|nezha)\.", ""),
     (r"^lm_head\.dense\.", "cls.predictions.transform.dense."),
     (r"^lm_head\.layer_norm\.", "cls.predictions.transform.LayerNorm."),
     (r"^predictions\.(dense|LayerNorm)\.", r"cls.predictions.transform.\1."),
@@ -332,6 +390,39 @@ def gpt2_names(state, config):
     return converted, sources
 
 
+#: GAU-alpha's Hugging Face names (junnyu's port) -> ours: the tables, then a layer's weights
+GAU_FIXED_NAMES = {
+    "gau_alpha.embeddings.word_embeddings.weight": "bert/embeddings/word_embeddings",
+    "gau_alpha.embeddings.token_type_embeddings.weight": "bert/embeddings/token_type_embeddings",
+}
+GAU_LAYER_PARTS = {
+    "i_dense.weight": "i_dense/kernel",
+    "o_dense.weight": "o_dense/kernel",
+    "q_scaleoffset.weight": "q_scaleoffset/gamma",
+    "k_scaleoffset.weight": "k_scaleoffset/gamma",
+}
+
+
+def gau_alpha_names(state, config):
+    """``{TF1 name: array}`` of a GAU-alpha state dict in junnyu's layout (the released
+    checkpoint's ``GAU_alpha/encoder/layer_N/gau/`` names): Linear weights transposed; the MLM
+    decoder, the tied token table, left out."""
+    converted, sources = {}, {}
+    for name, value in state.items():
+        match = re.match(r"gau_alpha\.encoder\.layer\.(\d+)\.gau\.(.+)$", name)
+        if name in GAU_FIXED_NAMES:
+            target = GAU_FIXED_NAMES[name]
+        elif match and match.group(2) in GAU_LAYER_PARTS:
+            target = f"GAU_alpha/encoder/layer_{match.group(1)}/gau/{GAU_LAYER_PARTS[match.group(2)]}"
+            value = value.T if target.endswith("kernel") else value
+        elif name == "cls.predictions.decoder.weight":
+            continue
+        else:
+            target = name  # unknown: reported as unused by the loader
+        converted[target], sources[target] = value, name
+    return converted, sources
+
+
 def t5_names_of(state, config):
     """``{TF1 name: array}`` of a T5 / mT5 state dict (``t5.checkpoint.t5_names``): Linear weights
     transposed, the relative position tables [buckets, heads] to [heads, buckets], and for the
@@ -390,7 +481,8 @@ def hf_checkpoint(directory, config=None, use_torch=None):
     hf_model_name(config, where)
     path = hf_weights.weight_file(directory)
     state = hf_weights.read_state_dict(path, use_torch=use_torch)
-    names = {"gpt2": gpt2_names, "t5": t5_names_of, "mt5": t5_names_of}.get(config["model_type"], bert_family_names)
+    readers = {"gpt2": gpt2_names, "t5": t5_names_of, "mt5": t5_names_of, "gau_alpha": gau_alpha_names}
+    names = readers.get(config["model_type"], bert_family_names)
     values, sources = names(state, config)
     if not values:
         raise CheckpointError(f"{path!r} holds no tensors")
@@ -473,19 +565,245 @@ def _hf_activation(act, where):
     raise ConfigError(f"{where}: hidden_act={act!r} has no Hugging Face name (gelu, gelu_new, relu, tanh, swish)")
 
 
-#: our builder classes' names -> the HF model_type they are written as
-_WRITTEN = {"BERT": "bert", "RoFormer": "roformer", "GPT2": "gpt2"}
+def _segment_table(state, prefix, transformer):
+    """The segment table of a written BERT-family state, made one zero row where the model has no
+    segment input (transformers' models always add one: a zero row leaves their sum unchanged)."""
+    table = state.get(prefix + "token_type_embeddings.weight")
+    if table is None:
+        table = state[prefix + "token_type_embeddings.weight"] = np.zeros((1, transformer.embedding_size))
+    return table
+
+
+#: transformers' class-name stem of each BERT-family model_type written
+_ARCHITECTURE_STEMS = {
+    "bert": "Bert",
+    "roformer": "RoFormer",
+    "albert": "Albert",
+    "electra": "Electra",
+    "nezha": "Nezha",
+}
+#: (pattern, replacement) on the dotted names ``_hf_bert_name`` gives, where a family's names
+#: differ from BERT's (the reader's ``_PATH_RENAMES`` backwards), in order
+_WRITTEN_RENAMES = {
+    "albert": (
+        (r"^albert\.embeddings_project\.", "albert.encoder.embedding_hidden_mapping_in."),
+        (r"\.transformer\.group_0\.inner_group_0\.", ".albert_layer_groups.0.albert_layers.0."),
+        (r"\.attention_1\.self\.", ".attention."),
+        (r"\.attention_1\.output\.dense\.", ".attention.dense."),
+        (r"\.albert_layers\.0\.LayerNorm\.", ".albert_layers.0.attention.LayerNorm."),
+        (r"\.ffn_1\.intermediate\.output\.dense\.", ".ffn_output."),
+        (r"\.ffn_1\.intermediate\.dense\.", ".ffn."),
+        (r"\.LayerNorm_1\.", ".full_layer_layer_norm."),
+        (r"^cls\.predictions\.(transform\.)?", "predictions."),
+        (r"^albert\.pooler\.dense\.", "albert.pooler."),
+    ),
+    "electra": ((r"^discriminator_predictions\.dense_1\.", "discriminator_predictions.dense_prediction."),),
+}
+
+
+def _bert_files(transformer, values, config, act, model_type):
+    """(config.json, state dict) of a BERT, RoFormer, ALBERT or ELECTRA."""
+    state = dict(_hf_bert_name(name, value, model_type) for name, value in values.items())
+    segments = _segment_table(state, model_type + ".embeddings.", transformer)
+    head = "cls.predictions.bias" in state
+    if head:  # transformers names the MLM decoder's bias apart from the head's bias
+        state["cls.predictions.decoder.bias"] = state["cls.predictions.bias"]
+    for pattern, replacement in _WRITTEN_RENAMES.get(model_type, ()):
+        state = {re.sub(pattern, replacement, name): value for name, value in state.items()}
+    suffix = "ForMaskedLM" if head else "Model"
+    if model_type == "electra" and getattr(transformer, "with_discriminator", False):
+        suffix = "ForPreTraining"
+    config.update(
+        model_type=model_type,
+        architectures=[_ARCHITECTURE_STEMS[model_type] + suffix],
+        hidden_size=transformer.hidden_size,
+        num_hidden_layers=transformer.num_hidden_layers,
+        num_attention_heads=transformer.num_attention_heads,
+        intermediate_size=transformer.intermediate_size,
+        hidden_act=act,
+        type_vocab_size=len(segments),
+        hidden_dropout_prob=config.pop("dropout"),
+        attention_probs_dropout_prob=config.pop("attention_dropout"),
+    )
+    if model_type not in ("bert", "nezha"):
+        config.update(embedding_size=transformer.embedding_size)
+    if model_type == "roformer":
+        config.update(rotary_value=False)
+    if model_type == "albert":
+        config.update(num_hidden_groups=1, inner_group_num=1)
+    if model_type == "nezha":
+        config.update(max_relative_position=transformer.max_relative_position)
+    return config, state
+
+
+def _refuse_embedding_mapping(transformer, kind):
+    """junnyu's RoFormerV2 and GAU-alpha layouts have no bias-free embedding projection, nor an MLM
+    head that maps back to a narrower table: a model with embedding_size != hidden_size is refused."""
+    if transformer.embedding_size != transformer.hidden_size:
+        raise ConfigError(
+            f"hf_export: a {kind} with embedding_size={transformer.embedding_size} != hidden_size="
+            f"{transformer.hidden_size} has no Hugging Face layout (junnyu's packages have no such model)"
+        )
+
+
+def _roformer_v2_files(transformer, values, config, act):
+    """(config.json, state dict) of a RoFormerV2 in the layout of junnyu's ``roformer`` package:
+    model_type 'roformer' with norm_type 'rms_norm' and no biases, the head the tied table."""
+    _refuse_embedding_mapping(transformer, "RoFormerV2")
+    config, state = _bert_files(transformer, values, config, act, "roformer")
+    config.update(architectures=["RoFormerForMaskedLM"], norm_type="rms_norm", use_bias=False)
+    return config, state
+
+
+def _gau_alpha_files(transformer, values, config, act):
+    """(config.json, state dict) of a GAU-alpha in the layout of junnyu's ``gau_alpha`` package
+    (``softmax_plus_min_len`` kept in config.json for our reader; his package has no floor)."""
+    _refuse_embedding_mapping(transformer, "GAU_alpha")
+    tables = {ours: theirs for theirs, ours in GAU_FIXED_NAMES.items()}
+    parts = {ours: theirs for theirs, ours in GAU_LAYER_PARTS.items()}
+    state = {}
+    for name, value in values.items():
+        match = re.match(r"GAU_alpha/encoder/layer_(\d+)/gau/(.+)$", name)
+        if name in tables:
+            state[tables[name]] = value
+        elif match and match.group(2) in parts:
+            leaf = match.group(2)
+            state[f"gau_alpha.encoder.layer.{match.group(1)}.gau.{parts[leaf]}"] = (
+                value.T if leaf.endswith("kernel") else value
+            )
+    segments = _segment_table(state, "gau_alpha.embeddings.", transformer)
+    config.update(
+        architectures=["GAUAlphaForMaskedLM"],
+        hidden_size=transformer.hidden_size,
+        embedding_size=transformer.hidden_size,
+        num_hidden_layers=transformer.num_hidden_layers,
+        intermediate_size=transformer.intermediate_size,
+        attention_key_size=transformer.attention_key_size,
+        hidden_act=act,
+        normalization=transformer.normalization,
+        softmax_plus_min_len=transformer.softmax_plus_min_len,
+        attention_scale=True,
+        use_bias=False,
+        type_vocab_size=len(segments),
+        hidden_dropout_prob=config.pop("dropout"),
+        attention_probs_dropout_prob=config.pop("attention_dropout"),
+    )
+    return config, state
+
+
+def _gpt2_files(transformer, values, config, act):
+    """(config.json, state dict) of a GPT2."""
+    config.update(
+        architectures=["GPT2LMHeadModel"],
+        n_embd=transformer.hidden_size,
+        n_layer=transformer.num_hidden_layers,
+        n_head=transformer.num_attention_heads,
+        n_inner=transformer.intermediate_size,
+        n_positions=transformer.max_position,
+        activation_function=act,
+        layer_norm_epsilon=config.pop("layer_norm_eps"),
+        resid_pdrop=config.pop("dropout"),
+        embd_pdrop=0.0,
+        attn_pdrop=config.pop("attention_dropout"),
+    )
+    return config, _hf_gpt2_state(values)
+
+
+def _t5_state(values, d_model):
+    """A T5's state dict of our TF1 names (``t5_names_of`` backwards): kernels and relative position
+    tables transposed; an untied head kernel scaled by d_model ** -0.5 (our decoder scales its output,
+    transformers' untied T5 does not)."""
+    state = {}
+    for name, value in values.items():
+        stack_norm = re.match(r"(encoder|decoder)/(rms_norm|final_layer_norm)/scale$", name)
+        block = re.match(r"(encoder|decoder)/block_(\d+)/layer_(\d+)/(.+?)(/kernel)?$", name)
+        if name == "shared/embedding":
+            state["shared.weight"] = value
+        elif name == "decoder/logits/kernel":
+            state["lm_head.weight"] = (value * d_model**-0.5).T
+        elif stack_norm:
+            state[f"{stack_norm.group(1)}.final_layer_norm.weight"] = value
+        elif block:
+            stack, index, layer, module, _ = block.groups()
+            prefix = f"{stack}.block.{int(index)}.layer.{int(layer)}."
+            if module.endswith("/scale"):  # layer_norm or rms_norm
+                state[prefix + "layer_norm.weight"] = value
+            else:  # SelfAttention/q ... (mesh TensorFlow's names have no /kernel), DenseReluDense/wi/kernel
+                state[prefix + module.replace("/", ".") + ".weight"] = value.T
+    return state
+
+
+def _t5_files(transformer, values, config, act):
+    """(config.json, state dict) of a T5 / mT5 encoder-decoder; one with a position bias in its
+    cross-attention (bert4keras's default, not transformers') is refused."""
+    kind = type(transformer).__name__
+    if transformer.cross_position_bias:
+        raise ConfigError(
+            f"hf_export: a {kind} with cross_position_bias=True has no Hugging Face layout (transformers' "
+            f"cross-attention has no position bias); build it with cross_position_bias=False"
+        )
+    gated = isinstance(transformer.hidden_act, (list, tuple))
+    if gated and transformer.hidden_act[1] != "linear":
+        raise ConfigError(f"hf_export: a {kind} with hidden_act={transformer.hidden_act!r} has no Hugging Face name")
+    projection = {"gelu_new": "gated-gelu", "gelu": "gated-gelu_python"}.get(act, f"gated-{act}") if gated else act
+    version = transformer.version
+    config = {
+        "model_type": "mt5" if version == "mt5.1.1" else "t5",
+        "architectures": [f"{'MT5' if version == 'mt5.1.1' else 'T5'}ForConditionalGeneration"],
+        "vocab_size": transformer.vocab_size,
+        "d_model": transformer.hidden_size,
+        "d_kv": transformer.attention_head_size,
+        "d_ff": transformer.intermediate_size,
+        "num_layers": transformer.num_hidden_layers,
+        "num_decoder_layers": transformer.num_hidden_layers,
+        "num_heads": transformer.num_attention_heads,
+        "relative_attention_num_buckets": 32,
+        "relative_attention_max_distance": 128,
+        "dropout_rate": config["dropout"],
+        "layer_norm_epsilon": transformer.layer_norm_epsilon,
+        "feed_forward_proj": projection,
+        "tie_word_embeddings": version == "t5.1.0",
+        "is_encoder_decoder": True,
+        "pad_token_id": 0,
+        "eos_token_id": 1,
+        "decoder_start_token_id": 0,
+        "initializer_factor": 1.0,
+    }
+    return config, _t5_state(values, transformer.hidden_size)
+
+
+#: our builder classes' names -> (the HF model_type written, the writer of its files); a subclass
+#: (GAU_alpha of RoFormerV2) before its base
+_WRITTEN = {
+    **{
+        klass: (model_type, functools.partial(_bert_files, model_type=model_type))
+        for klass, model_type in (
+            ("BERT", "bert"),
+            ("RoFormer", "roformer"),
+            ("ALBERT", "albert"),
+            ("ELECTRA", "electra"),
+            ("NEZHA", "nezha"),
+        )
+    },
+    "GAU_alpha": ("gau_alpha", _gau_alpha_files),
+    "RoFormerV2": ("roformer", _roformer_v2_files),
+    "GPT2": ("gpt2", _gpt2_files),
+    "T5": ("t5", _t5_files),
+}
 
 
 def hf_export(model, directory, vocab_path=None):
     """Writes a model as a Hugging Face directory: config.json, model.safetensors and, given
-    ``vocab_path``, vocab.txt (transformers' ``AutoModel.from_pretrained(directory)`` loads it).
+    ``vocab_path``, its vocab.txt or tokenizer.json (transformers' ``AutoModel.from_pretrained``
+    loads it; a RoFormerV2 or GAU-alpha is written in the layout of junnyu's ``roformer`` /
+    ``gau_alpha`` packages, which load it).
 
     Args:
-        model: a BERT, RoFormer or GPT2: a Backbone, ``build_transformer_model``'s model, or
-            the builder object (``return_keras_model=False``).
+        model: a BERT, RoFormer, ALBERT, ELECTRA, NEZHA, RoFormerV2, GAU-alpha, GPT2 or T5: a Backbone,
+            ``build_transformer_model``'s model, or the builder object (``return_keras_model=False``).
         directory: the folder to write (made when absent).
-        vocab_path: the vocab.txt to copy beside the weights, or None.
+        vocab_path: the vocab.txt (or a tokenizer.json, kept under that name) to copy beside the
+            weights, or None.
     Returns:
         the path of the model.safetensors written.
     """
@@ -493,11 +811,14 @@ def hf_export(model, directory, vocab_path=None):
 
     transformer = getattr(model, "transformer", model)
     kind = type(transformer).__name__
-    model_type = next((t for klass, t in _WRITTEN.items() if kind == klass or kind.startswith(klass + "_")), None)
-    if model_type is None or not hasattr(transformer, "variable_mapping"):
+    klass = re.sub(r"_(encoder|lm|unilm)$", "", kind)  # build_transformer_model's application classes
+    if klass not in _WRITTEN or not hasattr(transformer, "variable_mapping"):
         raise ConfigError(f"hf_export: a {kind} cannot be written as Hugging Face files; these can: {sorted(_WRITTEN)}")
-    values = _tf1_values(transformer)
-    hidden, epsilon = transformer.hidden_size, transformer.layer_norm_epsilon or transformer.block_norm_epsilon or 1e-7
+    model_type, writer = _WRITTEN[klass]
+    # a norm's epsilon where the model names none: Keras's (as our LayerNormalization's)
+    epsilon = (
+        transformer.layer_norm_epsilon or getattr(transformer, "block_norm_epsilon", None) or keras.config.epsilon()
+    )
     config = {
         "model_type": model_type,
         "vocab_size": transformer.vocab_size,
@@ -509,50 +830,17 @@ def hf_export(model, directory, vocab_path=None):
         "tie_word_embeddings": True,
         "initializer_range": 0.02,
     }
-    act = _hf_activation(transformer.hidden_act, f"hf_export ({kind})")
-    if model_type == "gpt2":
-        state = _hf_gpt2_state(values)
-        config.update(
-            architectures=["GPT2LMHeadModel"],
-            n_embd=hidden,
-            n_layer=transformer.num_hidden_layers,
-            n_head=transformer.num_attention_heads,
-            n_inner=transformer.intermediate_size,
-            n_positions=transformer.max_position,
-            activation_function=act,
-            layer_norm_epsilon=epsilon,
-            resid_pdrop=config.pop("dropout"),
-            embd_pdrop=0.0,
-            attn_pdrop=config.pop("attention_dropout"),
-        )
-        config.pop("layer_norm_eps")
-    else:
-        state = dict(_hf_bert_name(name, value, model_type) for name, value in values.items())
-        prefix = model_type + ".embeddings."
-        segments = state.get(prefix + "token_type_embeddings.weight")
-        if segments is None:  # no segment input: one zero row leaves transformers' sum unchanged
-            segments = state[prefix + "token_type_embeddings.weight"] = np.zeros((1, transformer.embedding_size))
-        head = "cls.predictions.bias" in state
-        config.update(
-            architectures=[f"{'Bert' if model_type == 'bert' else 'RoFormer'}{'ForMaskedLM' if head else 'Model'}"],
-            hidden_size=hidden,
-            num_hidden_layers=transformer.num_hidden_layers,
-            num_attention_heads=transformer.num_attention_heads,
-            intermediate_size=transformer.intermediate_size,
-            hidden_act=act,
-            type_vocab_size=len(segments),
-            hidden_dropout_prob=config.pop("dropout"),
-            attention_probs_dropout_prob=config.pop("attention_dropout"),
-        )
-        if model_type == "roformer":
-            config.update(embedding_size=transformer.embedding_size, rotary_value=False)
-        if head:  # transformers names the MLM decoder's bias apart from the head's bias
-            state["cls.predictions.decoder.bias"] = state["cls.predictions.bias"]
+    hidden_act = transformer.hidden_act
+    act = _hf_activation(hidden_act[0] if isinstance(hidden_act, (list, tuple)) else hidden_act, f"hf_export ({kind})")
+    config, state = writer(transformer, _tf1_values(transformer), config, act)
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2, sort_keys=True)
     if vocab_path is not None:
-        shutil.copyfile(vocab_path, os.path.join(directory, "vocab.txt"))
+        name = "tokenizer.json" if os.fspath(vocab_path).endswith(".json") else "vocab.txt"
+        shutil.copyfile(vocab_path, os.path.join(directory, name))
     path = os.path.join(directory, hf_weights.SAFETENSORS)
-    save_file({name: np.ascontiguousarray(value, np.float32) for name, value in state.items()}, path)
+    # format 'pt': transformers 4 refuses a model.safetensors without it
+    tensors = {name: np.ascontiguousarray(value, np.float32) for name, value in state.items()}
+    save_file(tensors, path, metadata={"format": "pt"})
     return path

@@ -20,10 +20,22 @@ def default_model_dir():
     return BUNDLED_DIR
 
 
-def model_files(model_dir, vocab_names=("vocab.txt",)):
+#: the files a model directory's vocabulary is read from, in order of preference
+VOCAB_FILES = ("vocab.txt", "tokenizer.json")
+
+
+def vocab_file(model_dir, vocab_names=VOCAB_FILES):
+    """The first of ``vocab_names`` that ``model_dir`` holds; FileNotFoundError naming them else."""
+    vocab = next((os.path.join(model_dir, n) for n in vocab_names if os.path.isfile(os.path.join(model_dir, n))), None)
+    if vocab is None:
+        raise FileNotFoundError(f"{model_dir!r} has no {' nor '.join(vocab_names)}")
+    return vocab
+
+
+def model_files(model_dir, vocab_names=VOCAB_FILES):
     """(config_path, checkpoint_prefix, vocab_path) of a model directory; the vocabulary is the
-    first of ``vocab_names`` the folder holds (a SentencePiece model, ``spiece.model``, where
-    the caller reads one).
+    first of ``vocab_names`` the folder holds (a Hugging Face WordPiece ``tokenizer.json`` after
+    vocab.txt; a SentencePiece model, ``spiece.model``, where the caller reads one).
 
     Raises FileNotFoundError naming the first missing file (ValueError when
     ``model_dir`` is a file).
@@ -37,9 +49,7 @@ def model_files(model_dir, vocab_names=("vocab.txt",)):
     if not os.path.isdir(model_dir):
         raise FileNotFoundError(f"model directory {model_dir!r} does not exist")
     config = _config_file(model_dir)
-    vocab = next((os.path.join(model_dir, n) for n in vocab_names if os.path.isfile(os.path.join(model_dir, n))), None)
-    if vocab is None:
-        raise FileNotFoundError(f"{model_dir!r} has no {' nor '.join(vocab_names)}")
+    vocab = vocab_file(model_dir, vocab_names)
     prefix = os.path.join(model_dir, "bert_model.ckpt")
     if not os.path.isfile(prefix + ".index"):
         prefix = checkpoints.resolve_checkpoint(model_dir)
@@ -68,6 +78,21 @@ def _config_file(model_dir):
 REQUIRED_TOKENS = ("[UNK]", "[CLS]", "[SEP]")
 
 
+def check_vocab(vocab_path, vocab_size, config_path, required_tokens=REQUIRED_TOKENS):
+    """The ``{token: id}`` of ``vocab_path`` (vocab.txt or a WordPiece tokenizer.json), checked to
+    hold ``vocab_size`` tokens (``config_path``'s, None: unchecked) and ``required_tokens``."""
+    token_dict = load_vocab(vocab_path)
+    if vocab_size is not None and vocab_size != len(token_dict):
+        raise ValueError(
+            f"{vocab_path} has {len(token_dict)} tokens but {config_path} says vocab_size={vocab_size}: "
+            f"the vocab does not belong to this model"
+        )
+    missing = [token for token in required_tokens if token not in token_dict]
+    if missing:
+        raise ValueError(f"{vocab_path} lacks the special token(s) {missing}, which the tokenizer needs")
+    return token_dict
+
+
 def check_model_dir(model_dir, required_tokens=REQUIRED_TOKENS):
     """``model_files`` plus the checks that catch a mismatched directory early.
 
@@ -78,16 +103,8 @@ def check_model_dir(model_dir, required_tokens=REQUIRED_TOKENS):
     """
     config_path, prefix, vocab_path = model_files(model_dir)
     config = read_config(config_path)
-    token_dict = load_vocab(vocab_path)
     size = config.get("vocab_size")
-    if size is not None and size != len(token_dict):
-        raise ValueError(
-            f"{vocab_path} has {len(token_dict)} tokens but {config_path} says vocab_size={size}: "
-            f"the vocab does not belong to this model"
-        )
-    missing = [token for token in required_tokens if token not in token_dict]
-    if missing:
-        raise ValueError(f"{vocab_path} lacks the special token(s) {missing}, which the tokenizer needs")
+    check_vocab(vocab_path, size, config_path, required_tokens)
     reader = checkpoints.CheckpointReader(prefix)
     rows = reader.shapes.get("bert/embeddings/word_embeddings")
     if rows is not None and size is not None and rows[0] != size:

@@ -206,3 +206,9 @@ def test_encoders_quick_run_prints_every_model_against_bert():
         cwd=REPO_ROOT,
     )
     assert bad.returncode != 0 and "--shapes" in bad.stderr
+
+
+def test_hf_parity_prints_a_row_per_architecture():
+    rows = _table_rows(_run_quick("hf_parity.py", "--archs", "gau_alpha"))
+    assert [row["architecture"] for row in rows] == ["gau_alpha"]
+    assert all(0 <= float(value) < 1e-4 for key, value in rows[0].items() if key != "architecture"), rows

@@ -5,6 +5,7 @@ computed (tests/fixtures/hf/, written by tests/fixtures/make_hf_fixtures.py), wi
 import importlib.util
 import json
 import pathlib
+import re
 import shutil
 
 import keras
@@ -18,9 +19,12 @@ from gau_keras.models.albert.model import AlbertBackbone
 from gau_keras.models.bert.model import BertBackbone
 from gau_keras.models.builder import build_transformer_model
 from gau_keras.models.electra.model import ElectraBackbone
+from gau_keras.models.gau_alpha.model import GAUAlphaBackbone
 from gau_keras.models.gpt.model import GPT2Backbone
 from gau_keras.models.huggingface import hf_checkpoint, hf_export, is_hf_directory
+from gau_keras.models.nezha.model import NezhaBackbone
 from gau_keras.models.roformer.model import RoformerBackbone
+from gau_keras.models.roformer_v2.model import RoformerV2Backbone
 from gau_keras.models.t5.model import T5Backbone
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "hf"
@@ -31,6 +35,9 @@ BACKBONES = {
     "electra": ElectraBackbone,
     "roformer": RoformerBackbone,
     "gpt2": GPT2Backbone,
+    "roformer_v2": RoformerV2Backbone,  # junnyu's roformer package's layout
+    "gau_alpha": GAUAlphaBackbone,  # junnyu's GAU-alpha port's layout
+    "nezha": NezhaBackbone,  # made with transformers 4 (5 dropped it)
 }
 #: the head whose logits transformers' reference holds
 HEADS = {"electra": {"with_discriminator": "linear"}, "gpt2": {}}
@@ -187,6 +194,21 @@ def test_gpt2s_gelu_new_is_the_tanh_gelu(tmp_path):
     assert hidden > TOLERANCE and logits > TOLERANCE
 
 
+def _with_config(arch, tmp_path, **changes):
+    """A copy of the ``arch`` fixture whose config.json has ``changes``."""
+    directory = _copy(arch, tmp_path)
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    (directory / "config.json").write_text(json.dumps(dict(config, **changes)), encoding="utf-8")
+    return directory
+
+
+def test_junnyus_gau_alpha_counts_the_tokens_of_softmax_plus_without_a_floor(tmp_path):
+    """His port scales by ln(n) / ln(512) with n the real tokens, bert4keras by ln(max(n, 16)):
+    read with bert4keras's floor, the outputs of the fixture's 8-token rows miss his."""
+    hidden, logits = _errors("gau_alpha", _with_config("gau_alpha", tmp_path, softmax_plus_min_len=16))
+    assert hidden > TOLERANCE and logits > TOLERANCE
+
+
 def test_the_backbone_of_a_hugging_face_gpt2_saves_and_reloads(tmp_path):
     backbone = GPT2Backbone.from_preset(str(FIXTURES / "gpt2"))
     backbone.save(tmp_path / "gpt2.keras")
@@ -202,6 +224,20 @@ def test_an_architecture_we_do_not_have_is_named_with_the_list(tmp_path):
     (directory / "config.json").write_text(json.dumps(config), encoding="utf-8")
     with pytest.raises(ConfigError, match=r"model_type 'llama' \(architectures \['LlamaForCausalLM'\]\).*loads \["):
         build_transformer_model(checkpoint_path=directory, model=None)
+
+
+@pytest.mark.parametrize(
+    "arch, changes, message",
+    [
+        ("roformer_v2", {"use_bias": True}, r"use_bias=true is not supported for a roformer_v2"),
+        ("roformer_v2", {"embedding_size": 16}, r"embedding_size=16 differs from hidden_size=32"),
+        ("gau_alpha", {"attention_scale": False}, r"attention_scale=false is not supported"),
+        ("gau_alpha", {"tie_word_embeddings": False}, r"tie_word_embeddings=false is not supported"),
+    ],
+)
+def test_a_rms_norm_layout_our_models_cannot_build_is_named(arch, changes, message, tmp_path):
+    with pytest.raises(ConfigError, match=rf"config\.json'?: {message}"):
+        build_transformer_model(checkpoint_path=_with_config(arch, tmp_path, **changes), model=None)
 
 
 def test_a_directory_without_weights_is_named(tmp_path):
@@ -241,26 +277,36 @@ def test_hugging_face_names_map_to_the_tf1_names_the_models_read():
 
 # ---------------------------------------------------------------------------------- writing
 def _built(arch, directory):
-    with_mlm = {} if arch == "gpt2" else {"with_mlm": "linear"}
-    return build_transformer_model(checkpoint_path=directory, model=None, return_keras_model=False, **with_mlm)
+    heads = {"t5": {}, "mt5": {}, **HEADS}.get(arch, {"with_mlm": "linear"})
+    return build_transformer_model(checkpoint_path=directory, model=None, return_keras_model=False, **heads)
 
 
-@pytest.mark.parametrize("arch", ["bert", "roformer", "gpt2"])
+@pytest.mark.parametrize("arch", ["bert", "roformer", "gpt2", "roformer_v2", "gau_alpha", "albert", "electra", "nezha"])
 def test_an_export_holds_the_tensors_transformers_wrote_and_reads_back(arch, tmp_path):
     written = hf_export(_built(arch, FIXTURES / arch), tmp_path / arch, FIXTURES / arch / "vocab.txt")
     ours, theirs = load_file(written), load_file(FIXTURES / arch / "model.safetensors")
-    # the fixtures' pooler, NSP head and RoFormer's sinusoidal buffer are not in a model built without them
-    assert set(theirs) - set(ours) <= {
-        "bert.pooler.dense.weight",
-        "bert.pooler.dense.bias",
-        "cls.seq_relationship.weight",
-        "cls.seq_relationship.bias",
-        "roformer.encoder.embed_positions.weight",
-    }
+    # the fixtures' pooler, NSP head and the fixed position tables (buffers) are not weights of ours
+    left_out = r"(bert|nezha)\.pooler\.dense\.|cls\.seq_relationship\.|embed_positions|relative_positions_encoding"
+    assert not [name for name in set(theirs) - set(ours) if not re.search(left_out, name)]
     for name in set(ours) & set(theirs):
         np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
     assert (tmp_path / arch / "vocab.txt").read_text(encoding="utf-8").startswith("[PAD]\n")
     _check_outputs(arch, tmp_path / arch)
+
+
+@pytest.mark.parametrize("arch", ["t5", "mt5"])
+def test_a_t5_export_holds_the_tensors_transformers_wrote_and_reads_back(arch, tmp_path):
+    """mT5's untied head is written as lm_head scaled by d_model ** -0.5 (transformers does not
+    scale an untied T5's decoder output, ours always does); transformers 5 wrote none (it ties)."""
+    written = hf_export(_built(arch, FIXTURES / arch), tmp_path)
+    ours, theirs = load_file(written), load_file(FIXTURES / arch / "model.safetensors")
+    assert set(theirs) <= set(ours) <= set(theirs) | {"lm_head.weight"}
+    for name in theirs:
+        np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
+    config = json.loads((tmp_path / "config.json").read_text(encoding="utf-8"))
+    assert config["feed_forward_proj"] == ("relu" if arch == "t5" else "gated-gelu")
+    hidden, logits = _t5_errors(arch, tmp_path)
+    assert hidden < TOLERANCE and logits < TOLERANCE, (hidden, logits)
 
 
 def test_a_roberta_is_written_as_a_bert_with_positions_from_zero(tmp_path):
@@ -277,27 +323,48 @@ def test_a_model_without_segments_is_written_with_one_zero_segment_row(tmp_path)
 
 
 def test_an_architecture_without_a_hugging_face_writer_is_refused():
-    albert = build_transformer_model(TINY, model="albert")
-    with pytest.raises(ConfigError, match=r"a ALBERT cannot be written as Hugging Face files; these can: \['BERT'"):
-        hf_export(albert, "unused")
+    unshared = build_transformer_model(TINY, model="albert_unshared")
+    with pytest.raises(
+        ConfigError, match=r"a ALBERT_Unshared cannot be written as Hugging Face files; these can: \['ALBERT', 'BERT'"
+    ):
+        hf_export(unshared, "unused")
+    t5 = build_transformer_model(str(FIXTURES / "t5" / "config.json"), model=None, cross_position_bias=True)
+    with pytest.raises(ConfigError, match=r"a T5 with cross_position_bias=True has no Hugging Face layout"):
+        hf_export(t5, "unused")
+    # junnyu's RoFormerV2 has no bias-free projection of narrower embeddings
+    narrow = build_transformer_model(TINY, model="roformer_v2", embedding_size=4)
+    with pytest.raises(ConfigError, match=r"a RoFormerV2 with embedding_size=4 != hidden_size=8 has no Hugging Face"):
+        hf_export(narrow, "unused")
+
+
+#: transformers' class of each architecture whose export it runs (NEZHA, RoFormerV2 and GAU-alpha
+#: need transformers 4 / junnyu's packages: checked by hand, make_hf_fixtures.py --check)
+AUTO_CLASSES = {
+    "gpt2": "AutoModelForCausalLM",
+    "electra": "AutoModelForPreTraining",
+    "t5": "AutoModelForSeq2SeqLM",
+    "mt5": "AutoModelForSeq2SeqLM",
+}
 
 
 @pytest.mark.skipif(
     importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None,
     reason="torch and transformers are not installed",
 )
-@pytest.mark.parametrize("arch", ["bert", "roformer", "gpt2"])
+@pytest.mark.parametrize("arch", ["bert", "roberta", "roformer", "albert", "electra", "gpt2", "t5", "mt5"])
 def test_transformers_runs_an_export_to_the_same_outputs(arch, tmp_path):
     import torch
     import transformers
 
     hf_export(_built(arch, FIXTURES / arch), tmp_path)
-    auto = transformers.AutoModelForCausalLM if arch == "gpt2" else transformers.AutoModelForMaskedLM
-    model = auto.from_pretrained(tmp_path).eval()
-    _, real, reference = _reference(arch)
+    model = getattr(transformers, AUTO_CLASSES.get(arch, "AutoModelForMaskedLM")).from_pretrained(tmp_path).eval()
+    reference = np.load(FIXTURES / arch / "reference.npz")
     ids = torch.tensor(reference["token_ids"])
-    inputs = {"input_ids": ids, "attention_mask": (ids != 0).long()}
-    if arch != "gpt2":
+    inputs, real = {"input_ids": ids, "attention_mask": (ids != 0).long()}, reference["token_ids"] != 0
+    if arch in ("t5", "mt5"):  # the logits of every decoder position
+        inputs["decoder_input_ids"] = torch.tensor(reference["decoder_ids"])
+        real = np.ones(reference["decoder_ids"].shape, bool)
+    elif arch != "gpt2":
         inputs["token_type_ids"] = torch.tensor(reference["segment_ids"])
     with torch.no_grad():
         logits = model(**inputs).logits.numpy()
