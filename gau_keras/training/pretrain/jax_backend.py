@@ -26,6 +26,8 @@ import errno
 import hashlib
 import json
 import os
+import socket
+import time
 
 import jax
 import keras
@@ -93,10 +95,14 @@ def start_processes(coordinator=None, num_processes=None, process_id=None, timeo
     if settings is None:
         return 1
     address, count, index = settings
+    start = time.monotonic()
+    if index != 0:  # XLA's client aborts the process when the coordinator does not answer: ask first
+        _wait_for_coordinator(address, index, count, timeout)
     # CPU devices of several processes reduce over gloo (TPU and GPU use their own links)
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    left = max(10, int(timeout - (time.monotonic() - start)))
     try:
-        jax.distributed.initialize(address, count, index, initialization_timeout=int(timeout))
+        jax.distributed.initialize(address, count, index, initialization_timeout=left)
     except Exception as e:  # noqa: BLE001 - XLA's coordination service raises its own kinds
         detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise DeviceError(
@@ -104,6 +110,26 @@ def start_processes(coordinator=None, num_processes=None, process_id=None, timeo
             f"{timeout:g} s ({detail[:200]})"
         ) from None
     return count
+
+
+def _wait_for_coordinator(address, index, count, timeout):
+    """Returns once ``address`` (HOST:PORT) accepts a connection; a one-line
+    error naming it after ``timeout`` seconds."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise DeviceError(f"--coordinator {address}: expected HOST:PORT")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=2).close()
+            return
+        except OSError as e:
+            if time.monotonic() >= deadline:
+                raise DeviceError(
+                    f"--coordinator {address}: process {index} of {count} could not reach it within "
+                    f"{timeout:g} s ({e.strerror or e}); start process 0 there, or check the address"
+                ) from None
+            time.sleep(0.5)
 
 
 class Devices:
