@@ -191,3 +191,37 @@ def test_a_process_id_beyond_the_count_and_missing_settings_are_errors(monkeypat
     with pytest.raises(DeviceError, match=r"^--process-id 4: must be in 0\.\.3 \(--num-processes 4\)$"):
         jax_backend._process_settings(None, None, None)
     assert jax_backend._process_settings(None, None, 3) == ("10.0.0.1:1234", 4, 3)
+
+
+#: one process of a run whose configs differ: start_processes, then check_same_config
+MISMATCH = """import sys
+from gau_keras.errors import ConfigError
+from gau_keras.training.pretrain import jax_backend
+jax_backend.start_processes(sys.argv[1], 2, int(sys.argv[2]), timeout=120)
+try:
+    jax_backend.check_same_config({"config_path": f"c{sys.argv[2]}.json", "data": {"batch_size": 4 + int(sys.argv[2])}})
+except ConfigError as e:
+    print(f"error: {e}")
+"""
+
+
+@pytest.mark.jax_only
+def test_processes_started_with_other_configs_stop_before_training(requires_jax):
+    address = f"127.0.0.1:{_free_port()}"
+    jobs = [
+        subprocess.Popen(
+            [sys.executable, "-c", MISMATCH, address, str(i)],
+            cwd=REPO_ROOT,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outputs = [job.communicate(timeout=300)[0] for job in jobs]
+    for i, output in enumerate(outputs):
+        assert (
+            f"error: c{i}.json: process(es) [1] train another config than process 0 (data, model, optimizer or "
+            f"train settings differ); start every process with the same config and flags"
+        ) in output, output[-2000:]
