@@ -2,7 +2,7 @@
 
     gau-keras fill-mask [--model-dir DIR] "今天天气很[MASK]。"
     gau-keras generate --model-dir DIR --model gpt2 "今天天气" [--strategy greedy|sample|beam]
-    gau-keras export (--model-dir DIR | --keras FILE) --output DIR
+    gau-keras export (--model-dir DIR | --keras FILE) (--output DIR | --hf DIR)
     gau-keras prepare-corpus corpus.txt --vocab vocab.txt --output-dir data/mlm ...
     gau-keras build-vocab corpus.txt --base-vocab vocab.txt --output small_vocab.txt
     gau-keras pretrain --config pretrain/configs/tiny.json ...
@@ -112,11 +112,18 @@ def build_parser():
     source.add_argument("--model-dir", help="a model directory in the released layout (exports its MLM head)")
     source.add_argument("--keras", help="a .keras file, e.g. a fine-tuning run's <task>_best.keras")
     flags.add_model_option(export, help="with --model-dir: its encoder")
-    export.add_argument("--output", required=True, help="folder of the SavedModel (for TF Serving: .../NAME/1)")
+    target = export.add_mutually_exclusive_group(required=True)
+    target.add_argument("--output", help="folder of the SavedModel (for TF Serving: .../NAME/1)")
+    target.add_argument(
+        "--hf",
+        metavar="DIR",
+        help="write a Hugging Face model directory instead (config.json, model.safetensors, vocab.txt): "
+        "BERT, RoFormer or GPT2",
+    )
     export.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace an earlier export at --output (a folder holding only a SavedModel)",
+        help="replace an earlier export at --output (a folder holding only a SavedModel) or --hf",
     )
     export.add_argument(
         "--labels",

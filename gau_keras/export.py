@@ -406,6 +406,37 @@ def write_export(network, output, label_names=None):
     return names
 
 
+def hf_main(args):
+    """``gau-keras export --hf DIR``: the model of ``--model-dir`` (a released TF1 directory or a
+    Hugging Face one, with its MLM head where the model has one) or of ``--keras``, written as a
+    Hugging Face directory (``models.huggingface.hf_export``); an earlier export there is replaced
+    only with ``--overwrite``."""
+    from gau_keras.errors import OutputDirError
+    from gau_keras.models.builder import build_transformer_model
+    from gau_keras.models.huggingface import hf_export, is_hf_directory
+    from gau_keras.models.presets import model_files
+    from gau_keras.models.registry import resolve_model_class
+
+    taken = [n for n in ("config.json", "model.safetensors") if os.path.exists(os.path.join(args.hf, n))]
+    if taken and not args.overwrite:
+        raise OutputDirError(f"export: --hf {args.hf} already holds {taken}; pass --overwrite to replace them")
+    vocab = None
+    if args.keras:
+        network = _load_keras(args.keras)
+    elif is_hf_directory(args.model_dir):
+        network = build_transformer_model(checkpoint_path=args.model_dir, model=None, return_keras_model=False)
+        if network.has_mlm_head:
+            network = build_transformer_model(checkpoint_path=args.model_dir, model=None, with_mlm="linear")
+        vocab = os.path.join(args.model_dir, "vocab.txt")
+    else:
+        config, checkpoint, vocab = model_files(args.model_dir)
+        heads = {"with_mlm": "linear"} if resolve_model_class(args.model).has_mlm_head else {}
+        network = build_transformer_model(config, checkpoint, model=args.model, **heads)
+    path = hf_export(network, args.hf, vocab if vocab and os.path.isfile(vocab) else None)
+    print(f"wrote a Hugging Face model directory to {args.hf}: {os.path.basename(path)}, config.json")
+    return 0
+
+
 def main(args):
     """``python -m gau_keras export`` (arguments parsed by ``gau_keras.__main__``).
 
@@ -414,6 +445,8 @@ def main(args):
     export never leaves a half-written SavedModel where a server would load it."""
     from gau_keras import optional
 
+    if getattr(args, "hf", None):
+        return hf_main(args)
     optional.tensorflow("SavedModel export")  # on a JAX host without it: said before any work
     check_output(args.output, args.overwrite, sources=(args.keras, args.model_dir))
     with plain_recurrence():

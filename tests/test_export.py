@@ -5,6 +5,7 @@ import contextlib
 import io
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -14,10 +15,12 @@ import zipfile
 import keras
 import numpy as np
 import pytest
+from safetensors.numpy import load_file
 
 from gau_keras import __main__ as cli
 from gau_keras import build_transformer_model, export
 from gau_keras.layers import heads
+from gau_keras.models.presets import default_model_dir
 from gau_keras.pretrained import load_pretrained
 from tests.model_utils import TINY
 
@@ -455,3 +458,55 @@ def test_export_names_both_lengths_for_a_sequence_past_the_positions(tmp_path):
         r"\(max_position_embeddings=16\); its length.*20",
     ):
         signature(token_ids=ids, segment_ids=np.zeros_like(ids))
+
+
+# ------------------------------------------------------------------- --hf: a Hugging Face directory
+HF_FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "hf"
+
+
+def _same_tensors(written, arch):
+    """The tensors of an export equal those of the transformers-written fixture they share
+    (all but the pooler, the NSP head and buffers, which the exported model lacks)."""
+    ours, theirs = load_file(written), load_file(HF_FIXTURES / arch / "model.safetensors")
+    assert len(set(ours) & set(theirs)) >= len(theirs) - 4
+    for name in set(ours) & set(theirs):
+        np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
+
+
+def test_export_hf_writes_a_hugging_face_directory(tmp_path, capsys):
+    out = tmp_path / "hf"
+    assert cli.main(["export", "--model-dir", str(HF_FIXTURES / "bert"), "--hf", str(out)]) == 0
+    assert "wrote a Hugging Face model directory" in capsys.readouterr().out
+    assert json.loads((out / "config.json").read_text(encoding="utf-8"))["architectures"] == ["BertForMaskedLM"]
+    assert (out / "vocab.txt").is_file()
+    _same_tensors(out / "model.safetensors", "bert")
+    assert cli.main(["export", "--model-dir", str(HF_FIXTURES / "gpt2"), "--hf", str(out)]) == 2  # no overwrite
+    assert "already holds" in capsys.readouterr().err
+    assert cli.main(["export", "--model-dir", str(HF_FIXTURES / "gpt2"), "--hf", str(out), "--overwrite"]) == 0
+    _same_tensors(out / "model.safetensors", "gpt2")
+
+
+def test_export_hf_from_a_released_tf1_directory(tmp_path):
+    """TF1 checkpoint -> Hugging Face files: the weights arrive under transformers' names."""
+    released = tmp_path / "released"
+    bert = build_transformer_model(
+        checkpoint_path=HF_FIXTURES / "bert", model=None, with_mlm="linear", return_keras_model=False
+    )
+    bert.save_weights_as_checkpoint(str(released / "bert_model.ckpt"))
+    config = json.loads((HF_FIXTURES / "bert" / "config.json").read_text(encoding="utf-8"))
+    (released / "bert_config.json").write_text(
+        json.dumps({k: v for k, v in config.items() if k not in ("model_type", "architectures")}), encoding="utf-8"
+    )
+    (released / "vocab.txt").write_bytes((HF_FIXTURES / "bert" / "vocab.txt").read_bytes())
+    out = tmp_path / "hf"
+    assert cli.main(["export", "--model-dir", str(released), "--model", "bert", "--hf", str(out)]) == 0
+    _same_tensors(out / "model.safetensors", "bert")
+
+
+def test_export_hf_refuses_what_it_cannot_write(tmp_path, capsys):
+    assert cli.main(["export", "--model-dir", default_model_dir(), "--hf", str(tmp_path / "hf")]) == 2
+    assert "a GAU_alpha cannot be written as Hugging Face files" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(
+            ["export", "--model-dir", default_model_dir(), "--hf", str(tmp_path / "a"), "--output", str(tmp_path / "b")]
+        )

@@ -78,6 +78,7 @@ FLOORS = {
         "segmenters",
         "input_checks",
         "keras_archive",
+        "hf_weights",
     ),
     2: ("snippets", "activations"),
     3: ("layers", "losses", "optimizers", "metrics"),

@@ -267,6 +267,7 @@ class CachedLM:
     def _beam_loop(self, ids, feed, length, steps, end_id, minlen, temperature, min_ends):
         logits, caches, ranks = self._first_pass(ids, feed, length)
         rows = ops.shape(ids)[0]
+        beam_count = ids.shape[0]  # static: one compiled loop per number of beams
         row_index = ops.arange(rows, dtype="int32")
         scores = ops.where(ops.equal(row_index, 0), 0.0, NEG_INF)  # one beam at first, as bert4keras
         live_count = ops.convert_to_tensor(rows, "int32")
@@ -295,8 +296,9 @@ class CachedLM:
             # the finished beams leave; the live ones first, in score order (the next step's ranks)
             scores, order = ops.top_k(ops.where(done, NEG_INF, top), rows)
             ids, counts = ops.take(ids, order, axis=0), ops.take(counts, order, axis=0)
-            rows_from = ops.take(beams, order, axis=0)  # the caches are still the old beams'
-            caches = [tuple(ops.take(part, rows_from, axis=0) for part in cache) for cache in caches]
+            if beam_count > 1:  # one beam (greedy) has nothing to reorder: no copy of every cache per step
+                rows_from = ops.take(beams, order, axis=0)  # the caches are still the old beams'
+                caches = [tuple(ops.take(part, rows_from, axis=0) for part in cache) for cache in caches]
             live_count = ops.sum(ops.cast(ops.greater(scores, NEG_INF / 2), "int32"))
             logits, caches = self._step(ids, feed, ranks, caches, position)
             return step + 1, ids, caches, logits, scores, live_count, counts, found, result

@@ -123,6 +123,27 @@ class _AttentionBase(keras.layers.Layer):
         return config
 
 
+def _positions_last(x, one_token):
+    """[B, L, d] -> [B, d, L] (a cache's layout); ``one_token`` (L = 1): a reshape, the same
+    order of elements, which XLA keeps in the cache's layout (a transpose made it give the
+    whole loop-carried cache the update's layout, and copy it each step)."""
+    if one_token:
+        return ops.reshape(x, (ops.shape(x)[0], ops.shape(x)[2], 1))
+    return ops.swapaxes(x, 1, 2)
+
+
+def _weighted_values(attention, v, cached):
+    """attention [B, Lq, Lk] times v [B, Lk, e], or a cache's vᵀ [B, e, Lk] (``cached``): there
+    an einsum, which XLA takes as one product over the cache's layout (a matmul with the
+    transpose made it copy the whole cache each step), except where ``gops.matmul`` must
+    round TensorFlow's bfloat16 CPU product."""
+    if not cached:
+        return gops.matmul(attention, v)
+    if gops.bfloat16_matmul_truncates(attention):
+        return gops.matmul(attention, ops.swapaxes(v, 1, 2))
+    return ops.einsum("bjk,bdk->bjd", attention, ops.cast(v, attention.dtype))
+
+
 def _scores(q, k):
     """q kᵀ, [B, Lq, s] x [B, Lk, s] -> [B, Lq, Lk].
 
@@ -233,7 +254,7 @@ class GatedAttentionUnit(_AttentionBase):
                 bool [B|1, T, N] which cache slots each may attend to (padding, unfilled slots
                 and the application's mask folded in, so softmax_plus counts what the
                 uncached call counts); ``sinusoidal`` [1|B, T, s] their rotary embeddings.
-            cache: ``(k, v)`` [B, N, s], [B, N, e], or None: then T = N and this call's keys
+            cache: ``(kᵀ, vᵀ)`` [B, s, N], [B, e, N], or None: then T = N and this call's keys
                 and values are the cache.
             index: int scalar (tensor), the position of the first new token.
         Returns:
@@ -243,27 +264,34 @@ class GatedAttentionUnit(_AttentionBase):
             raise ValueError(f"GatedAttentionUnit {self.name!r}: only self-attention takes a key/value cache")
         main, bias, sinusoidal = self._split_inputs(inputs, 1, a_bias, p_bias)
         u, q, k, v = self._projections(main, sinusoidal)
+        # keys and values are cached positions last, [B, s|e, N]: XLA on a CPU emits a step's
+        # products of its one query row as loops summing over N, which read [B, N, s|e] with a
+        # stride (30x slower at N = 2064) or copied the whole cache into this layout each step
+        one_token = cache is not None and k.shape[1] == 1
+        k, v = _positions_last(k, one_token), _positions_last(v, one_token)
         if cache is not None:
-            k = ops.slice_update(cache[0], [0, index, 0], ops.cast(k, cache[0].dtype))
-            v = ops.slice_update(cache[1], [0, index, 0], ops.cast(v, cache[1].dtype))
-        return self._attention(u, q, k, v, None, bias, False), (k, v)
+            k = ops.slice_update(cache[0], [0, 0, index], ops.cast(k, cache[0].dtype))
+            v = ops.slice_update(cache[1], [0, 0, index], ops.cast(v, cache[1].dtype))
+        return self._attention(u, q, k, v, None, bias, False, cached=True), (k, v)
 
-    def _attention(self, u, q, k, v, key_mask, bias, training):
-        """``o_dense(u * (normalize(q kᵀ) v))`` -> [B, Lq, H]."""
+    def _attention(self, u, q, k, v, key_mask, bias, training, cached=False):
+        """``o_dense(u * (normalize(q kᵀ) v))`` -> [B, Lq, H]; ``cached``: k and v are a
+        cache's, positions last ([B, s|e, Lk])."""
+        scores = (lambda q, k: gops.matmul(q, k)) if cached else _scores  # noqa: E731
         if self.normalization == "softmax_plus" and (bias is None or bias.dtype == "bool"):
             # the per-row factor scale·ln(n)/ln(512) multiplies q [B, Lq, s] instead of the
             # logits [B, Lq, Lk]: one pass over a small tensor instead of one over the largest
-            q = q * ops.cast(self._softmax_plus_factor(q, k, key_mask, bias), q.dtype)
-            a = _scores(q, k)
+            q = q * ops.cast(self._softmax_plus_factor(ops.shape(v)[2 if cached else 1], key_mask, bias), q.dtype)
+            a = scores(q, k)
             attention = self.dropout(gops.attention_normalize(a, key_mask, "softmax", bias), training=training)
-            return self.o_dense(u * gops.matmul(attention, v))
-        a = _scores(q, k)
+            return self.o_dense(u * _weighted_values(attention, v, cached))
+        a = scores(q, k)
         if self.attention_scale:
             a = a / self.key_size**0.5
         attention = self._normalize(a, key_mask, bias, training)
-        return self.o_dense(u * gops.matmul(attention, v))
+        return self.o_dense(u * _weighted_values(attention, v, cached))
 
-    def _softmax_plus_factor(self, q, k, key_mask, bias):
+    def _softmax_plus_factor(self, keys, key_mask, bias):
         """float32 [B|1, Lq|1, 1]: softmax_plus's ln(max(n, min_len)) / ln(512) times the
         attention scale, n = the keys each query may attend to: from the key mask alone
         ([B, 1, 1]) or, under a boolean LM/UniLM visibility mask, counted per query row
@@ -272,7 +300,7 @@ class GatedAttentionUnit(_AttentionBase):
         if bias is not None:
             allowed = bias if allowed is None else ops.logical_and(allowed, bias)  # [B|1, Lq, Lk]
         if allowed is None:
-            n = ops.cast(ops.shape(k)[1], "float32")
+            n = ops.cast(keys, "float32")
         else:
             n = ops.sum(ops.cast(allowed, "float32"), axis=-1, keepdims=True)
         n = ops.maximum(n, float(self.softmax_plus_min_len))
@@ -295,6 +323,21 @@ class GatedAttentionUnit(_AttentionBase):
             self_attention=self.self_attention,
         )
         return config
+
+
+def _cache_layout(kw, vw, one_token=False):
+    """MultiHeadAttention's per-head k [B, L, heads, d], v [B, L, heads, d'] -> a key/value
+    cache's layout, that of a decoding step's products (positions last): [B, heads, d, L].
+    ``one_token`` (L = 1): a reshape, the same order of elements, which XLA keeps in the
+    cache's layout (a transpose made it give the whole cache the update's layout)."""
+    if one_token:
+        return tuple(ops.reshape(x, (ops.shape(x)[0], ops.shape(x)[2], ops.shape(x)[3], 1)) for x in (kw, vw))
+    return ops.transpose(kw, (0, 2, 3, 1)), ops.transpose(vw, (0, 2, 3, 1))
+
+
+def _step_layout(kw, vw):
+    """``_cache_layout``'s inverse."""
+    return ops.transpose(kw, (0, 3, 1, 2)), ops.transpose(vw, (0, 3, 1, 2))
 
 
 def fused_attention_device():
@@ -409,7 +452,7 @@ class MultiHeadAttention(_AttentionBase):
                 unfilled slots and the application's mask folded in); ``position`` their
                 rotary embeddings [1|B, T, key_size] or relative ones [T, N, .]. Cross-attention
                 (``cross_mask`` given): ``[x, context, context, (position)]``.
-            cache: ``(k, v)`` [B, N, heads, key_size], [B, N, heads, head_size], or None:
+            cache: ``(k, v)`` [B, heads, key_size, N], [B, heads, head_size, N], or None:
                 then T = N and this call's keys and values are the cache (cross-attention:
                 the context's, made on the first call and read after).
             index: int scalar (tensor), the position of the first new token.
@@ -417,27 +460,34 @@ class MultiHeadAttention(_AttentionBase):
         Returns:
             (output [B, T, out_dim], the cache with slots ``index`` .. ``index + T - 1`` set).
         """
+        # the cache is kept in the layout of the step's two batched products, [B, heads, d, N]:
+        # kept [B, N, heads, d], XLA's CPU loop copied every layer's whole cache into it each step
         (q, k, v), bias, position = self._split_inputs(inputs, 3, a_bias, p_bias)
         if cross_mask is not None:  # cross-attention: the context's keys and values, projected once
             qw = self._heads(self.q_dense(q), self.key_size)
             if cache is None:
-                cache = (self._heads(self.k_dense(k), self.key_size), self._heads(self.v_dense(v), self.head_size))
-            o = self._attention(qw, cache[0], cache[1], cross_mask, bias, position, p_bias, False)
+                cache = _cache_layout(
+                    self._heads(self.k_dense(k), self.key_size), self._heads(self.v_dense(v), self.head_size)
+                )
+            o = self._attention(qw, cache[0], cache[1], cross_mask, bias, position, p_bias, False, cached=True)
             return (o[0] if self.return_attention_scores else o), cache
         qw, kw, vw = self._projections(q, k, v, position, p_bias)
+        kw, vw = _cache_layout(kw, vw, one_token=cache is not None and kw.shape[1] == 1)
         if cache is not None:
-            kw = ops.slice_update(cache[0], [0, index, 0, 0], ops.cast(kw, cache[0].dtype))
-            vw = ops.slice_update(cache[1], [0, index, 0, 0], ops.cast(vw, cache[1].dtype))
-        o = self._attention(qw, kw, vw, None, bias, position, p_bias, False)
+            kw = ops.slice_update(cache[0], [0, 0, 0, index], ops.cast(kw, cache[0].dtype))
+            vw = ops.slice_update(cache[1], [0, 0, 0, index], ops.cast(vw, cache[1].dtype))
+        o = self._attention(qw, kw, vw, None, bias, position, p_bias, False, cached=True)
         return (o[0] if self.return_attention_scores else o), (kw, vw)
 
-    def _attention(self, qw, kw, vw, key_mask, bias, position, p_bias, training):
+    def _attention(self, qw, kw, vw, key_mask, bias, position, p_bias, training, cached=False):
         """The attention of per-head q, k, v (``_projections``) -> [B, Lq, out_dim]
         (and the scores with ``return_attention_scores``); ``position``: the relative
-        embeddings of ``p_bias`` 'typical_relative' or 't5_relative'."""
+        embeddings of ``p_bias`` 'typical_relative' or 't5_relative'; ``cached``: k and v are
+        in a key/value cache's layouts (``_cache_layout``)."""
         relative = ops.cast(position, qw.dtype) if p_bias == "typical_relative" else None
+        keys, values = ("bhdk", "bhdk") if cached else ("bkhd", "bkhd")
         o = (
-            self._fused_attention(qw, kw, vw, key_mask, bias)
+            self._fused_attention(qw, *(_step_layout(kw, vw) if cached else (kw, vw)), key_mask, bias)
             if relative is None and p_bias != "t5_relative" and self.fusable(bias, training)
             else None
         )
@@ -447,9 +497,9 @@ class MultiHeadAttention(_AttentionBase):
         if p_bias == "t5_relative":
             # T5's scores are not scaled down: under mixed precision they are taken in float32,
             # where float16's rounding of the larger products would move the softmax by ~1e-2
-            a = ops.einsum("bjhd,bkhd->bhjk", ops.cast(qw, "float32"), ops.cast(kw, "float32"))
+            a = ops.einsum(f"bjhd,{keys}->bhjk", ops.cast(qw, "float32"), ops.cast(kw, "float32"))
         else:
-            a = ops.einsum("bjhd,bkhd->bhjk", qw, kw)
+            a = ops.einsum(f"bjhd,{keys}->bhjk", qw, kw)
         if relative is not None:  # Shaw et al.: q_j . r_jk added to the scores, sum_k p_jk r_jk to the output
             a = a + ops.einsum("bjhd,jkd->bhjk", qw, relative)
         if p_bias == "t5_relative":  # T5: a learned bias per head, [Lq, Lk, heads] -> [1, heads, Lq, Lk]
@@ -459,7 +509,7 @@ class MultiHeadAttention(_AttentionBase):
         if bias is not None and len(bias.shape) == 3:  # [B|1, Lq, Lk], shared by the heads
             bias = ops.expand_dims(bias, 1)
         attention = self._normalize(a, key_mask, bias, training)
-        o = ops.einsum("bhjk,bkhd->bjhd", ops.cast(attention, vw.dtype), vw)
+        o = ops.einsum(f"bhjk,{values}->bjhd", ops.cast(attention, vw.dtype), vw)
         if relative is not None:
             o = o + ops.einsum("bhjk,jkd->bjhd", attention, relative)
         shape = ops.shape(o)

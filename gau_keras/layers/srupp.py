@@ -150,7 +150,7 @@ class SRUppAttention(keras.layers.Layer):
 
     def _output(self, attn, residual, training):
         """U = dropout(α·attn + residual, normalised after when so configured) W3."""
-        o = self.alpha * attn + residual
+        o = ops.cast(self.alpha, attn.dtype) * attn + residual  # autocast only covers __call__
         if self.norm is not None and self.normalize_after:
             o = self.norm(o)
         return self.linear3(self.output_dropout(o, training=training))
@@ -383,16 +383,19 @@ class SRUppCell(_SequenceLayer):
             U, kept = self.transform.attend_cached(x, None if cache is None else cache[:2], index, visible)
         else:
             U, kept = self.transform(x, training=False), ()
+        # in float32 (the recurrence's own precision under mixed precision), so that the state
+        # kept between steps is not rounded to float16 where the uncached call never rounds it
+        dtype = "float64" if self.compute_dtype == "float64" else "float32"
         h, c = sru_recurrence(
-            U,
-            inputs,
-            self.weight_c,
-            self.bias,
+            ops.cast(U, dtype),
+            ops.cast(inputs, dtype),
+            ops.cast(self.weight_c, dtype),
+            ops.cast(self.bias, dtype),
             c0=None if cache is None else cache[-1],
             mask_pad=ops.logical_not(real),
             scale_x=self.scale_x if self.k == 3 else None,
         )
-        h, c = ops.cast(h, self.compute_dtype), ops.cast(c, self.compute_dtype)
+        h = ops.cast(h, self.compute_dtype)
         if self.norm is not None and self.normalize_after:
             h = self.norm(h)
         return h, (*kept, c)

@@ -19,8 +19,9 @@ import keras
 import numpy as np
 
 from gau_keras.models.config import ConfigError, UnknownArgumentError, resolve_arguments
+from gau_keras.models.huggingface import is_hf_directory, read_hf_directory
 from gau_keras.models.presets import model_files
-from gau_keras.models.registry import BACKBONES, register_backbone_class
+from gau_keras.models.registry import BACKBONES, backbone_class, register_backbone_class, resolve_model_class
 from gau_keras.registration import PACKAGE
 
 __all__ = ["BACKBONES", "Backbone", "register_backbone"]
@@ -162,11 +163,29 @@ class Backbone(keras.Model):
         )
 
     @classmethod
+    def _hugging_face(cls, directory):
+        """(config arguments, checkpoint) of a Hugging Face directory of this class's model."""
+        name, config, checkpoint = read_hf_directory(directory)
+        if resolve_model_class(name) is not cls.transformer_class:
+            other = backbone_class(resolve_model_class(name))
+            raise ConfigError(
+                f"{cls.__name__}.from_preset: {directory!r} holds a {name!r} model (its config.json's "
+                f"model_type); load it with {other.__name__}.from_preset"
+            )
+        return config, checkpoint
+
+    @classmethod
     def from_preset(cls, preset, load_weights=True, **kwargs):
         """The backbone of a preset (a name in ``presets`` or a released model directory:
         bert_config.json or config.json, bert_model.ckpt.*), with its checkpoint loaded unless
-        ``load_weights=False``; ``kwargs`` override the config (``with_mlm=True``, ...)."""
-        config_path, checkpoint, _ = model_files(cls.preset_directory(preset))
+        ``load_weights=False``; ``kwargs`` override the config (``with_mlm=True``, ...). A Hugging
+        Face model directory (config.json, model.safetensors or pytorch_model.bin) is read by
+        ``gau_keras.models.huggingface``; its ``model_type`` must be this class's model."""
+        directory = cls.preset_directory(preset)
+        if is_hf_directory(directory):
+            config_path, checkpoint = cls._hugging_face(directory)
+        else:
+            config_path, checkpoint, _ = model_files(directory)
         backbone = cls(**resolve_arguments(cls.transformer_class, kwargs, config_path, model=cls.__name__))
         if load_weights:
             backbone.transformer.load_weights_from_checkpoint(checkpoint)

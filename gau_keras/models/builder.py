@@ -1,5 +1,7 @@
 """``build_transformer_model``: the bert4keras entry point."""
 
+import os
+
 # the architectures register their names (registry.register) as they are imported
 import gau_keras.models.albert  # noqa: F401
 import gau_keras.models.bert  # noqa: F401
@@ -12,7 +14,8 @@ import gau_keras.models.roformer_v2  # noqa: F401
 import gau_keras.models.srupp  # noqa: F401
 import gau_keras.models.t5  # noqa: F401
 from gau_keras.models.base import BUILD_ARGUMENTS
-from gau_keras.models.config import resolve_arguments
+from gau_keras.models.config import read_json, resolve_arguments
+from gau_keras.models.huggingface import HF_MODEL_TYPES, hf_config, hf_model_name, is_hf_directory, read_hf_directory
 from gau_keras.models.registry import (  # noqa: F401  (MODELS, model_names: their old home, still importable)
     MODELS,
     backbone_class,
@@ -67,17 +70,39 @@ def _build(cls, configs, build_arguments):
     return transformer
 
 
+def _hugging_face(config_path, checkpoint_path, model):
+    """(config_path, checkpoint_path, model) with a Hugging Face model directory (as
+    ``checkpoint_path``, or as ``config_path`` without a checkpoint) read: its config.json
+    mapped to our arguments, its weights to our names, the model from its ``model_type``
+    unless one is named; a config.json alone names the model only when ``model=None``."""
+    if is_hf_directory(checkpoint_path):
+        name, config, checkpoint = read_hf_directory(checkpoint_path)
+        if config_path is not None and os.path.abspath(config_path) != os.path.join(
+            os.path.abspath(checkpoint_path), "config.json"
+        ):
+            config = config_path  # a config of one's own wins over the directory's
+        return config, checkpoint, model or name
+    if model is None and isinstance(config_path, (str, os.PathLike)) and os.path.isfile(config_path):
+        raw = read_json(config_path)
+        if raw.get("model_type") in HF_MODEL_TYPES:
+            return hf_config(raw, os.fspath(config_path)), checkpoint_path, hf_model_name(raw, config_path)
+    return config_path, checkpoint_path, model or "bert"
+
+
 def build_transformer_model(
-    config_path=None, checkpoint_path=None, model="bert", application="encoder", return_keras_model=True, **kwargs
+    config_path=None, checkpoint_path=None, model=None, application="encoder", return_keras_model=True, **kwargs
 ):
     """Builds a model, optionally loading an original TF1 checkpoint.
 
     Args:
         config_path: bert_config.json (or HF config.json) path, a dict of
             its keys, or None.
-        checkpoint_path: TF1 checkpoint prefix or directory, a
+        checkpoint_path: TF1 checkpoint prefix or directory, a Hugging Face
+            model directory (config.json + model.safetensors / pytorch_model.bin,
+            sharded or not: ``gau_keras.models.huggingface``), a
             ``{name: array}`` dict, or None.
-        model: 'bert' (the default, as in bert4keras), 'roberta', 'albert',
+        model: None (a Hugging Face directory's or config.json's
+            ``model_type``, else 'bert', as in bert4keras), 'bert', 'roberta', 'albert',
             'albert_unshared', 'nezha', 'roformer', 'electra', 'roformer_v2',
             'gau_alpha', 'srupp', 'gpt', 'gpt2', 'gpt2_ml', T5's 't5' (= 't5.1.0'),
             't5.1.1', 'mt5.1.1' and their '_encoder' / '_decoder' halves (e.g.
@@ -96,6 +121,7 @@ def build_transformer_model(
             win over the config file; an unknown keyword is an error, a
             bert4keras option these models cannot honour an error saying why.
     """
+    config_path, checkpoint_path, model = _hugging_face(config_path, checkpoint_path, model)
     cls = resolve_model_class(model)
     kwargs.update(name_arguments(model))  # bert4keras: 't5.1.1' / 'mt5.1.1' fix T5's version
     build_arguments = {k: kwargs.pop(k) for k in BUILD_ARGUMENTS if k in kwargs}

@@ -301,9 +301,15 @@ def test_srupp_cached_steps_give_the_full_forward_probabilities(options):
 
 
 @pytest.mark.both_backends
-def test_srupp_greedy_ids_are_the_argmax_of_the_full_forward():
-    """The compiled loop (XLA loops of the recurrence on TensorFlow, its scan on JAX)."""
-    model = tiny_srupp(noise=0.1)
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
+def test_srupp_greedy_ids_are_the_argmax_of_the_full_forward(policy):
+    """The compiled loop (XLA loops of the recurrence on TensorFlow, its scan on JAX); under
+    mixed precision the state kept between steps stays float32, as inside the uncached call."""
+    keras.config.set_dtype_policy(policy)
+    try:
+        model = tiny_srupp(noise=0.1)
+    finally:
+        keras.config.set_dtype_policy("float32")
     ids = CachedLM(model, max_length=24).beam_search([PROMPT], topk=1, maxlen=10, end_id=None)
     probas = keras.ops.convert_to_numpy(model(np.array([PROMPT + ids.tolist()])))[0]
     assert len(ids) == 10 and ids.tolist() == probas[len(PROMPT) - 1 : -1].argmax(-1).tolist()
