@@ -309,11 +309,26 @@ class TrainingState:
 
     # ----------------------------------------------------------- the step's state
     def _values(self):
-        return (
+        """The step's state from the Keras variables, each value placed with
+        the sharding the step returns it with (``_shardings``): the first call
+        then meets the program the later calls use, compiled once."""
+        values = (
             [v.value for v in self.trainable],
             [v.value for v in self.non_trainable],
             [v.value for v in self.trainer.optimizer.variables],
         )
+        return jax.device_put(values, self._shardings(values))
+
+    def _shardings(self, values):
+        """The sharding of each value of the step's state: on a mesh its
+        variable's (DataParallel replicates every variable), else the one
+        device's. A variable's own value may be uncommitted (created before
+        any placement), which jax.jit compiles apart from the committed
+        arrays the step returns."""
+        if self.parallel.distribution is None:
+            one = jax.sharding.SingleDeviceSharding(self.parallel.devices[0])
+            return jax.tree.map(lambda _: one, values)
+        return jax.tree.map(lambda value: value.sharding, values)
 
     def sync(self):
         """Writes the step's state back into the Keras variables (the next
@@ -336,7 +351,8 @@ class TrainingState:
             self.manager = None
 
     # ----------------------------------------------------------- stepping
-    def _compile(self):
+    def _compile(self, state):
+        """The jitted step of ``state``'s shardings (it returns the state with them)."""
         trainer = self.trainer
         train_model, optimizer = trainer.train_model, trainer.optimizer
         call_order = self.call_order
@@ -361,7 +377,7 @@ class TrainingState:
             trainable, optimizer_values = optimizer.stateless_apply(optimizer_values, grads, trainable)
             return (trainable, non_trainable, optimizer_values), sums
 
-        return jax.jit(step, donate_argnums=0)
+        return jax.jit(step, donate_argnums=0, out_shardings=(self._shardings(state), None))
 
     def _place(self, batch, local=True):
         """A tf.data batch as arrays split over the devices by rows: this
@@ -370,10 +386,10 @@ class TrainingState:
 
     def step(self, batch):
         inputs, labels = self._place(batch)
-        if self._step_fn is None:
-            self._step_fn = self._compile()
         if self._state is None:
             self._state = self._values()
+        if self._step_fn is None:
+            self._step_fn = self._compile(self._state)
         self._state, sums = self._step_fn(self._state, inputs, labels)
         self.micro += 1
         return sums
@@ -393,12 +409,8 @@ class TrainingState:
 
             self._eval_fn = jax.jit(sums)
         inputs, labels = self._place((inputs, labels), local=False)
-        return self._eval_fn(
-            [v.value for v in model.trainable_variables],
-            [v.value for v in model.non_trainable_variables],
-            inputs,
-            labels,
-        )
+        weights = ([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables])
+        return self._eval_fn(*jax.device_put(weights, self._shardings(weights)), inputs, labels)
 
     # ----------------------------------------------------------- checkpoints
     def _tree(self, leaf):
