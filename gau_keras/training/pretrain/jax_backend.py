@@ -22,11 +22,13 @@ A checkpoint is one orbax step folder ``checkpoints/<update>/`` holding
 iterator alone). Why orbax: docs/backends.md ("Pretraining on JAX").
 """
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
 import socket
+import sys
 import time
 
 import jax
@@ -85,11 +87,13 @@ def _process_settings(coordinator, num_processes, process_id):
     return given["coordinator"], given["num_processes"], given["process_id"]
 
 
-def start_processes(coordinator=None, num_processes=None, process_id=None, timeout=300):
+def start_processes(coordinator=None, num_processes=None, process_id=None, timeout=300, heartbeat_timeout=100):
     """Joins a run of several processes (``jax.distributed.initialize``) when the
     flags or JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID ask for
     one; a process that cannot reach the coordinator within ``timeout`` seconds
-    stops with a one-line error naming it. Call before JAX's first computation.
+    stops with a one-line error naming it. Once joined, a process not heard
+    from for ``heartbeat_timeout`` seconds is lost: the others' collectives and
+    barriers fail (``stop_with_the_run``). Call before JAX's first computation.
     Returns the number of processes."""
     settings = _process_settings(coordinator, num_processes, process_id)
     if settings is None:
@@ -102,7 +106,14 @@ def start_processes(coordinator=None, num_processes=None, process_id=None, timeo
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     left = max(10, int(timeout - (time.monotonic() - start)))
     try:
-        jax.distributed.initialize(address, count, index, initialization_timeout=left)
+        jax.distributed.initialize(
+            address,
+            count,
+            index,
+            initialization_timeout=left,
+            heartbeat_timeout_seconds=max(1, int(heartbeat_timeout)),
+            shutdown_timeout_seconds=max(10, int(timeout)),
+        )
     except Exception as e:  # noqa: BLE001 - XLA's coordination service raises its own kinds
         detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise DeviceError(
@@ -110,6 +121,34 @@ def start_processes(coordinator=None, num_processes=None, process_id=None, timeo
             f"{timeout:g} s ({detail[:200]})"
         ) from None
     return count
+
+
+@contextlib.contextmanager
+def stop_with_the_run(output_dir):
+    """Around the training of a run of several processes: a failed computation
+    (a collective whose peer process stopped: gloo's connection closed, or
+    XLA's coordination service declaring it lost) ends this process at once
+    with a one-line error naming the checkpoint a restart of every process
+    resumes from. At once (``os._exit``): a normal exit would wait up to the
+    coordinator timeout for the lost process at JAX's shutdown barrier."""
+    try:
+        yield
+    except jax.errors.JaxRuntimeError as e:
+        if jax.process_count() == 1:
+            raise
+        detail = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        detail = detail.split(" This indicates")[0].split(" [type.googleapis")[0]  # XLA's advice and payload
+        steps = run_dir.orbax_steps(os.path.join(output_dir, "checkpoints"))
+        resume = f"checkpoint {steps[-1]}" if steps else "update 0 (no checkpoint yet)"
+        print(
+            f"\nerror: process {jax.process_index()} of {jax.process_count()}: a computation with the other "
+            f"processes failed ({detail[:200]}): a process of the run stopped or cannot be reached; start "
+            f"every process again to resume from {resume}",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.stdout.flush()
+        os._exit(2)
 
 
 def _wait_for_coordinator(address, index, count, timeout):

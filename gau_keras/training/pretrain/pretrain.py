@@ -65,6 +65,13 @@ def parse_args(argv=None):
         default=300.0,
         help="seconds to wait for the coordinator and the other processes (default 300)",
     )
+    processes.add_argument(
+        "--heartbeat-timeout",
+        type=flags.positive_float,
+        default=100.0,
+        help="seconds after which a process not heard from is lost and every other process stops "
+        "with an error (default 100, JAX's)",
+    )
     xla = parser.add_mutually_exclusive_group()
     xla.add_argument(
         "--xla",
@@ -154,7 +161,9 @@ def train_stages(trainer, stages, args):
     from gau_keras.training import run_dir
 
     start = time.time()
-    trainer.start_processes(args.coordinator, args.num_processes, args.process_id, args.coordinator_timeout)
+    trainer.start_processes(
+        args.coordinator, args.num_processes, args.process_id, args.coordinator_timeout, args.heartbeat_timeout
+    )
     devices = trainer.choose_devices(args.tpu, args.devices)  # first: MultiWorkerMirroredStrategy precedes any TF op
     for _, stage in stages:  # a stage's data error now, not hours into the run
         trainer.check_data(stage)

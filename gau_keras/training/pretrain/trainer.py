@@ -56,18 +56,26 @@ def backend():
     return importlib.import_module(BACKENDS[name])
 
 
-def start_processes(coordinator=None, num_processes=None, process_id=None, timeout=300):
+def start_processes(coordinator=None, num_processes=None, process_id=None, timeout=300, heartbeat_timeout=100):
     """Joins a run of several JAX processes (``jax_backend.start_processes``);
     under TensorFlow its flags are an error (TF_CONFIG names the workers there).
     Returns the number of processes."""
     if keras.backend.backend() == "jax":
-        return backend().start_processes(coordinator, num_processes, process_id, timeout)
+        return backend().start_processes(coordinator, num_processes, process_id, timeout, heartbeat_timeout)
     if (coordinator, num_processes, process_id) != (None, None, None):
         raise DeviceError(
             "--coordinator / --num-processes / --process-id start several JAX processes; under "
             "KERAS_BACKEND=tensorflow a multi-worker run takes its workers from TF_CONFIG"
         )
     return 1
+
+
+def stop_with_the_run(output_dir):
+    """Around a run's training: on JAX with several processes, a process of
+    the run lost stops this one with a one-line error (``jax_backend.stop_with_the_run``)."""
+    if keras.backend.backend() == "jax":
+        return backend().stop_with_the_run(output_dir)
+    return contextlib.nullcontext()
 
 
 def choose_devices(tpu=None, devices=None):
@@ -411,7 +419,7 @@ class Trainer:
         ``max_minutes``), then checkpoints; exports when update ``train.steps``
         is done. ``stopped_early`` then says whether time or a signal ended it."""
         try:
-            with self._stop_on_signals():
+            with self._stop_on_signals(), stop_with_the_run(self.output_dir):  # before close(): it would wait for them
                 self._train(max_minutes, until)
         finally:
             self.close()

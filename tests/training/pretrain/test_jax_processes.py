@@ -1,19 +1,24 @@
 """pretrain/pretrain.py on several JAX processes (issue 50, item 1).
 
 Two localhost processes of one CPU device each (``jax.distributed`` with
-gloo collectives) train the tiny GAU-alpha config of tests/pretrain_utils.py,
-stopped after update 2 and resumed, and give the losses of one process on
-one device; each process reads its own rows of every global batch (counted
-here on the pipeline). Also: a checkpoint of two processes resumed by one,
-an unreachable coordinator, a process id beyond the count.
+gloo collectives) train the tiny GAU-alpha config of tests/pretrain_utils.py;
+process 1 is killed once checkpoint 2 is written, which stops process 0 with
+a one-line error; started again, both resume from the last checkpoint and
+give the losses of one process on one device (run here, in the test
+process). Each process reads its own rows of every global batch (counted here
+on the pipeline). Also: a checkpoint of two processes refused by one, an
+unreachable coordinator, a process id beyond the count, processes given
+other configs.
 """
 
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -23,12 +28,19 @@ from tests.conftest import REPO_ROOT
 from tests.pretrain_utils import losses, make_shards, write_config
 
 PRETRAIN = [sys.executable, "-m", "gau_keras.training.pretrain.pretrain"]
+STEPS = 4
 
 
-def _env():
+def _env(root, devices=1):
     path = os.pathsep.join([str(REPO_ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=path)
-    env.pop("XLA_FLAGS", None)  # one CPU device per process
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"  # CPU devices per process
+    # the resumed processes load the step the first ones compiled
+    env.update(
+        JAX_COMPILATION_CACHE_DIR=str(root / "jax_cache"),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+        JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1",
+    )
     return env
 
 
@@ -38,24 +50,33 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _start(argv, log):
-    return subprocess.Popen(
-        PRETRAIN + argv, cwd=REPO_ROOT, env=_env(), stdout=log.open("w"), stderr=subprocess.STDOUT, text=True
+def _start(root, argv, name, devices=1):
+    log = root / f"{name}.log"
+    process = subprocess.Popen(
+        argv, cwd=REPO_ROOT, env=_env(root, devices), stdout=log.open("w"), stderr=subprocess.STDOUT, text=True
     )
+    return process, log
 
 
-def _processes(config, count, *extra, port=None):
-    """The argv of each of ``count`` processes of one run on localhost."""
-    port = port or _free_port()
-    return [
-        ["--config", config, *extra, "--coordinator", f"127.0.0.1:{port}", "--num-processes", str(count)]
-        + ["--process-id", str(i)]
-        for i in range(count)
-    ]
+def _two_processes(root, config, name, devices=1):
+    """The 2 processes of one run on localhost, ``devices`` CPU devices each: {f'{name}-{i}': (process, log)}."""
+    port = _free_port()
+    return {
+        f"{name}-{i}": _start(
+            root,
+            PRETRAIN
+            + ["--config", config, "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
+            + ["--process-id", str(i), "--coordinator-timeout", "60", "--heartbeat-timeout", "5"],
+            f"{name}-{i}",
+            devices,
+        )
+        for i in range(2)
+    }
 
 
-def _finish(jobs, timeout=600):
-    """{name: (exit status, output)} of the started ``jobs`` {name: (process, log)}."""
+def _finish(jobs, timeout=240):
+    """{name: (exit status, output)} of the started ``jobs`` {name: (process, log)}; a job
+    still running after ``timeout`` seconds is killed (status -9)."""
     deadline = time.time() + timeout
     done = {}
     for name, (process, log) in jobs.items():
@@ -68,30 +89,54 @@ def _finish(jobs, timeout=600):
     return done
 
 
+def _kill_at_checkpoint(process, folder, stop):
+    """SIGKILLs ``process`` once the checkpoint ``folder`` is written (or when ``stop`` is set)."""
+    while not stop.is_set() and process.poll() is None:
+        if folder.is_dir():
+            process.send_signal(signal.SIGKILL)
+            return
+        time.sleep(0.02)
+
+
+def _main(argv):
+    """pretrain.main's exit status in this process, or its SystemExit message."""
+    from gau_keras.training.pretrain import pretrain
+
+    try:
+        return pretrain.main(argv)
+    except SystemExit as stop:
+        return str(stop)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, requires_jax):
     root = tmp_path_factory.mktemp("pretrain_processes")
     shards = make_shards(root)
-    one = write_config(root, shards, "one", steps=3, eval_every=3)
-    two = write_config(root, shards, "two", steps=3, eval_every=3)
+    one = write_config(root, shards, "one", steps=STEPS, eval_every=STEPS)
+    two = write_config(root, shards, "two", steps=STEPS, eval_every=STEPS)
     start = time.time()
-    jobs = {"one": (_start(["--config", one], root / "one.log"), root / "one.log")}
-    for i, argv in enumerate(_processes(two, 2, "--steps", "2")):
-        jobs[f"two-{i}"] = (_start(argv, root / f"two-{i}.log"), root / f"two-{i}.log")
-    unreachable = ["--config", one, "--coordinator", f"127.0.0.1:{_free_port()}", "--num-processes", "2"]
-    unreachable += ["--process-id", "1", "--coordinator-timeout", "5", "--output-dir", str(root / "nowhere")]
-    jobs["unreachable"] = (_start(unreachable, root / "unreachable.log"), root / "unreachable.log")
-    done = _finish(jobs)
-    shutil.copytree(root / "two", root / "other_count")  # checkpoints 1 and 2 of two processes
-    jobs = {
-        f"resumed-{i}": (_start(argv, root / f"resumed-{i}.log"), root / f"resumed-{i}.log")
-        for i, argv in enumerate(_processes(two, 2))
-    }
-    jobs["other_count"] = (
-        _start(["--config", two, "--output-dir", str(root / "other_count")], root / "other_count.log"),
-        root / "other_count.log",
+    killed = _two_processes(root, two, "killed")
+    stop = threading.Event()
+    killer = threading.Thread(
+        target=_kill_at_checkpoint, args=(killed["killed-1"][0], root / "two" / "checkpoints" / "2", stop)
     )
-    done.update(_finish(jobs))
+    killer.start()
+    address = f"127.0.0.1:{_free_port()}"
+    mismatch = {
+        f"mismatch-{i}": _start(root, [sys.executable, "-c", MISMATCH, address, str(i)], f"mismatch-{i}")
+        for i in range(2)
+    }
+    done = {"one": _main(["--config", one, "--devices", "1"])}  # meanwhile, here: the one-process run
+    done.update(_finish(killed))
+    stop.set()
+    killer.join()
+    shutil.copytree(root / "two", root / "other_count")  # the checkpoints of two processes
+    resumed = _two_processes(root, two, "resumed", devices=2)  # and resharded onto 2 devices each
+    done["other_count"] = _main(["--config", two, "--output-dir", str(root / "other_count"), "--devices", "1"])
+    unreachable = ["--config", one, "--coordinator", f"127.0.0.1:{_free_port()}", "--num-processes", "2"]
+    unreachable += ["--process-id", "1", "--coordinator-timeout", "2", "--output-dir", str(root / "nowhere")]
+    done["unreachable"] = _main(unreachable)
+    done.update(_finish({**resumed, **mismatch}))
     print(f"pretraining on 2 processes and its checks took {time.time() - start:.0f} s")
     return root, done
 
@@ -100,23 +145,45 @@ def _log(root, name):
     return [json.loads(line) for line in (root / name / "log.jsonl").read_text().splitlines()]
 
 
+def _resumed_from(done):
+    """The checkpoint folder the killed run's process 0 named, and its update."""
+    line = next(line for line in done["killed-0"][1].splitlines() if line.startswith("error: "))
+    folder = line.rsplit("resume from checkpoint ", 1)[1]
+    return folder, int(os.path.basename(folder))
+
+
 @pytest.mark.jax_only
-def test_two_processes_resumed_give_the_one_process_losses(runs):
+def test_a_killed_process_stops_the_other_with_a_one_line_error(runs):
     root, done = runs
-    for name in ("one", "two-0", "two-1", "resumed-0", "resumed-1"):
+    assert done["killed-1"][0] == -signal.SIGKILL, done["killed-1"][1][-3000:]
+    status, output = done["killed-0"]
+    assert status == 2, output[-3000:]
+    assert "[Gloo] Rank 1 is connected to 1 peer ranks" in done["killed-1"][1]
+    errors = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith("error: process 0 of 2: a computation with the other processes")
+    assert "a process of the run stopped or cannot be reached; start every process again" in errors[0]
+    folder, update = _resumed_from(done)
+    assert folder.startswith(str(root / "two" / "checkpoints")) and 2 <= update < STEPS
+
+
+@pytest.mark.jax_only
+def test_the_processes_started_again_on_two_devices_each_resume_and_give_the_one_process_losses(runs):
+    root, done = runs
+    assert done["one"] == 0
+    for name in ("resumed-0", "resumed-1"):
         assert done[name][0] == 0, f"{name}: {done[name][1][-3000:]}"
-    assert "[Gloo] Rank 1 is connected to 1 peer ranks" in done["two-1"][1]
-    assert f"resumed from {root / 'two' / 'checkpoints' / '2'}: update 2" in done["resumed-0"][1]
+    folder, update = _resumed_from(done)
+    assert f"resumed from {folder}: update {update}" in done["resumed-0"][1]
     one, two = losses(root, "one"), losses(root, "two")
-    assert len(one) == 3 and len(two) == 3 and all(np.isfinite(one))
+    assert len(one) == STEPS and len(two) == STEPS and all(np.isfinite(one))
     np.testing.assert_allclose(two, one, atol=1e-5, rtol=0)
     # every process took part in the held-out evaluation; process 0 alone wrote the log
-    evaluations = {r["update"]: r for r in _log(root, "two") if "eval_loss" in r}  # at update 2 (--steps 2) and 3
-    assert sorted(evaluations) == [2, 3] and evaluations[3]["eval_masked_tokens"] > 0
-    alone = next(r for r in _log(root, "one") if "eval_loss" in r)
-    assert evaluations[3]["eval_loss"] == pytest.approx(alone["eval_loss"], abs=1e-5)
+    evaluation = [r for r in _log(root, "two") if "eval_loss" in r]
+    alone = [r for r in _log(root, "one") if "eval_loss" in r]
+    assert [r["update"] for r in evaluation] == [STEPS] and evaluation[0]["eval_masked_tokens"] > 0
+    assert evaluation[0]["eval_loss"] == pytest.approx(alone[0]["eval_loss"], abs=1e-5)
     # one step folder per checkpoint, each process's data iterator in it
-    iterators = sorted(os.listdir(root / "two" / "checkpoints" / "3" / "data_iterator"))
+    iterators = sorted(os.listdir(root / "two" / "checkpoints" / str(STEPS) / "data_iterator"))
     assert {"iterator-0-of-2.index", "iterator-1-of-2.index"} <= set(iterators)
     assert (root / "two" / "export" / "bert_model.ckpt.index").exists()
 
@@ -124,24 +191,33 @@ def test_two_processes_resumed_give_the_one_process_losses(runs):
 @pytest.mark.jax_only
 def test_a_checkpoint_of_two_processes_is_refused_by_one(runs):
     root, done = runs
-    status, output = done["other_count"]
-    folder = root / "other_count" / "checkpoints" / "2"
-    assert status == 2
-    assert (
+    _, update = _resumed_from(done)
+    folder = root / "other_count" / "checkpoints" / str(update)
+    assert done["other_count"] == (
         f"error: checkpoint {folder} was written by 2 process(es) and this run has 1: each process's data iterator "
         f"holds its own rows of the batches; resume it with 2 process(es), or pass --restart to start from update 0"
-    ) in output
-    assert sorted(os.listdir(root / "other_count" / "checkpoints")) == ["1", "2"]  # nothing moved aside
+    )
+    assert "unrestorable" not in os.listdir(root / "other_count" / "checkpoints")  # nothing moved aside
 
 
 @pytest.mark.jax_only
 def test_an_unreachable_coordinator_is_a_time_limited_error_naming_it(runs):
     _, done = runs
-    status, output = done["unreachable"]
-    assert status == 2
-    line = next(line for line in output.splitlines() if line.startswith("error: "))
-    assert line.startswith("error: --coordinator 127.0.0.1:")
-    assert "process 1 of 2 could not reach it within 5 s" in line
+    assert done["unreachable"].startswith("error: --coordinator 127.0.0.1:")
+    assert "process 1 of 2 could not reach it within 2 s" in done["unreachable"]
+    assert "\n" not in done["unreachable"]
+
+
+@pytest.mark.jax_only
+def test_processes_started_with_other_configs_stop_before_training(runs):
+    _, done = runs
+    for i in range(2):
+        status, output = done[f"mismatch-{i}"]
+        assert status == 0, output[-2000:]
+        assert (
+            f"error: c{i}.json: process(es) [1] train another config than process 0 (data, model, optimizer or "
+            f"train settings differ); start every process with the same config and flags"
+        ) in output, output[-2000:]
 
 
 def test_the_processes_rows_are_the_global_batch_each_record_once(tmp_path):
@@ -203,25 +279,3 @@ try:
 except ConfigError as e:
     print(f"error: {e}")
 """
-
-
-@pytest.mark.jax_only
-def test_processes_started_with_other_configs_stop_before_training(requires_jax):
-    address = f"127.0.0.1:{_free_port()}"
-    jobs = [
-        subprocess.Popen(
-            [sys.executable, "-c", MISMATCH, address, str(i)],
-            cwd=REPO_ROOT,
-            env=_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    outputs = [job.communicate(timeout=300)[0] for job in jobs]
-    for i, output in enumerate(outputs):
-        assert (
-            f"error: c{i}.json: process(es) [1] train another config than process 0 (data, model, optimizer or "
-            f"train settings differ); start every process with the same config and flags"
-        ) in output, output[-2000:]
