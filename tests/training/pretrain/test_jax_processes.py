@@ -3,9 +3,9 @@
 Two localhost processes of one CPU device each (``jax.distributed`` with
 gloo collectives) train the tiny GAU-alpha config of tests/pretrain_utils.py;
 process 1 is killed once checkpoint 2 is written, which stops process 0 with
-a one-line error; started again, both resume from the last checkpoint and
-give the losses of one process on one device (run here, in the test
-process). Each process reads its own rows of every global batch (counted here
+a one-line error; started again with 2 CPU devices each, both resume from
+the last checkpoint and give the losses of one process on one device (run
+here, in the test process). Each process reads its own rows of every global batch (counted here
 on the pipeline). Also: a checkpoint of two processes refused by one, an
 unreachable coordinator, a process id beyond the count, processes given
 other configs.
