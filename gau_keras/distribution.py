@@ -8,7 +8,9 @@ model under and split their batches with:
   (which must be configured before TensorFlow's runtime starts);
 * JAX: a `JaxDataParallel`, ``keras.distribution.DataParallel`` over the
   first n of ``jax.local_devices()`` (on CPU, more than one needs
-  ``XLA_FLAGS=--xla_force_host_platform_device_count=n`` before JAX starts).
+  ``XLA_FLAGS=--xla_force_host_platform_device_count=n`` before JAX starts);
+  after ``jax.distributed.initialize`` with several processes, over
+  ``jax.devices()``: every process's devices.
 
 Both have ``scope()`` and ``num_replicas_in_sync``.
 """
@@ -27,10 +29,14 @@ def device_count_error(devices, available, platform):
 
 class JaxDataParallel:
     """``keras.distribution.DataParallel`` over the first ``devices`` local
-    JAX devices (None: all of them); with one device, no distribution.
+    JAX devices (None: all of them); with one device, no distribution. After
+    ``jax.distributed.initialize`` with several processes, over every
+    process's devices (``devices`` then counts this process's).
 
     ``distribute(batch)`` places a batch (a nest of arrays [B, ...]) on the
-    devices, each taking B / devices rows, as Keras's own ``fit`` does.
+    devices, each taking B / devices rows, as Keras's own ``fit`` does; with
+    several processes ``batch`` is this process's rows [B / processes, ...]
+    (``local=True``) or the global batch, of which it takes its rows.
     """
 
     def __init__(self, devices=None):
@@ -40,22 +46,44 @@ class JaxDataParallel:
         devices = len(available) if devices is None else devices
         if len(available) < devices:
             raise device_count_error(devices, len(available), available[0].platform)
-        self.devices = available[:devices]
+        self.processes = jax.process_count()
+        if self.processes > 1 and devices != len(available):
+            raise ValueError(
+                f"--devices {devices}: a run of {self.processes} processes trains on all of each "
+                f"process's {len(available)} devices"
+            )
+        self.devices = available[:devices] if self.processes == 1 else jax.devices()
         self.platform = available[0].platform
-        self.num_replicas_in_sync = devices
-        self.distribution = keras.distribution.DataParallel(devices=self.devices) if devices > 1 else None
+        self.num_replicas_in_sync = len(self.devices)
+        self.distribution = (
+            keras.distribution.DataParallel(devices=self.devices) if self.num_replicas_in_sync > 1 else None
+        )
 
     def scope(self):
         return contextlib.nullcontext() if self.distribution is None else self.distribution.scope()
 
-    def distribute(self, batch):
+    def distribute(self, batch, local=False):
         import jax
 
         if self.distribution is None:
             return jax.tree.map(lambda x: jax.device_put(x, self.devices[0]), batch)
-        return jax.tree.map(
-            lambda x: keras.distribution.distribute_tensor(x, self.distribution.get_data_layout(x.shape)), batch
-        )
+        if self.processes == 1:
+            return jax.tree.map(
+                lambda x: keras.distribution.distribute_tensor(x, self.distribution.get_data_layout(x.shape)), batch
+            )
+        return jax.tree.map(lambda x: self._global_array(x, local), batch)
+
+    def _global_array(self, x, local):
+        """The global batch array of which this process holds the rows of ``x``
+        (``local``) or the rows ``x[process]`` of the global ``x``."""
+        import jax
+
+        rows = x.shape[0] if local else x.shape[0] // self.processes
+        if not local:
+            index = jax.process_index()
+            x = x[index * rows : (index + 1) * rows]
+        layout = self.distribution.get_data_layout((rows * self.processes, *x.shape[1:]))
+        return jax.make_array_from_process_local_data(layout.backend_layout, x)
 
 
 def tf_mirrored(devices):

@@ -1,6 +1,13 @@
 """Pretraining on JAX: ``keras.distribution.DataParallel`` over this host's
-devices, one ``jax.jit`` micro-step on Keras's stateless API, orbax
-checkpoints of model, optimizer, data iterator, micro-step and dropout RNG.
+devices (or, after ``start_processes``, over every process's), one ``jax.jit``
+micro-step on Keras's stateless API, orbax checkpoints of model, optimizer,
+data iterator, micro-step and dropout RNG.
+
+Several processes (``--coordinator``, ``--num-processes``, ``--process-id``)
+each read their own rows of every global batch (``trainer.training_dataset``'s
+``shard``), train one program over all devices, and write each checkpoint
+together: orbax's arrays from every process into one step folder, each
+process's data iterator beside them (``iterator-<i>-of-<n>``).
 
 The step's state (weights, dropout RNG, optimizer variables) lives outside
 the Keras variables while it trains, its buffers donated to each step, as in
@@ -15,8 +22,14 @@ A checkpoint is one orbax step folder ``checkpoints/<update>/`` holding
 iterator alone). Why orbax: docs/backends.md ("Pretraining on JAX").
 """
 
+import contextlib
 import errno
+import hashlib
+import json
 import os
+import socket
+import sys
+import time
 
 import jax
 import keras
@@ -25,7 +38,7 @@ import tensorflow as tf
 from keras import ops
 
 from gau_keras.distribution import JaxDataParallel
-from gau_keras.errors import CheckpointError, DeviceError
+from gau_keras.errors import CheckpointError, ConfigError, DeviceError
 from gau_keras.training import run_dir
 from gau_keras.training.pretrain.trainer import tf_config_workers
 
@@ -37,21 +50,146 @@ def orbax():
     return orbax.checkpoint.v1
 
 
+#: the environment variables of ``start_processes`` (JAX's own names)
+PROCESS_ENV = {
+    "coordinator": "JAX_COORDINATOR_ADDRESS",
+    "num_processes": "JAX_NUM_PROCESSES",
+    "process_id": "JAX_PROCESS_ID",
+}
+
+
+def _process_settings(coordinator, num_processes, process_id):
+    """The flags, else their environment variables, checked: (address, count, id)."""
+    given = {"coordinator": coordinator, "num_processes": num_processes, "process_id": process_id}
+    for key, name in PROCESS_ENV.items():
+        if given[key] is None and os.environ.get(name):
+            value = os.environ[name]
+            if key != "coordinator":
+                try:
+                    value = int(value)
+                except ValueError:
+                    raise DeviceError(f"{name}={value!r} is not an integer") from None
+            given[key] = value
+    missing = [f"--{k.replace('_', '-')} (or {PROCESS_ENV[k]})" for k, v in given.items() if v is None]
+    if len(missing) == len(given):
+        return None
+    if given["num_processes"] is not None and given["num_processes"] < 1:
+        raise DeviceError(f"--num-processes {given['num_processes']}: must be at least 1")
+    if given["num_processes"] == 1 and given["process_id"] in (None, 0):
+        return None
+    if missing:
+        raise DeviceError(f"a run of several processes needs {', '.join(missing)}")
+    if not 0 <= given["process_id"] < given["num_processes"]:
+        raise DeviceError(
+            f"--process-id {given['process_id']}: must be in 0..{given['num_processes'] - 1} "
+            f"(--num-processes {given['num_processes']})"
+        )
+    return given["coordinator"], given["num_processes"], given["process_id"]
+
+
+def start_processes(coordinator=None, num_processes=None, process_id=None, timeout=300, heartbeat_timeout=100):
+    """Joins a run of several processes (``jax.distributed.initialize``) when the
+    flags or JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID ask for
+    one; a process that cannot reach the coordinator within ``timeout`` seconds
+    stops with a one-line error naming it. Once joined, a process not heard
+    from for ``heartbeat_timeout`` seconds is lost: the others' collectives and
+    barriers fail (``stop_with_the_run``). Call before JAX's first computation.
+    Returns the number of processes."""
+    settings = _process_settings(coordinator, num_processes, process_id)
+    if settings is None:
+        return 1
+    address, count, index = settings
+    start = time.monotonic()
+    if index != 0:  # XLA's client aborts the process when the coordinator does not answer: ask first
+        _wait_for_coordinator(address, index, count, timeout)
+    # CPU devices of several processes reduce over gloo (TPU and GPU use their own links)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    left = max(10, int(timeout - (time.monotonic() - start)))
+    try:
+        jax.distributed.initialize(
+            address,
+            count,
+            index,
+            initialization_timeout=left,
+            heartbeat_timeout_seconds=max(1, int(heartbeat_timeout)),
+            shutdown_timeout_seconds=max(10, int(timeout)),
+        )
+    except Exception as e:  # noqa: BLE001 - XLA's coordination service raises its own kinds
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DeviceError(
+            f"--coordinator {address}: process {index} of {count} could not join the run within "
+            f"{timeout:g} s ({detail[:200]})"
+        ) from None
+    return count
+
+
+@contextlib.contextmanager
+def stop_with_the_run(output_dir):
+    """Around the training of a run of several processes: a failed computation
+    (a collective whose peer process stopped: gloo's connection closed, or
+    XLA's coordination service declaring it lost) ends this process at once
+    with a one-line error naming the checkpoint a restart of every process
+    resumes from. At once (``os._exit``): a normal exit would wait up to the
+    coordinator timeout for the lost process at JAX's shutdown barrier."""
+    try:
+        yield
+    except jax.errors.JaxRuntimeError as e:
+        if jax.process_count() == 1:
+            raise
+        detail = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        detail = detail.split(" This indicates")[0].split(" [type.googleapis")[0]  # XLA's advice and payload
+        steps = run_dir.orbax_steps(os.path.join(output_dir, "checkpoints"))
+        resume = f"checkpoint {steps[-1]}" if steps else "update 0 (no checkpoint yet)"
+        print(
+            f"\nerror: process {jax.process_index()} of {jax.process_count()}: a computation with the other "
+            f"processes failed ({detail[:200]}): a process of the run stopped or cannot be reached; start "
+            f"every process again to resume from {resume}",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.stdout.flush()
+        os._exit(2)
+
+
+def _wait_for_coordinator(address, index, count, timeout):
+    """Returns once ``address`` (HOST:PORT) accepts a connection; a one-line
+    error naming it after ``timeout`` seconds."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise DeviceError(f"--coordinator {address}: expected HOST:PORT")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=2).close()
+            return
+        except OSError as e:
+            if time.monotonic() >= deadline:
+                raise DeviceError(
+                    f"--coordinator {address}: process {index} of {count} could not reach it within "
+                    f"{timeout:g} s ({e.strerror or e}); start process 0 there, or check the address"
+                ) from None
+            time.sleep(0.5)
+
+
 class Devices:
-    """This host's devices under ``keras.distribution.DataParallel``."""
+    """The devices of a run under ``keras.distribution.DataParallel``: this
+    host's, or every process's after ``start_processes``."""
 
     def __init__(self, parallel):
         self.parallel = parallel
         self.kind = parallel.platform  # 'cpu', 'gpu' or 'tpu'
         self.replicas = parallel.num_replicas_in_sync
-        self.is_chief = jax.process_index() == 0
+        self.processes = jax.process_count()
+        self.process_index = jax.process_index()
+        self.is_chief = self.process_index == 0
 
     def scope(self):
         return self.parallel.scope()
 
 
 def choose_devices(tpu=None, devices=None):
-    """All of this host's JAX devices, or the first ``devices`` (``--devices N``)."""
+    """All of this host's JAX devices, or the first ``devices`` (``--devices N``);
+    every process's after ``start_processes``."""
     if tpu:
         raise DeviceError(
             f"--tpu {tpu}: naming a TPU is TensorFlow's TPUStrategy; under KERAS_BACKEND=jax "
@@ -83,27 +221,68 @@ def resolve_xla(explicit, configured, kind):
     return True
 
 
+def iterator_name(processes, index):
+    """The file name of process ``index``'s iterator in ``data_iterator/``."""
+    return "iterator" if processes == 1 else f"iterator-{index}-of-{processes}"
+
+
 class IteratorCheckpoint:
     """The tf.data iterator as an orbax ``StatefulCheckpointable``: a
     tf.train checkpoint of the iterator alone, written into the step's
-    ``data_iterator/`` folder. Saves are synchronous (the iterator must not
-    move while it is written)."""
+    ``data_iterator/`` folder, one per process (each reads its own rows).
+    Saves are synchronous (the iterator must not move while it is written)."""
 
     def __init__(self, iterator):
         self.checkpoint = tf.train.Checkpoint(iterator=iterator)
+        self.name = iterator_name(jax.process_count(), jax.process_index())
 
     async def save(self, directory):
         async def write():
             path = await directory.await_creation()
-            self.checkpoint.write(os.path.join(str(path), "iterator"))
+            self.checkpoint.write(os.path.join(str(path), self.name))
 
         return write()
 
     async def load(self, directory):
         async def read():
-            self.checkpoint.read(os.path.join(str(directory), "iterator")).assert_consumed()
+            self.checkpoint.read(os.path.join(str(directory), self.name)).assert_consumed()
 
         return read()
+
+
+def check_process_count(step):
+    """A one-line error when the step folder ``step`` holds the data iterators
+    of another number of processes (each holds its own process's rows)."""
+    folder = os.path.join(step, "data_iterator")
+    if not tf.io.gfile.isdir(folder):
+        return  # a damaged folder: its restore fails and names it
+    written = sorted(n[: -len(".index")] for n in tf.io.gfile.listdir(folder) if n.endswith(".index"))
+    if not written or iterator_name(jax.process_count(), jax.process_index()) in written:
+        return
+    count = 1 if written == ["iterator"] else len(written)
+    raise CheckpointError(
+        f"checkpoint {step} was written by {count} process(es) and this run has {jax.process_count()}: "
+        f"each process's data iterator holds its own rows of the batches; resume it with {count} "
+        f"process(es), or pass --restart to start from update 0"
+    )
+
+
+def check_same_config(config):
+    """Every process of a run must train the same config: an error on all of
+    them, before the first update, naming the processes that differ from process 0's."""
+    if jax.process_count() == 1:
+        return
+    from jax.experimental import multihost_utils
+
+    kept = {k: v for k, v in config.items() if k not in ("config_path", "model_config_path")}
+    digest = hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).digest()[:8]
+    digests = np.asarray(multihost_utils.process_allgather(np.frombuffer(digest, np.uint32)))
+    differ = [i for i in range(len(digests)) if not np.array_equal(digests[i], digests[0])]
+    if differ:
+        raise ConfigError(
+            f"{config['config_path']}: process(es) {differ} train another config than process 0 "
+            f"(data, model, optimizer or train settings differ); start every process with the same config and flags"
+        )
 
 
 def _nested(values):
@@ -161,6 +340,7 @@ class TrainingState:
         self._at_checkpoint = None  # the update the variables were last saved at or restored from
         names = [w.path for w in model.weights]
         _nested(dict.fromkeys(names))  # the checkpoint's names must be unique
+        check_same_config(trainer.config)
 
     @property
     def micro_step(self):
@@ -168,11 +348,26 @@ class TrainingState:
 
     # ----------------------------------------------------------- the step's state
     def _values(self):
-        return (
+        """The step's state from the Keras variables, each value placed with
+        the sharding the step returns it with (``_shardings``): the first call
+        then meets the program the later calls use, compiled once."""
+        values = (
             [v.value for v in self.trainable],
             [v.value for v in self.non_trainable],
             [v.value for v in self.trainer.optimizer.variables],
         )
+        return jax.device_put(values, self._shardings(values))
+
+    def _shardings(self, values):
+        """The sharding of each value of the step's state: on a mesh its
+        variable's (DataParallel replicates every variable), else the one
+        device's. A variable's own value may be uncommitted (created before
+        any placement), which jax.jit compiles apart from the committed
+        arrays the step returns."""
+        if self.parallel.distribution is None:
+            one = jax.sharding.SingleDeviceSharding(self.parallel.devices[0])
+            return jax.tree.map(lambda _: one, values)
+        return jax.tree.map(lambda value: value.sharding, values)
 
     def sync(self):
         """Writes the step's state back into the Keras variables (the next
@@ -195,7 +390,8 @@ class TrainingState:
             self.manager = None
 
     # ----------------------------------------------------------- stepping
-    def _compile(self):
+    def _compile(self, state):
+        """The jitted step of ``state``'s shardings (it returns the state with them)."""
         trainer = self.trainer
         train_model, optimizer = trainer.train_model, trainer.optimizer
         call_order = self.call_order
@@ -220,18 +416,19 @@ class TrainingState:
             trainable, optimizer_values = optimizer.stateless_apply(optimizer_values, grads, trainable)
             return (trainable, non_trainable, optimizer_values), sums
 
-        return jax.jit(step, donate_argnums=0)
+        return jax.jit(step, donate_argnums=0, out_shardings=(self._shardings(state), None))
 
-    def _place(self, batch):
-        """A tf.data batch as arrays split over the devices by rows."""
-        return self.parallel.distribute(jax.tree.map(np.asarray, batch))
+    def _place(self, batch, local=True):
+        """A tf.data batch as arrays split over the devices by rows: this
+        process's rows of the global batch (``local``), or the global batch."""
+        return self.parallel.distribute(jax.tree.map(np.asarray, batch), local=local)
 
     def step(self, batch):
         inputs, labels = self._place(batch)
-        if self._step_fn is None:
-            self._step_fn = self._compile()
         if self._state is None:
             self._state = self._values()
+        if self._step_fn is None:
+            self._step_fn = self._compile(self._state)
         self._state, sums = self._step_fn(self._state, inputs, labels)
         self.micro += 1
         return sums
@@ -250,13 +447,9 @@ class TrainingState:
                 return trainer.mlm_sums(labels, logits, labels)[:3]
 
             self._eval_fn = jax.jit(sums)
-        inputs, labels = self._place((inputs, labels))
-        return self._eval_fn(
-            [v.value for v in model.trainable_variables],
-            [v.value for v in model.non_trainable_variables],
-            inputs,
-            labels,
-        )
+        inputs, labels = self._place((inputs, labels), local=False)
+        weights = ([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables])
+        return self._eval_fn(*jax.device_put(weights, self._shardings(weights)), inputs, labels)
 
     # ----------------------------------------------------------- checkpoints
     def _tree(self, leaf):
@@ -290,6 +483,7 @@ class TrainingState:
         abstract = self._tree(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=v.value.sharding))
         abstract["micro_step"] = 0
         for path in reversed(steps):
+            check_process_count(path)
             try:
                 loaded = orbax().load_checkpointables(path, self._checkpointables(abstract))["state"]
             except Exception as e:  # noqa: BLE001 - orbax and tensorstore raise many kinds for a damaged folder
@@ -300,7 +494,7 @@ class TrainingState:
                 failed.append(path)
                 continue
             self._assign(loaded)
-            for bad in failed:
+            for bad in failed if self.trainer.is_chief else ():
                 run_dir.move_step_aside(bad, os.path.join(self.directory, "unrestorable"))
                 run_dir.warn(f"moved the unrestorable {bad} to {os.path.join(self.directory, 'unrestorable')}")
             self._open()

@@ -45,6 +45,33 @@ def parse_args(argv=None):
         "TensorFlow: MirroredStrategy over N GPUs, or N logical CPUs; by default the "
         "strategy follows the machine and TF_CONFIG)",
     )
+    processes = parser.add_argument_group(
+        "several JAX processes (KERAS_BACKEND=jax; one command per host, or per process on one host)"
+    )
+    processes.add_argument(
+        "--coordinator",
+        metavar="HOST:PORT",
+        help="process 0's address, which every process joins (default: JAX_COORDINATOR_ADDRESS)",
+    )
+    processes.add_argument(
+        "--num-processes", type=flags.positive_int, help="processes of the run (default: JAX_NUM_PROCESSES)"
+    )
+    processes.add_argument(
+        "--process-id", type=flags.non_negative_int, help="this process's index, 0 to N-1 (default: JAX_PROCESS_ID)"
+    )
+    processes.add_argument(
+        "--coordinator-timeout",
+        type=flags.positive_float,
+        default=300.0,
+        help="seconds to wait for the coordinator and the other processes (default 300)",
+    )
+    processes.add_argument(
+        "--heartbeat-timeout",
+        type=flags.positive_float,
+        default=100.0,
+        help="seconds after which a process not heard from is lost and every other process stops "
+        "with an error (default 100, JAX's)",
+    )
     xla = parser.add_mutually_exclusive_group()
     xla.add_argument(
         "--xla",
@@ -68,7 +95,10 @@ def parse_args(argv=None):
         action="store_true",
         help="evaluate the latest checkpoint on all of data.eval, log it and exit",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.num_processes is not None and args.process_id is not None and args.process_id >= args.num_processes:
+        parser.error(f"--process-id {args.process_id}: must be below --num-processes {args.num_processes}")
+    return args
 
 
 def main(argv=None):
@@ -131,6 +161,9 @@ def train_stages(trainer, stages, args):
     from gau_keras.training import run_dir
 
     start = time.time()
+    trainer.start_processes(
+        args.coordinator, args.num_processes, args.process_id, args.coordinator_timeout, args.heartbeat_timeout
+    )
     devices = trainer.choose_devices(args.tpu, args.devices)  # first: MultiWorkerMirroredStrategy precedes any TF op
     for _, stage in stages:  # a stage's data error now, not hours into the run
         trainer.check_data(stage)

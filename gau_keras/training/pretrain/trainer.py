@@ -56,6 +56,28 @@ def backend():
     return importlib.import_module(BACKENDS[name])
 
 
+def start_processes(coordinator=None, num_processes=None, process_id=None, timeout=300, heartbeat_timeout=100):
+    """Joins a run of several JAX processes (``jax_backend.start_processes``);
+    under TensorFlow its flags are an error (TF_CONFIG names the workers there).
+    Returns the number of processes."""
+    if keras.backend.backend() == "jax":
+        return backend().start_processes(coordinator, num_processes, process_id, timeout, heartbeat_timeout)
+    if (coordinator, num_processes, process_id) != (None, None, None):
+        raise DeviceError(
+            "--coordinator / --num-processes / --process-id start several JAX processes; under "
+            "KERAS_BACKEND=tensorflow a multi-worker run takes its workers from TF_CONFIG"
+        )
+    return 1
+
+
+def stop_with_the_run(output_dir):
+    """Around a run's training: on JAX with several processes, a process of
+    the run lost stops this one with a one-line error (``jax_backend.stop_with_the_run``)."""
+    if keras.backend.backend() == "jax":
+        return backend().stop_with_the_run(output_dir)
+    return contextlib.nullcontext()
+
+
 def choose_devices(tpu=None, devices=None):
     """The devices of a run (``--tpu``, ``--devices N``): see the backends' ``choose_devices``."""
     return backend().choose_devices(tpu, devices)
@@ -66,17 +88,24 @@ def tf_config_workers():
     return len(json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {}).get("worker", []))
 
 
-def training_dataset(config, tokenizer, pattern, repeat, dynamic_mask=None, replicas=1):
+def training_dataset(config, tokenizer, pattern, repeat, dynamic_mask=None, replicas=1, shard=(1, 0)):
     """The batches of ``config``'s data settings from the shards at ``pattern``;
-    bad settings or shards are errors naming the config (``config_path``)."""
+    bad settings or shards are errors naming the config (``config_path``).
+
+    ``shard=(n, i)``: process i's rows of each global batch, [batch_size / n, L]:
+    the pipeline's examples are batched by batch_size / n and process i takes
+    every n-th of those batches from the i-th, so the n processes' rows,
+    concatenated in process order, are the one-process global batch.
+    """
     data = config["data"]
     batch = data["batch_size"]
     if batch % replicas:
         raise ConfigError(f"data.batch_size={batch} is not divisible by the {replicas} replicas")
+    processes, index = shard
     try:
-        return tfrecord.load_dataset(
+        dataset = tfrecord.load_dataset(
             pattern,
-            batch,
+            batch // processes,
             maxlen=data["maxlen"],
             dynamic_mask=dynamic_mask,
             shuffle=repeat,
@@ -93,6 +122,7 @@ def training_dataset(config, tokenizer, pattern, repeat, dynamic_mask=None, repl
         )
     except (FileNotFoundError, ValueError) as e:
         raise DataFileError(f"{config['config_path']}: {e}") from None
+    return dataset if processes == 1 else dataset.shard(processes, index)
 
 
 def check_data(config):
@@ -201,8 +231,9 @@ class Trainer:
             self.optimizer.build(self.model.trainable_variables)
         # Every worker runs the same pipeline of global batches (a plain, checkpointable
         # iterator) and hands each of its devices its rows: the run sees the batches one
-        # device would, whatever the number of devices, and resumes exactly.
-        self.dataset = self._dataset(data["train"], repeat=True, dynamic_mask=data["dynamic_mask"])
+        # device would, whatever the number of devices, and resumes exactly. Several JAX
+        # processes each read only their rows of those batches (``training_dataset``'s shard).
+        self.dataset = self._dataset(data["train"], repeat=True, dynamic_mask=data["dynamic_mask"], shard=True)
         self.iterator = iter(self.dataset)
         self.state = self.backend.TrainingState(self)
         self._restore_or_initialise()
@@ -258,8 +289,13 @@ class Trainer:
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         return optimizer
 
-    def _dataset(self, pattern, repeat, dynamic_mask=None):
-        return training_dataset(self.config, self.tokenizer, pattern, repeat, dynamic_mask, self.devices.replicas)
+    def _dataset(self, pattern, repeat, dynamic_mask=None, shard=False):
+        """The global batches at ``pattern``, or this process's rows of them (``shard``)."""
+        processes = getattr(self.devices, "processes", 1)  # several only on JAX (TensorFlow splits batches itself)
+        where = (processes, self.devices.process_index) if shard and processes > 1 else (1, 0)
+        return training_dataset(
+            self.config, self.tokenizer, pattern, repeat, dynamic_mask, self.devices.replicas, shard=where
+        )
 
     def _restore_or_initialise(self):
         restored = self.state.restore()
@@ -334,7 +370,7 @@ class Trainer:
             train["eval_every"]
             and (update % train["eval_every"] == 0 or update == train["steps"])
             and self.config["data"]["eval"]
-            and self.is_chief
+            and (self.is_chief or getattr(self.devices, "processes", 1) > 1)  # JAX: every process takes part
         ):
             self._log_eval(update)
         if update % train["save_every"] == 0:
@@ -383,7 +419,7 @@ class Trainer:
         ``max_minutes``), then checkpoints; exports when update ``train.steps``
         is done. ``stopped_early`` then says whether time or a signal ended it."""
         try:
-            with self._stop_on_signals():
+            with self._stop_on_signals(), stop_with_the_run(self.output_dir):  # before close(): it would wait for them
                 self._train(max_minutes, until)
         finally:
             self.close()
@@ -510,6 +546,8 @@ class Trainer:
             for key in ("eval_loss", "eval_masked_accuracy", "majority_baseline_accuracy"):
                 tf.summary.scalar(key, record[key])
         self._append_log(record)
+        if not self.is_chief:
+            return
         print(
             f"\n[eval] update {update}: " + ", ".join(f"{k}={v:.4f}" for k, v in record.items() if isinstance(v, float))
         )

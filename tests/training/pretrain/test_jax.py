@@ -9,6 +9,7 @@ tests/pretrain_utils.py several ways and records what happened; this
 * 2 devices (keras.distribution.DataParallel) give the 1-device losses;
 * the export is the released TF1 layout: loaded here, on TensorFlow, it gives
   the MLM probabilities the JAX process computed (1e-5);
+* the step compiles once (its first state placed as it returns it);
 * a damaged newest checkpoint is moved aside and the previous one resumes;
   a full disk while checkpointing is a one-line error that keeps the
   previous checkpoint; TensorFlow's checkpoints in the run directory, --tpu
@@ -79,7 +80,9 @@ def _full_disk_run(root, shards):
     try:
         trainer.train()
     except RunDirError as stop:
-        return {"message": f"error: {stop}", "left": sorted(os.listdir(root / "full" / "checkpoints"))}
+        left = sorted(os.listdir(root / "full" / "checkpoints"))
+        # the programs jax.jit holds for the step after its 4 calls (jax's own count, a private method)
+        return {"message": f"error: {stop}", "left": left, "step_programs": trainer.state._step_fn._cache_size()}
     return {"message": None}
 
 
@@ -221,6 +224,13 @@ def test_a_full_disk_keeps_the_previous_checkpoint(jax_runs):
         f"to resume"
     )
     assert out["full"]["left"] == ["1"]
+
+
+def test_the_step_compiles_once(jax_runs):
+    """The first call's state (the Keras variables' values, uncommitted) is
+    placed as the step returns it: one program for every call."""
+    _, out, _ = jax_runs
+    assert out["full"]["step_programs"] == 1
 
 
 def test_srupp_trains_under_mixed_float16(jax_runs):
