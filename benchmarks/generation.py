@@ -2,6 +2,13 @@
 ``AutoRegressiveDecoder``, the model run over the prompt and every id so far at each step) and,
 for GPT2, against keras-hub's ``GPT2CausalLM.generate()`` at the same size, in one run.
 
+Sizes (``--size``): ``small`` (the default) is GPT-2 small's shape (hidden 768, 12 layers, 12
+heads, FFN 3072) at the 21128-id Chinese vocabulary, GAU-alpha as released (24 GAU layers, hidden
+768, e = 1536, s = 128, 12000 ids) and SRU++ at GPT-2 small's width and depth; ``tiny`` is hidden
+256, 4 layers, 4 heads, 12000 ids (s = 64). At ``tiny`` the weights fit in this CPU's last-level
+cache and a 1040-slot key/value cache does not, so the per-token time there grows with the
+cache more than a model of real size does (benchmarks/README.md).
+
 For each model and each number of new tokens N (batch 1, greedy = beam search with topk 1; with
 ``--sample`` also batch 4, top-k sampling):
 
@@ -42,10 +49,14 @@ from _common import format_number, markdown_table  # noqa: E402
 
 MODELS = ("gpt2", "gau_alpha", "srupp")
 DEFAULT_MODELS = ("gpt2", "gau_alpha")
-SIZES = {  # --quick: a smoke test of the machinery
-    "full": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 12000},
-    "quick": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 100},
+SIZES = {
+    # GPT-2 small (124M at GPT-2's vocab; 21128 is the Chinese BERT vocab of uer/gpt2-chinese-cluecorpussmall)
+    "small": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "vocab_size": 21128},
+    "tiny": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 12000},
+    "quick": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 100},  # --quick
 }
+# --size small builds GAU-alpha as released (chinese_GAU-alpha-char_L-24_H-768: 24 GAU layers, s = 128)
+RELEASED_GAU_ALPHA = {"num_hidden_layers": 24, "vocab_size": 12000, "attention_key_size": 128}
 HEADERS = [
     "model",
     "batch",
@@ -66,7 +77,11 @@ HEADERS = [
 ]
 
 
-def model_config(name, sizes, max_position):
+def model_config(name, sizes, max_position, size="tiny"):
+    """Our config of ``name`` at ``sizes``; at ``size='small'`` GAU-alpha takes the released model's
+    depth, vocabulary and key size (``RELEASED_GAU_ALPHA``)."""
+    if name == "gau_alpha" and size == "small":
+        sizes = dict(sizes, **{k: v for k, v in RELEASED_GAU_ALPHA.items() if k != "attention_key_size"})
     hidden = sizes["hidden_size"]
     config = dict(sizes, max_position_embeddings=max_position, type_vocab_size=2)
     if name == "srupp":  # SRU++: attention width p = H / 4 (the paper's ratio), every layer attends
@@ -79,7 +94,8 @@ def model_config(name, sizes, max_position):
         )
     if name == "gau_alpha":
         # GAU-alpha: e = 2H, s = 128 at H 768; here s = H / 4
-        config.update(intermediate_size=2 * hidden, attention_key_size=hidden // 4, hidden_act="swish")
+        key_size = RELEASED_GAU_ALPHA["attention_key_size"] if size == "small" else hidden // 4
+        config.update(intermediate_size=2 * hidden, attention_key_size=key_size, hidden_act="swish")
     else:
         config.update(intermediate_size=4 * hidden, hidden_act="gelu")
     return config
@@ -257,6 +273,13 @@ def parse_args(argv):
     p.add_argument("--topk", type=int, default=40)
     p.add_argument("--no-keras-hub", action="store_true", help="leave keras-hub out even where it imports")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--size",
+        choices=("small", "tiny"),
+        default="small",
+        help="small: GPT-2 small's sizes (hidden 768, 12 layers, 12 heads), GAU-alpha as released; "
+        "tiny: hidden 256, 4 layers, 4 heads",
+    )
     p.add_argument("--quick", action="store_true", help="smoke test: tiny models, 8 new tokens, 1 repeat")
     args = p.parse_args(argv)
     if args.quick:
@@ -281,11 +304,9 @@ def main(argv=None):
     import numpy as np
     import tensorflow as tf
 
-    sizes = SIZES["quick" if args.quick else "full"]
+    size = "quick" if args.quick else args.size
+    sizes = SIZES[size]
     max_position = args.prompt_length + max(args.lengths)
-    rng = np.random.default_rng(args.seed)
-    prompt = rng.integers(1, sizes["vocab_size"] - 1, size=args.prompt_length).tolist()
-    end_id = sizes["vocab_size"] - 1  # never stops a run: minlen = maxlen = N
     hub_reason = "--no-keras-hub" if args.no_keras_hub else keras_hub_reason()
     modes = [("greedy", 1)] + ([("sample", args.sample_batch)] if args.sample else [])
 
@@ -295,8 +316,8 @@ def main(argv=None):
         flush=True,
     )
     print(
-        f"sizes: {sizes}, max_position {max_position}, prompt {args.prompt_length} ids; random weights "
-        f"(seed {args.seed}); end id {end_id}, minlen = maxlen = N; sampling top-k {args.topk}; "
+        f"size {size}: {sizes}, max_position {max_position}, prompt {args.prompt_length} ids; random weights "
+        f"(seed {args.seed}); end id: the last of the vocabulary, minlen = maxlen = N; sampling top-k {args.topk}; "
         f"recompute: {args.recompute}",
         flush=True,
     )
@@ -309,8 +330,11 @@ def main(argv=None):
 
     rows, flat_lines = [], []
     for name in args.models:
-        config = model_config(name, sizes, max_position)
+        config = model_config(name, sizes, max_position, size)
         model = build(name, config, args.seed)
+        rng = np.random.default_rng(args.seed)
+        prompt = rng.integers(1, config["vocab_size"] - 1, size=args.prompt_length).tolist()
+        end_id = config["vocab_size"] - 1  # never stops a run: minlen = maxlen = N
         print(f"{name}: {model.count_params():,} parameters, config {config}", flush=True)
         for mode, batch in modes:
             measured, cached_per_token = [], {}
