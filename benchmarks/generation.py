@@ -5,9 +5,7 @@ for GPT2, against keras-hub's ``GPT2CausalLM.generate()`` at the same size, in o
 Sizes (``--size``): ``small`` (the default) is GPT-2 small's shape (hidden 768, 12 layers, 12
 heads, FFN 3072) at the 21128-id Chinese vocabulary, GAU-alpha as released (24 GAU layers, hidden
 768, e = 1536, s = 128, 12000 ids) and SRU++ at GPT-2 small's width and depth; ``tiny`` is hidden
-256, 4 layers, 4 heads, 12000 ids (s = 64). At ``tiny`` the weights fit in this CPU's last-level
-cache and a 1040-slot key/value cache does not, so the per-token time there grows with the
-cache more than a model of real size does (benchmarks/README.md).
+256, 4 layers, 4 heads, 12000 ids (s = 64).
 
 For each model and each number of new tokens N (batch 1, greedy = beam search with topk 1; with
 ``--sample`` also batch 4, top-k sampling):
