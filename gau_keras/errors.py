@@ -53,3 +53,10 @@ class DeviceError(GauKerasError, ValueError):
 
 class OptionError(GauKerasError, ValueError):
     """A command-line option value a command cannot use; the message names the flag."""
+
+
+def first_line(error):
+    """The first line of ``error``'s message, or its class name when the message is empty: what a
+    one-line error quotes of an exception raised below it (TensorFlow's, XLA's, a parser's)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

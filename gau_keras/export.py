@@ -41,6 +41,7 @@ import os
 import re
 
 from gau_keras import input_checks
+from gau_keras.errors import first_line
 
 #: model input names -> signature input names
 INPUT_NAMES = {"Input-Token": "token_ids", "Input-Segment": "segment_ids"}
@@ -239,7 +240,7 @@ def _load_keras(path):
     except (zipfile.BadZipFile, OSError, EOFError) as e:
         raise ValueError(f"{broken} ({e})") from None
     except (ValueError, KeyError, TypeError) as e:  # a damaged config.json, an unknown layer ...
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = first_line(e)
         raise ValueError(f"export: --keras {path} could not be loaded: {first}") from None
 
 

@@ -18,6 +18,7 @@ import os
 
 from gau_keras import optional
 from gau_keras.data.mlm import dynamic_whole_word_mask
+from gau_keras.errors import first_line
 
 tf = optional.tensorflow("pretraining's TFRecord shards and tf.data input (gau_keras.data.tfrecord)")
 from google.protobuf.message import DecodeError  # noqa: E402  (protobuf comes with TensorFlow)
@@ -123,7 +124,7 @@ def _first_record(path):
         for record in tf.data.TFRecordDataset([path]).take(1):
             return tf.train.Example.FromString(record.numpy())
     except (tf.errors.DataLossError, DecodeError) as e:
-        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        detail = first_line(e)
         raise ValueError(
             f"load_dataset: {path} is not a TFRecord file of MLM examples ({detail}); "
             f"prepare the shards again (prepare_corpus)"

@@ -31,7 +31,7 @@ import time
 import tensorflow as tf
 
 from gau_keras import flags
-from gau_keras.errors import CheckpointError, RunDirError
+from gau_keras.errors import CheckpointError, RunDirError, first_line
 
 CHECKPOINT_RE = re.compile(r"^ckpt-(\d+)\.index$")
 #: what a run writes into its .lock
@@ -346,7 +346,7 @@ def restore_newest(checkpoint, directory, repair=True):
         try:
             checkpoint.restore(prefix).assert_existing_objects_matched()
         except RESTORE_ERRORS as e:
-            detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            detail = first_line(e)
             if repair:
                 warn(f"checkpoint {prefix} does not restore ({type(e).__name__}: {detail}); trying the previous one")
             failed.append(prefix)

@@ -38,7 +38,7 @@ import tensorflow as tf
 from keras import ops
 
 from gau_keras.distribution import JaxDataParallel
-from gau_keras.errors import CheckpointError, ConfigError, DeviceError
+from gau_keras.errors import CheckpointError, ConfigError, DeviceError, first_line
 from gau_keras.training import run_dir
 from gau_keras.training.pretrain.trainer import tf_config_workers
 
@@ -115,7 +115,7 @@ def start_processes(coordinator=None, num_processes=None, process_id=None, timeo
             shutdown_timeout_seconds=max(10, int(timeout)),
         )
     except Exception as e:  # noqa: BLE001 - XLA's coordination service raises its own kinds
-        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        detail = first_line(e)
         raise DeviceError(
             f"--coordinator {address}: process {index} of {count} could not join the run within "
             f"{timeout:g} s ({detail[:200]})"
@@ -487,7 +487,7 @@ class TrainingState:
             try:
                 loaded = orbax().load_checkpointables(path, self._checkpointables(abstract))["state"]
             except Exception as e:  # noqa: BLE001 - orbax and tensorstore raise many kinds for a damaged folder
-                detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                detail = first_line(e)
                 run_dir.warn(
                     f"checkpoint {path} does not restore ({type(e).__name__}: {detail}); trying the previous one"
                 )
