@@ -194,3 +194,32 @@ def test_hand_written_gradients_differentiate_again(rng):
     ours = gradients(penalty(lambda u: gops.rms_normalize(u, 1e-7), lambda u: gops.masked_softmax(u)), [x])[0]
     plain = gradients(penalty(lambda u: _plain_rms(u, 1e-7), lambda u: _plain_softmax(u, None)), [x])[0]
     np.testing.assert_allclose(ops.convert_to_numpy(ours), ops.convert_to_numpy(plain), rtol=1e-4, atol=1e-6)
+
+
+def test_key_lengths_cut_long_caches_in_blocks():
+    assert gops.key_lengths(511) == (511,)  # short: one length, no branch to compile
+    lengths = gops.key_lengths(1040)
+    assert lengths[-1] == 1040 and len(lengths) <= 17 and lengths[0] >= 64 and lengths[0] % 16 == 0
+    assert all(b - a == lengths[0] for a, b in zip(lengths, lengths[1:-1]))
+    assert gops.key_lengths(32, smallest=4) == (4, 8, 12, 16, 20, 24, 28, 32)
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize("filled", [1, 4, 5, 17, 32])
+def test_over_filled_slots_is_the_uncut_attention_over_the_shortest_length(rng, monkeypatch, filled):
+    """Keys and values positions last, [B, d, N]; slots >= filled masked: the cut call gives the
+    uncut one's output, and attends over the shortest of ``key_lengths`` holding the filled slots."""
+    monkeypatch.setattr(gops, "key_lengths", lambda slots: tuple(range(4, slots + 1, 4)))
+    q = rng.normal(size=(2, 3, 8)).astype("float32")
+    k, v = rng.normal(size=(2, 8, 32)).astype("float32"), rng.normal(size=(2, 6, 32)).astype("float32")
+    visible = np.broadcast_to(np.arange(32) < filled, (2, 3, 32)) & (rng.random((2, 3, 32)) < 0.8)
+    visible[:, :, 0] = True
+
+    def attend(q, k, v, visible):
+        a = gops.masked_softmax(ops.matmul(q, k), visible)
+        return ops.einsum("bjk,bdk->bjd", a, v), ops.convert_to_tensor(k.shape[-1], "int32")
+
+    expected, _ = attend(q, k, v, visible)
+    got, length = gops.over_filled_slots(attend, filled, [(q, None), (k, -1), (v, -1), (visible, -1)])
+    np.testing.assert_allclose(ops.convert_to_numpy(got), ops.convert_to_numpy(expected), rtol=1e-6, atol=1e-7)
+    assert int(ops.convert_to_numpy(length)) == max(4, -(-filled // 4) * 4)

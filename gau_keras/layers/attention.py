@@ -272,11 +272,22 @@ class GatedAttentionUnit(_AttentionBase):
         if cache is not None:
             k = ops.slice_update(cache[0], [0, 0, index], ops.cast(k, cache[0].dtype))
             v = ops.slice_update(cache[1], [0, 0, index], ops.cast(v, cache[1].dtype))
-        return self._attention(u, q, k, v, None, bias, False, cached=True), (k, v)
+        if cache is None or bias is None:
+            return self._attention(u, q, k, v, None, bias, False, cached=True), (k, v)
+        mixed = gops.over_filled_slots(
+            lambda q, k, v, bias: self._mixed(q, k, v, None, bias, False, cached=True),
+            index + ops.shape(q)[1],
+            [(q, None), (k, -1), (v, -1), (bias, -1)],
+        )
+        return self.o_dense(u * mixed), (k, v)
 
     def _attention(self, u, q, k, v, key_mask, bias, training, cached=False):
         """``o_dense(u * (normalize(q kᵀ) v))`` -> [B, Lq, H]; ``cached``: k and v are a
         cache's, positions last ([B, s|e, Lk])."""
+        return self.o_dense(u * self._mixed(q, k, v, key_mask, bias, training, cached))
+
+    def _mixed(self, q, k, v, key_mask, bias, training, cached):
+        """``normalize(q kᵀ) v`` -> [B, Lq, e] (``_attention``'s arguments)."""
         scores = (lambda q, k: gops.matmul(q, k)) if cached else _scores  # noqa: E731
         if self.normalization == "softmax_plus" and (bias is None or bias.dtype == "bool"):
             # the per-row factor scale·ln(n)/ln(512) multiplies q [B, Lq, s] instead of the
@@ -284,12 +295,12 @@ class GatedAttentionUnit(_AttentionBase):
             q = q * ops.cast(self._softmax_plus_factor(ops.shape(v)[2 if cached else 1], key_mask, bias), q.dtype)
             a = scores(q, k)
             attention = self.dropout(gops.attention_normalize(a, key_mask, "softmax", bias), training=training)
-            return self.o_dense(u * _weighted_values(attention, v, cached))
+            return _weighted_values(attention, v, cached)
         a = scores(q, k)
         if self.attention_scale:
             a = a / self.key_size**0.5
         attention = self._normalize(a, key_mask, bias, training)
-        return self.o_dense(u * _weighted_values(attention, v, cached))
+        return _weighted_values(attention, v, cached)
 
     def _softmax_plus_factor(self, keys, key_mask, bias):
         """float32 [B|1, Lq|1, 1]: softmax_plus's ln(max(n, min_len)) / ln(512) times the
@@ -476,14 +487,31 @@ class MultiHeadAttention(_AttentionBase):
         if cache is not None:
             kw = ops.slice_update(cache[0], [0, 0, 0, index], ops.cast(kw, cache[0].dtype))
             vw = ops.slice_update(cache[1], [0, 0, 0, index], ops.cast(vw, cache[1].dtype))
-        o = self._attention(qw, kw, vw, None, bias, position, p_bias, False, cached=True)
-        return (o[0] if self.return_attention_scores else o), (kw, vw)
+        if cache is None or bias is None:
+            o = self._attention(qw, kw, vw, None, bias, position, p_bias, False, cached=True)
+            return (o[0] if self.return_attention_scores else o), (kw, vw)
+        relative = p_bias in ("typical_relative", "t5_relative")  # [T, N, .]: cut with the keys
+
+        def mix(qw, kw, vw, bias, *position_):
+            mixed, _ = self._mix(qw, kw, vw, None, bias, position_[0] if relative else position, p_bias, False, True)
+            return mixed
+
+        operands = [(qw, None), (kw, -1), (vw, -1), (bias, -1)] + ([(position, 1)] if relative else [])
+        mixed = gops.over_filled_slots(mix, index + ops.shape(qw)[1], operands)
+        return self.o_dense(mixed), (kw, vw)
 
     def _attention(self, qw, kw, vw, key_mask, bias, position, p_bias, training, cached=False):
         """The attention of per-head q, k, v (``_projections``) -> [B, Lq, out_dim]
         (and the scores with ``return_attention_scores``); ``position``: the relative
         embeddings of ``p_bias`` 'typical_relative' or 't5_relative'; ``cached``: k and v are
         in a key/value cache's layouts (``_cache_layout``)."""
+        mixed, a = self._mix(qw, kw, vw, key_mask, bias, position, p_bias, training, cached)
+        o = self.o_dense(mixed)
+        return [o, a] if self.return_attention_scores and a is not None else o
+
+    def _mix(self, qw, kw, vw, key_mask, bias, position, p_bias, training, cached):
+        """``_attention`` before ``o_dense``: (the heads' outputs [B, Lq, heads * head_size],
+        the scaled scores [B, heads, Lq, Lk], or None from fused attention)."""
         relative = ops.cast(position, qw.dtype) if p_bias == "typical_relative" else None
         keys, values = ("bhdk", "bhdk") if cached else ("bkhd", "bkhd")
         o = (
@@ -493,7 +521,7 @@ class MultiHeadAttention(_AttentionBase):
         )
         if o is not None:
             shape = ops.shape(o)
-            return self.o_dense(ops.reshape(o, [shape[0], shape[1], self.heads * self.head_size]))
+            return ops.reshape(o, [shape[0], shape[1], self.heads * self.head_size]), None
         if p_bias == "t5_relative":
             # T5's scores are not scaled down: under mixed precision they are taken in float32,
             # where float16's rounding of the larger products would move the softmax by ~1e-2
@@ -513,8 +541,7 @@ class MultiHeadAttention(_AttentionBase):
         if relative is not None:
             o = o + ops.einsum("bhjk,jkd->bjhd", attention, relative)
         shape = ops.shape(o)
-        o = self.o_dense(ops.reshape(o, [shape[0], shape[1], self.heads * self.head_size]))
-        return [o, a] if self.return_attention_scores else o
+        return ops.reshape(o, [shape[0], shape[1], self.heads * self.head_size]), a
 
     def fusable(self, bias, training):
         """Whether this call may run as cuDNN's fused attention (``_fused_attention``): on a

@@ -142,7 +142,14 @@ class SRUppAttention(keras.layers.Layer):
             k = ops.slice_update(cache[0], [0, index, 0], ops.cast(k, cache[0].dtype))
             v = ops.slice_update(cache[1], [0, index, 0], ops.cast(v, cache[1].dtype))
         allowed = ops.expand_dims(ops.cast(visible, "bool"), 1)  # shared by the heads
-        return self._output(self._attend(z, k, v, allowed, False), residual, False), (k, v)
+        if cache is None:
+            return self._output(self._attend(z, k, v, allowed, False), residual, False), (k, v)
+        attn = gops.over_filled_slots(
+            lambda z, k, v, allowed: self._attend(z, k, v, allowed, False),
+            index + ops.shape(z)[1],
+            [(z, None), (k, 1), (v, 1), (allowed, -1)],
+        )
+        return self._output(attn, residual, False), (k, v)
 
     def _normalized(self, z):
         """z, layer-normalised before the attention unless the norm comes after it."""

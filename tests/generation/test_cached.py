@@ -313,3 +313,63 @@ def test_srupp_greedy_ids_are_the_argmax_of_the_full_forward(policy):
     ids = CachedLM(model, max_length=24).beam_search([PROMPT], topk=1, maxlen=10, end_id=None)
     probas = keras.ops.convert_to_numpy(model(np.array([PROMPT + ids.tolist()])))[0]
     assert len(ids) == 10 and ids.tolist() == probas[len(PROMPT) - 1 : -1].argmax(-1).tolist()
+
+
+def teacher_forced_logits(lm, sequence, prompt_length, segments=None):
+    """The first pass over the prompt, then one cached step per id of ``sequence``: the logits."""
+    ids = np.zeros((1, lm.max_length), "int32")
+    ids[0, : len(sequence)] = sequence
+    segment_ids = np.zeros_like(ids)
+    if segments is not None:
+        segment_ids[0, : len(segments)] = segments
+    feed = (segment_ids, None, None)
+    logits, caches, ranks = lm._first_pass(ids, feed, prompt_length)
+    steps = [logits]
+    for position in range(prompt_length, len(sequence)):
+        logits, caches = lm._step(ids, feed, ranks, caches, position)
+        steps.append(logits)
+    return np.stack([keras.ops.convert_to_numpy(s)[0] for s in steps])
+
+
+@pytest.mark.both_backends
+@pytest.mark.parametrize(
+    "name, application",
+    [("gpt2", "lm"), ("gau_alpha", "lm"), ("roformer_v2", "unilm"), ("nezha", "lm"), ("srupp", "lm")],
+)
+def test_steps_over_the_filled_slots_give_the_whole_cache_logits(monkeypatch, name, application):
+    """A step attends over the shortest key length holding its filled slots (``gau_keras.ops.
+    over_filled_slots``; lengths of 4 here, so a short buffer has several): the same logits as
+    over the whole cache, for absolute, rotary and relative positions, GAU, UniLM and SRU++."""
+    from gau_keras import ops as gops
+
+    model = tiny_srupp(noise=0.1) if name == "srupp" else tiny_model(name, application, noise=0.3)
+    sequence = PROMPT + [21, 30, 4, 9, 50, 12, 8, 44, 31]
+    segments = [0] * len(PROMPT) + [int(application == "unilm")] * (len(sequence) - len(PROMPT))
+    whole = teacher_forced_logits(CachedLM(model, max_length=24), sequence, len(PROMPT), segments)
+    cut_at = tuple(range(4, 25, 4))
+    monkeypatch.setattr(gops, "key_lengths", lambda slots: cut_at if slots == 24 else (slots,))
+    cut = teacher_forced_logits(CachedLM(model, max_length=24), sequence, len(PROMPT), segments)
+    np.testing.assert_allclose(cut, whole, rtol=1e-5, atol=1e-5)
+    inputs = [PROMPT, [0] * len(PROMPT)]
+    beams = CachedLM(model, max_length=24).beam_search(inputs, topk=2, maxlen=12, end_id=None)
+    monkeypatch.undo()
+    assert beams.tolist() == CachedLM(model, max_length=24).beam_search(inputs, topk=2, maxlen=12, end_id=None).tolist()
+
+
+def test_t5_steps_over_the_filled_slots_give_the_whole_cache_ids(monkeypatch):
+    """T5's decoder (its relative position bias cut with the keys; the cross-attention over the
+    encoder output is not cut): beam search over cut key lengths gives the whole cache's ids."""
+    from gau_keras import ops as gops
+
+    config = {"vocab_size": VOCAB, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
+    config.update(attention_head_size=16, intermediate_size=64, hidden_act="relu")
+    keras.utils.set_random_seed(1)
+    t5 = build_transformer_model(config, model="t5", return_keras_model=False)
+    rng = np.random.default_rng(0)
+    for weight in t5.model.weights:
+        weight.assign(weight.numpy() + rng.normal(0, 0.3, weight.shape).astype("float32"))
+    source = [5, 9, 11, 20, 7, 3, 1]
+    whole = CachedLM(t5, max_length=16, max_input_length=10).beam_search([source], 3, 14, None, start_id=0)
+    monkeypatch.setattr(gops, "key_lengths", lambda slots: (4, 8, 12, 16) if slots == 16 else (slots,))
+    cut = CachedLM(t5, max_length=16, max_input_length=10).beam_search([source], 3, 14, None, start_id=0)
+    assert len(whole) == 15 and cut.tolist() == whole.tolist()
