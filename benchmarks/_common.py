@@ -58,10 +58,10 @@ class MemoryProbe:
     """Peak memory above a baseline: TF allocator statistics of ``device``
     when it keeps them, else the process's peak RSS (see the module docstring)."""
 
-    def __init__(self, device):
+    def __init__(self, device, allocator=True):
         self.device = device
         self.baseline = None
-        self.method = "tf-allocator" if self._allocator_stats() is not None else "rss"
+        self.method = "tf-allocator" if allocator and self._allocator_stats() is not None else "rss"
 
     def _allocator_stats(self):
         import tensorflow as tf
@@ -234,7 +234,8 @@ def serve(setup):
 
     try:
         device, device_name = describe_device()
-        probe = MemoryProbe(device)
+        # JAX's buffers are not TensorFlow's allocator's: a JAX worker measures its peak RSS
+        probe = MemoryProbe(device, allocator=os.environ.get("KERAS_BACKEND", "tensorflow") == "tensorflow")
         info, step = setup()
         answer(ready=True, device=device_name, memory_method=probe.method, **info)
         for line in sys.stdin:
@@ -315,7 +316,8 @@ def measure_side_by_side(argv_by_label, repeats, warmup=1, before=None, after=No
 def encoder_step(model_name, sizes, batch_size, length, mode="train", seed=0, vocab_size=64, **model_kwargs):
     """(info, step) of a full ``build_transformer_model`` encoder fed random ids for ``serve``:
     a training step (``train_on_batch``: Adam, MSE of the hidden states against a fixed random
-    target; ``jit_compile=False``, Keras's CPU default) or inference (``predict_on_batch``)."""
+    target; ``jit_compile=False`` on TensorFlow, Keras's CPU default; on JAX jitted, as Keras
+    runs JAX unless told to run it op by op) or inference (``predict_on_batch``)."""
     import keras
     import numpy as np
 
@@ -327,7 +329,8 @@ def encoder_step(model_name, sizes, batch_size, length, mode="train", seed=0, vo
     token_ids = rng.integers(1, vocab_size, size=(batch_size, length)).astype("int32")
     inputs = [token_ids, np.zeros_like(token_ids)]
     target = rng.standard_normal((batch_size, length, sizes["hidden_size"])).astype("float32")
-    model.compile(optimizer=keras.optimizers.Adam(1e-4), loss="mse", jit_compile=False)
+    jit = keras.backend.backend() == "jax"
+    model.compile(optimizer=keras.optimizers.Adam(1e-4), loss="mse", jit_compile=jit)
     if mode == "train":
 
         def step():

@@ -63,12 +63,21 @@ the parent alternates them step by step (order flipped every round), so load
 from other processes hits both; the time ratio is the median of the per-round
 ratios.
 
+Backends (``--backends tensorflow,jax``): each model runs in a worker per backend, all of them
+side by side in the same rounds; a row per backend, and the JAX rows give each model's JAX step
+time over its TensorFlow one (median of the per-round ratios). On JAX the step is jitted (Keras's
+JAX trainer; ``jit_compile=False`` would run it op by op) and peak memory is the worker's peak
+RSS (JAX's buffers are not TensorFlow's allocator's), so the memory columns of the two backends
+are not comparable with each other.
+
 Usage: python3 benchmarks/gau_vs_attention.py [--lengths 128,512,1024,2048]
-    [--batch-size 2] [--repeats 5] [--modes train,infer] [--quick]
+    [--batch-size 2] [--repeats 5] [--modes train,infer] [--backends tensorflow,jax] [--quick]
 """
 
 import argparse
+import importlib.util
 import json
+import os
 import pathlib
 import statistics
 import sys
@@ -82,6 +91,7 @@ import _common  # noqa: E402  (path set above)
 MODELS = ("gau_alpha", "roformer_v2")
 LABELS = {"gau_alpha": "GAU-α", "roformer_v2": "RoFormerV2"}
 MODES = ("train", "infer")
+BACKENDS = ("tensorflow", "jax")
 VOCAB_SIZE = 64
 
 #: the real comparison (issue 2 item 9)
@@ -171,6 +181,7 @@ def worker_setup(spec):
 
 def worker_main(spec_json):
     spec = json.loads(spec_json)
+    os.environ["KERAS_BACKEND"] = spec["backend"]  # before Keras loads
     _common.serve(lambda: worker_setup(spec))
 
 
@@ -186,6 +197,9 @@ def parse_args(argv=None):
     )
     parser.add_argument("--modes", default="train,infer", help="comma-separated: train, infer")
     parser.add_argument(
+        "--backends", default="tensorflow", help="comma-separated: tensorflow, jax (side by side in one run)"
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="tiny widths and one short length: a smoke test, not a measurement"
     )
     parser.add_argument("--seed", type=int, default=1234)
@@ -198,6 +212,12 @@ def parse_args(argv=None):
     bad = [m for m in args.modes if m not in MODES]
     if bad or not args.modes:
         parser.error(f"--modes: {bad or args.modes} invalid; choose from {MODES}")
+    args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    bad = [b for b in args.backends if b not in BACKENDS]
+    if bad or not args.backends or len(set(args.backends)) != len(args.backends):
+        parser.error(f"--backends: {args.backends} invalid; choose from {BACKENDS}, each once")
+    if "jax" in args.backends and importlib.util.find_spec("jax") is None:
+        parser.error("--backends: jax is not installed")
     if args.batch_size is None:
         args.batch_size = 1 if args.quick else 2
     if args.repeats is None:
@@ -218,20 +238,27 @@ def _int_list(text, option):
     return values
 
 
-def worker_argv(args, sizes, model, length, mode):
+def worker_argv(args, sizes, model, length, mode, backend="tensorflow"):
     spec = dict(model=model, sizes=sizes[model], length=length, mode=mode, batch_size=args.batch_size, seed=args.seed)
+    spec["backend"] = backend
     return [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", json.dumps(spec)]
 
 
 def measure(args, sizes, length, mode, calibration, calibrate_first, calibrate_last):
-    """Runs both models side by side for one (length, mode); returns their results."""
+    """Runs both models on every backend side by side for one (length, mode); returns their
+    results by ``(model, backend)``."""
     flops_per_second = []
 
     def calibrate(workers):
-        flops_per_second.append(workers[MODELS[0]].request("calibrate", **calibration)["flops_per_second"])
+        first = (MODELS[0], args.backends[0])
+        flops_per_second.append(workers[first].request("calibrate", **calibration)["flops_per_second"])
 
     results = _common.measure_side_by_side(
-        {model: worker_argv(args, sizes, model, length, mode) for model in MODELS},
+        {
+            (model, backend): worker_argv(args, sizes, model, length, mode, backend)
+            for backend in args.backends
+            for model in MODELS
+        },
         args.repeats,
         before=calibrate if calibrate_first else None,
         after=calibrate if calibrate_last else None,
@@ -240,19 +267,25 @@ def measure(args, sizes, length, mode, calibration, calibrate_first, calibrate_l
 
 
 def summarize(args, sizes, length, mode, results, peak_flops):
-    gau, rof = (results[m] for m in MODELS)
-    times = {m: statistics.median(results[m]["seconds"]) for m in MODELS}
+    """The table's rows of one (length, mode): one per backend."""
+    return [summarize_backend(args, sizes, length, mode, results, peak_flops, backend) for backend in args.backends]
+
+
+def summarize_backend(args, sizes, length, mode, results, peak_flops, backend):
+    mine = {m: results[(m, backend)] for m in MODELS}
+    times = {m: statistics.median(mine[m]["seconds"]) for m in MODELS}
     flops = {m: model_flops(m, sizes, args.batch_size, length, mode) for m in MODELS}
     mfu = {m: flops[m] / times[m] / peak_flops for m in MODELS}
-    mem = {m: results[m]["peak_bytes"] / _common.MIB for m in MODELS}
+    mem = {m: mine[m]["peak_bytes"] / _common.MIB for m in MODELS}
     mem_ratio = mem["gau_alpha"] / mem["roformer_v2"] if mem["roformer_v2"] > 0 else float("nan")
     f = _common.format_number
-    return [
+    row = [
         length,
         mode,
+        backend,
         f(times["gau_alpha"] * 1e3),
         f(times["roformer_v2"] * 1e3),
-        f(_common.median_ratio(gau["seconds"], rof["seconds"])),
+        f(_common.median_ratio(mine["gau_alpha"]["seconds"], mine["roformer_v2"]["seconds"])),
         f(flops["gau_alpha"] / flops["roformer_v2"]),
         f(mem["gau_alpha"]),
         f(mem["roformer_v2"]),
@@ -260,11 +293,16 @@ def summarize(args, sizes, length, mode, results, peak_flops):
         f"{100 * mfu['gau_alpha']:.1f}%",
         f"{100 * mfu['roformer_v2']:.1f}%",
     ]
+    if len(args.backends) > 1:  # each model's step time over its TensorFlow one, round by round
+        tf_results = {m: results[(m, "tensorflow")]["seconds"] for m in MODELS}
+        row += [f(_common.median_ratio(mine[m]["seconds"], tf_results[m])) for m in MODELS]
+    return row
 
 
 HEADERS = [
     "L",
     "mode",
+    "backend",
     "GAU-α ms",
     "RoFormerV2 ms",
     "time GAU/RoF",
@@ -275,6 +313,7 @@ HEADERS = [
     "GAU-α MFU",
     "RoFormerV2 MFU",
 ]
+VERSUS_TF = ["GAU-α time / TF's", "RoFormerV2 time / TF's"]
 
 
 def main(argv=None):
@@ -292,12 +331,13 @@ def main(argv=None):
             args, sizes, length, mode, calibration, calibrate_first=index == 0, calibrate_last=index == len(jobs) - 1
         )
         calibrations += flops
-        device = results[MODELS[0]]["device"]
-        memory_method = results[MODELS[0]]["memory_method"]
-        params = {m: results[m]["params"] for m in MODELS}
+        first = results[(MODELS[0], args.backends[0])]
+        device = first["device"]
+        memory_method = ", ".join(f"{b}: {results[(MODELS[0], b)]['memory_method']}" for b in args.backends)
+        params = {m: results[(m, args.backends[0])]["params"] for m in MODELS}
         measured.append((length, mode, results))
     peak_flops = max(calibrations)
-    rows = [summarize(args, sizes, length, mode, results, peak_flops) for length, mode, results in measured]
+    rows = [row for length, mode, res in measured for row in summarize(args, sizes, length, mode, res, peak_flops)]
     print(
         f"device: {device}; peak memory from {memory_method}; float32 matmul peak {peak_flops / 1e9:.1f} GFLOP/s "
         f"(n={calibration['n']}, best of runs: " + ", ".join(f"{c / 1e9:.1f}" for c in calibrations) + ")"
@@ -309,7 +349,7 @@ def main(argv=None):
         + ("; --quick: tiny widths, not a measurement" if args.quick else "")
     )
     print()
-    print(_common.markdown_table(HEADERS, rows))
+    print(_common.markdown_table(HEADERS + (VERSUS_TF if len(args.backends) > 1 else []), rows))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 The sequence lives in one buffer of ``max_length`` slots (prompt, then the output ids); the
 first pass runs the model over the whole buffer once and keeps every attention layer's keys
 and values; each step after runs the one new token per row against them, writing its own
-slot. Shapes never change, so the loop compiles once per (rows, ``max_length``, search) and
-each step costs the same whatever the position.
+slot. Shapes never change, so the loop compiles once per (rows, ``max_length``, search). A
+step's attention reads the filled slots only, up to the next of a few block lengths
+(``gau_keras.ops.over_filled_slots``, from 512 slots up), so what a token costs grows with its
+position only by the traffic of the keys it attends to.
 """
 
 import keras

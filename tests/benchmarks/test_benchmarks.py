@@ -39,7 +39,7 @@ def _table_rows(stdout):
 
 def test_quick_run_prints_a_table_of_ratios():
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--lengths", "64"],
+        [sys.executable, str(SCRIPT), "--quick", "--lengths", "64", "--backends", "tensorflow,jax"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -47,8 +47,15 @@ def test_quick_run_prints_a_table_of_ratios():
     )
     assert result.returncode == 0, result.stderr[-4000:]
     rows = _table_rows(result.stdout)
-    assert [(row["L"], row["mode"]) for row in rows] == [("64", "train"), ("64", "infer")]
+    assert [(row["L"], row["mode"], row["backend"]) for row in rows] == [
+        ("64", "train", "tensorflow"),
+        ("64", "train", "jax"),
+        ("64", "infer", "tensorflow"),
+        ("64", "infer", "jax"),
+    ]
+    assert [row["GAU-α time / TF's"] for row in rows[::2]] == ["1", "1"]  # TensorFlow's rows: their own ratio
     for row in rows:
+        assert float(row["GAU-α time / TF's"]) > 0 and float(row["RoFormerV2 time / TF's"]) > 0, row
         for column in (
             "GAU-α ms",
             "RoFormerV2 ms",
@@ -77,6 +84,14 @@ def test_bad_options_are_rejected_by_name():
         [sys.executable, str(SCRIPT), "--lengths", "128,x"], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT
     )
     assert result.returncode != 0 and "--lengths" in result.stderr
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--backends", "tensorflow,torch"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+    )
+    assert result.returncode != 0 and "--backends" in result.stderr
 
 
 def test_gau_layer_flops_hand_count(bench):
