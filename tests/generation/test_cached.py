@@ -331,19 +331,25 @@ def teacher_forced_logits(lm, sequence, prompt_length, segments=None):
     return np.stack([keras.ops.convert_to_numpy(s)[0] for s in steps])
 
 
-@pytest.mark.both_backends
 @pytest.mark.parametrize(
     "name, application",
-    [("gpt2", "lm"), ("gau_alpha", "lm"), ("roformer_v2", "unilm"), ("nezha", "lm"), ("srupp", "lm")],
+    [
+        pytest.param("gpt2", "lm", marks=pytest.mark.both_backends),
+        ("gau_alpha", "lm"),
+        ("roformer_v2", "unilm"),
+        ("nezha", "lm"),
+        ("srupp", "lm"),
+    ],
 )
 def test_steps_over_the_filled_slots_give_the_whole_cache_logits(monkeypatch, name, application):
     """A step attends over the shortest key length holding its filled slots (``gau_keras.ops.
     over_filled_slots``; lengths of 4 here, so a short buffer has several): the same logits as
-    over the whole cache, for absolute, rotary and relative positions, GAU, UniLM and SRU++."""
+    over the whole cache, for absolute, rotary and relative positions, GAU, UniLM and SRU++
+    (on JAX, GPT2: the steps run op by op there, slowly; the cut itself is tests/test_ops.py's)."""
     from gau_keras import ops as gops
 
     model = tiny_srupp(noise=0.1) if name == "srupp" else tiny_model(name, application, noise=0.3)
-    sequence = PROMPT + [21, 30, 4, 9, 50, 12, 8, 44, 31]
+    sequence = PROMPT + [21, 30, 4, 9, 50, 12]
     segments = [0] * len(PROMPT) + [int(application == "unilm")] * (len(sequence) - len(PROMPT))
     whole = teacher_forced_logits(CachedLM(model, max_length=24), sequence, len(PROMPT), segments)
     cut_at = tuple(range(4, 25, 4))
