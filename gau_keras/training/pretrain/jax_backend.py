@@ -87,14 +87,19 @@ def _process_settings(coordinator, num_processes, process_id):
     return given["coordinator"], given["num_processes"], given["process_id"]
 
 
-def start_processes(coordinator=None, num_processes=None, process_id=None, timeout=300, heartbeat_timeout=100):
+def start_processes(
+    coordinator=None, num_processes=None, process_id=None, timeout=300, heartbeat_timeout=100, tpu=None
+):
     """Joins a run of several processes (``jax.distributed.initialize``) when the
     flags or JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID ask for
-    one; a process that cannot reach the coordinator within ``timeout`` seconds
-    stops with a one-line error naming it. Once joined, a process not heard
-    from for ``heartbeat_timeout`` seconds is lost: the others' collectives and
-    barriers fail (``stop_with_the_run``). Call before JAX's first computation.
-    Returns the number of processes."""
+    one, or ``tpu`` (``--tpu``: this host is one of a TPU slice, see
+    ``join_tpu_slice``); a process that cannot reach the coordinator within
+    ``timeout`` seconds stops with a one-line error naming it. Once joined, a
+    process not heard from for ``heartbeat_timeout`` seconds is lost: the
+    others' collectives and barriers fail (``stop_with_the_run``). Call before
+    JAX's first computation. Returns the number of processes."""
+    if tpu:
+        return join_tpu_slice(tpu, (coordinator, num_processes, process_id), timeout, heartbeat_timeout)
     settings = _process_settings(coordinator, num_processes, process_id)
     if settings is None:
         return 1
@@ -121,6 +126,48 @@ def start_processes(coordinator=None, num_processes=None, process_id=None, timeo
             f"{timeout:g} s ({detail[:200]})"
         ) from None
     return count
+
+
+#: the name ``--tpu`` takes on JAX: the TPU of the VM the command runs on (``--tpu`` alone)
+LOCAL_TPU = "local"
+
+
+def _check_tpu_name(tpu):
+    if tpu != LOCAL_TPU:
+        raise DeviceError(
+            f"--tpu {tpu}: naming a TPU is TensorFlow's TPUStrategy; under KERAS_BACKEND=jax run the command "
+            f"on every host of the TPU slice with --tpu alone (jax.distributed.initialize() finds the slice's hosts)"
+        )
+
+
+def join_tpu_slice(tpu, flags, timeout, heartbeat_timeout):
+    """``--tpu`` on JAX: ``jax.distributed.initialize()`` without a coordinator,
+    count or id, which a TPU VM's metadata gives (every host of the slice runs
+    the same command); then the run is the processes' run of ``start_processes``.
+    ``flags``: (--coordinator, --num-processes, --process-id), which must be
+    unset, as JAX_NUM_PROCESSES / JAX_PROCESS_ID (nothing given is ignored).
+    Returns the number of processes."""
+    _check_tpu_name(tpu)
+    names = ("--coordinator", "--num-processes", "--process-id")
+    given = [name for name, value in zip(names, flags) if value is not None]
+    given += [name for name in (PROCESS_ENV["num_processes"], PROCESS_ENV["process_id"]) if os.environ.get(name)]
+    if given:
+        raise DeviceError(
+            f"--tpu with {', '.join(given)}: on a TPU slice jax.distributed.initialize() takes the coordinator, "
+            f"process count and id from the TPU VM; drop {', '.join(given)}, or drop --tpu to name the processes"
+        )
+    try:
+        jax.distributed.initialize(
+            initialization_timeout=max(10, int(timeout)),
+            heartbeat_timeout_seconds=max(1, int(heartbeat_timeout)),
+            shutdown_timeout_seconds=max(10, int(timeout)),
+        )
+    except Exception as e:  # noqa: BLE001 - XLA's coordination service and JAX's cluster detection raise their own
+        raise DeviceError(
+            f"--tpu: jax.distributed.initialize() found no TPU slice to join within {timeout:g} s "
+            f"({first_line(e)[:200]}); run the command on every host of a TPU VM slice"
+        ) from None
+    return jax.process_count()
 
 
 @contextlib.contextmanager
@@ -189,13 +236,10 @@ class Devices:
 
 def choose_devices(tpu=None, devices=None):
     """All of this host's JAX devices, or the first ``devices`` (``--devices N``);
-    every process's after ``start_processes``."""
+    every process's after ``start_processes``. ``tpu`` (``--tpu``): they must be TPU
+    cores (the precision then defaults to ``mixed_bfloat16``, as TensorFlow's TPU path)."""
     if tpu:
-        raise DeviceError(
-            f"--tpu {tpu}: naming a TPU is TensorFlow's TPUStrategy; under KERAS_BACKEND=jax "
-            f"run on the TPU VM itself, whose TPU cores are JAX's local devices (all are used, or "
-            f"--devices N)"
-        )
+        _check_tpu_name(tpu)
     workers = tf_config_workers()
     if workers > 1:
         raise DeviceError(
@@ -204,9 +248,15 @@ def choose_devices(tpu=None, devices=None):
             f"host's devices"
         )
     try:
-        return Devices(JaxDataParallel(devices))
+        chosen = Devices(JaxDataParallel(devices))
     except ValueError as e:
         raise DeviceError(str(e)) from None
+    if tpu and chosen.kind != "tpu":
+        raise DeviceError(
+            f"--tpu: JAX's devices here are {chosen.kind.upper()}s, not TPU cores; run on the hosts of a TPU VM "
+            f"slice, or drop --tpu"
+        )
+    return chosen
 
 
 def resolve_xla(explicit, configured, kind):
