@@ -62,41 +62,42 @@ def predict(task, model, examples, features, batch_size, desc="predict", strateg
     return [task.predict(e, f, o) for e, f, o in zip(examples, grouped, outputs)]
 
 
+def _outputs_of(model, trainable, non_trainable, inputs):
+    return model.stateless_call(trainable, non_trainable, inputs, training=False)[0]
+
+
 @functools.cache
 def _forward():
     """``forward(model, trainable, non_trainable, inputs)``: the model's outputs, jit-compiled once
     for each model (a static argument) and input shape."""
     import jax
 
-    def outputs_of(model, trainable, other, x):
-        return model.stateless_call(trainable, other, x, training=False)[0]
-
-    return jax.jit(outputs_of, static_argnums=0)
+    return jax.jit(_outputs_of, static_argnums=0)
 
 
 def batch_predictor(model, strategy=None):
     """``model.predict_on_batch``; on several JAX processes (``strategy`` a
-    `gau_keras.distribution.JaxDataParallel` over them) a forward pass over every
-    process's devices instead, each process feeding its rows of the batch (padded with
-    zero rows to split over the devices) and receiving the whole batch's outputs.
+    `gau_keras.distribution.JaxDataParallel` over them) `predict_together` instead.
     Every process must call it on the same batches."""
     if getattr(strategy, "processes", 1) == 1:
         return model.predict_on_batch
+    return functools.partial(predict_together, model, strategy)
+
+
+def predict_together(model, strategy, inputs):
+    """The outputs of ``model`` for the batch ``inputs`` (numpy [B, ...] each, the same batch on
+    every process) by a forward pass over every process's devices, each process feeding its rows
+    (the batch padded with zero rows to split over the devices); every process receives them all."""
     import jax
     from jax.experimental import multihost_utils
 
-    forward = functools.partial(_forward(), model)
-
-    def predict_on_batch(inputs):
-        rows, devices = len(inputs[0]), strategy.num_replicas_in_sync
-        padding = -rows % devices
-        inputs = [np.concatenate([x, np.zeros((padding, *x.shape[1:]), x.dtype)]) for x in inputs]
-        trainable = [v.value for v in model.trainable_variables]
-        other = [v.value for v in model.non_trainable_variables]
-        outputs = forward(trainable, other, strategy.distribute(inputs))
-        return jax.tree.map(lambda y: np.asarray(y)[:rows], multihost_utils.process_allgather(outputs, tiled=True))
-
-    return predict_on_batch
+    rows, devices = len(inputs[0]), strategy.num_replicas_in_sync
+    padding = -rows % devices
+    inputs = [np.concatenate([x, np.zeros((padding, *x.shape[1:]), x.dtype)]) for x in inputs]
+    trainable = [v.value for v in model.trainable_variables]
+    other = [v.value for v in model.non_trainable_variables]
+    outputs = _forward()(model, trainable, other, strategy.distribute(inputs))
+    return jax.tree.map(lambda y: np.asarray(y)[:rows], multihost_utils.process_allgather(outputs, tiled=True))
 
 
 def join_processes(args):
