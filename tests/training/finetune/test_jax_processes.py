@@ -110,3 +110,18 @@ def test_batches_that_do_not_split_over_the_devices_are_an_error():
     message = r"^--batch-size 4: on 2 processes .* 9 train features give batches of 4 and 1;"
     with pytest.raises(ValueError, match=message):
         check_batches_split(9, 4, 2, 2)
+
+
+def test_process_flags_under_tensorflow_and_an_id_beyond_the_count_are_one_line_errors(tmp_path, capsys):
+    from gau_keras.training.finetune import runner
+
+    argv = ["--data-dir", str(tmp_path), "--out-dir", str(tmp_path / "out"), "--coordinator", "127.0.0.1:1"]
+    assert runner.run("tnews", argv) == 2
+    assert capsys.readouterr().err == (
+        "error: --coordinator / --num-processes / --process-id start several JAX processes; under "
+        "KERAS_BACKEND=tensorflow fine-tuning runs on one host\n"
+    )
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(SystemExit):
+        runner.run("tnews", ["--data-dir", str(tmp_path), "--num-processes", "2", "--process-id", "2"])
+    assert "process_id 2: must be below num_processes 2" in capsys.readouterr().err
