@@ -12,7 +12,7 @@ import time
 
 from gau_keras.errors import DeviceError, first_line
 
-#: the settings of the run this process joined: (address or "tpu", count, index), or None
+#: the settings of the run this process joined: (address, count, index) or ("tpu", "local"); None: none yet
 _joined = None
 
 
