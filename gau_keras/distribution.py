@@ -56,7 +56,10 @@ class JaxDataParallel:
         self.platform = available[0].platform
         self.num_replicas_in_sync = len(self.devices)
         self.distribution = (
-            keras.distribution.DataParallel(devices=self.devices) if self.num_replicas_in_sync > 1 else None
+            # several processes: each feeds its own rows (Keras's auto-sharding would re-split them)
+            keras.distribution.DataParallel(devices=self.devices, auto_shard_dataset=self.processes == 1)
+            if self.num_replicas_in_sync > 1
+            else None
         )
 
     def scope(self):

@@ -36,9 +36,13 @@ class PaddedBatches:
     orders on, so an epoch sees the same batches on every backend. Without
     labels a batch is ``((inputs...),)``, what ``model.predict_on_batch``
     takes as ``[0]``.
+
+    ``shard=(n, i)``: process i of n's rows of each batch, the i-th of n equal
+    parts, padded as the whole batch is (the n parts, concatenated in process
+    order, are the batch); each batch's size must divide by n.
     """
 
-    def __init__(self, features, batch_size, shuffle=False, seed=0, with_labels=True):
+    def __init__(self, features, batch_size, shuffle=False, seed=0, with_labels=True, shard=(1, 0)):
         if not features:
             raise ValueError("PaddedBatches: no features (is the data split empty?)")
         if batch_size < 1:
@@ -48,6 +52,7 @@ class PaddedBatches:
         self.shuffle = shuffle
         self.with_labels = with_labels
         self.seed = seed
+        self.shard = shard
         self.passes = 0  # passes of tf_dataset run to their end
         self._order = self.order(0)
 
@@ -67,10 +72,20 @@ class PaddedBatches:
         if not 0 <= index < len(self):
             raise IndexError(f"PaddedBatches: batch {index} of {len(self)}")
         batch = [self.features[i] for i in self.batch_indices(index)]
-        inputs = tuple(pad_stack([f.inputs[k] for f in batch]) for k in range(len(batch[0].inputs)))
+        inputs = tuple(self._rows(pad_stack([f.inputs[k] for f in batch])) for k in range(len(batch[0].inputs)))
         if not self.with_labels:
             return (inputs,)
-        return inputs, pad_stack([f.label for f in batch])
+        return inputs, self._rows(pad_stack([f.label for f in batch]))
+
+    def _rows(self, array):
+        """This process's rows of a padded batch [B, ...]: [B / n, ...]."""
+        processes, index = self.shard
+        if processes == 1:
+            return array
+        if len(array) % processes:
+            raise ValueError(f"PaddedBatches: a batch of {len(array)} rows does not split over {processes} processes")
+        rows = len(array) // processes
+        return array[index * rows : (index + 1) * rows]
 
     def tf_dataset(self):
         """A ``tf.data.Dataset`` of the batches, for ``model.fit``.

@@ -76,6 +76,20 @@ class Options:
         "(default: 1, no strategy)",
     )
     xla: str = _option("auto", help="jit-compile the train step; auto: on for GPU/TPU, off on CPU (default: auto)")
+    coordinator: Optional[str] = _option(
+        None,
+        help="several JAX processes (KERAS_BACKEND=jax; one command per host, or per process on one host): "
+        "process 0's HOST:PORT, which every process joins (default: JAX_COORDINATOR_ADDRESS)",
+    )
+    num_processes: Optional[int] = _option(
+        None, flags.positive_int, "processes of the run (default: JAX_NUM_PROCESSES)"
+    )
+    process_id: Optional[int] = _option(
+        None, flags.non_negative_int, "this process's index, 0 to N-1 (default: JAX_PROCESS_ID)"
+    )
+    coordinator_timeout: float = _option(
+        300.0, flags.positive_float, "seconds to wait for the coordinator and the other processes (default 300)"
+    )
     head_options: dict = field(default_factory=dict, metadata={"flag": False})
 
     def __post_init__(self):
@@ -98,6 +112,8 @@ class Options:
                 f"model {self.model!r} is a language model (its output is the next-token distribution, not "
                 f"hidden states to classify): fine-tune one of {', '.join(model_names(segment_ids=True))}"
             )
+        if self.num_processes is not None and self.process_id is not None and self.process_id >= self.num_processes:
+            raise ValueError(f"process_id {self.process_id}: must be below num_processes {self.num_processes}")
         if self.xla not in XLA_CHOICES:
             raise ValueError(f"xla must be one of {', '.join(XLA_CHOICES)}, got {self.xla!r}")
 

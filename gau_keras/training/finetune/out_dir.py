@@ -19,15 +19,17 @@ def output_paths(out_dir, task_name):
     }
 
 
-def check_outputs(paths, overwrite):
+def check_outputs(paths, overwrite, write=True):
     """Refuses (FileExistsError) to run when an output of a finished run exists
     and overwrite is off. The outputs of a run that did not finish (its
     metrics file missing, unreadable or without ``finished``) are replaced,
-    with a message saying so; leftover temporary files are removed."""
+    with a message saying so; leftover temporary files are removed. ``write``
+    off (a process of several that is not process 0): the check only."""
     from gau_keras.training.run_dir import temporary_path
 
     for leftover in (pathlib.Path(temporary_path(p)) for p in paths.values()):
-        leftover.unlink(missing_ok=True)
+        if write:
+            leftover.unlink(missing_ok=True)
     existing = [str(p) for p in paths.values() if p.exists()]
     if not existing or overwrite:
         return
@@ -40,6 +42,8 @@ def check_outputs(paths, overwrite):
             f"output(s) {', '.join(existing)} already exist; pass --overwrite (Options."
             f"overwrite=True) to replace them, or give another {OUT_DIR_FLAG}"
         )
+    if not write:
+        return
     print(
         f"replacing the outputs of an interrupted run ({', '.join(existing)}): {paths['metrics']} does not "
         f"say that run finished"

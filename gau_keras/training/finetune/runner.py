@@ -64,6 +64,7 @@ from gau_keras.training.finetune.training import (
     check_maxlen,
     check_predict_split,
     encode,
+    join_processes,
     load_split,
     make_optimizer,
     make_strategy,
@@ -93,6 +94,7 @@ __all__ = [
     "build_transformer",
     "use_xla",
     "make_strategy",
+    "join_processes",
     "make_optimizer",
     "check_predict_split",
     "write_test_predictions",
@@ -104,12 +106,13 @@ def run(task, argv=None, prog="gau-keras finetune"):
     """The command line of the task ``task`` (its name); returns the exit status."""
     cli_env.default_tf_log_level()
     options = parse_options(task, argv, prog)
-    if options.devices > 1:
-        try:  # before anything starts TensorFlow's runtime
+    try:  # before anything starts TensorFlow's runtime or JAX's
+        join_processes(options)
+        if options.devices > 1:
             make_strategy(options.devices)
-        except ValueError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     try:
         record = train_and_predict(options)
     except (FileNotFoundError, FileExistsError, ValueError) as error:

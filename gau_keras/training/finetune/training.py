@@ -3,8 +3,10 @@ each epoch (`gau_keras.training.finetune.callbacks`), then the best weights' art
 test predictions (`train_and_predict`). The callbacks and the run directory's writers
 (which import TensorFlow) are imported where they are used."""
 
+import contextlib
 import functools
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -42,20 +44,85 @@ def encode(task, examples, training):
     return features
 
 
-def predict(task, model, examples, features, batch_size, desc="predict"):
-    """One prediction per example: the model's outputs, grouped by example, through ``task.predict``."""
+def predict(task, model, examples, features, batch_size, desc="predict", strategy=None):
+    """One prediction per example: the model's outputs, grouped by example, through ``task.predict``
+    (with several JAX processes, every process takes part: `batch_predictor`)."""
     from tqdm import tqdm
 
     batches = PaddedBatches(features, batch_size, with_labels=False)
     outputs = [[] for _ in examples]
+    predict_on_batch = batch_predictor(model, strategy)
     for index in tqdm(range(len(batches)), desc=desc, leave=False, file=sys.stderr):
-        result = model.predict_on_batch(batches[index][0])
+        result = predict_on_batch(batches[index][0])
         for row, feature_index in enumerate(batches.batch_indices(index)):
             outputs[features[feature_index].example].append(np.asarray(result[row]))
     grouped = [[] for _ in examples]
     for feature in features:
         grouped[feature.example].append(feature)
     return [task.predict(e, f, o) for e, f, o in zip(examples, grouped, outputs)]
+
+
+def _outputs_of(model, trainable, non_trainable, inputs):
+    return model.stateless_call(trainable, non_trainable, inputs, training=False)[0]
+
+
+@functools.cache
+def _forward():
+    """``forward(model, trainable, non_trainable, inputs)``: the model's outputs, jit-compiled once
+    for each model (a static argument) and input shape."""
+    import jax
+
+    return jax.jit(_outputs_of, static_argnums=0)
+
+
+def batch_predictor(model, strategy=None):
+    """``model.predict_on_batch``; on several JAX processes (``strategy`` a
+    `gau_keras.distribution.JaxDataParallel` over them) `predict_together` instead.
+    Every process must call it on the same batches."""
+    if getattr(strategy, "processes", 1) == 1:
+        return model.predict_on_batch
+    return functools.partial(predict_together, model, strategy)
+
+
+def predict_together(model, strategy, inputs):
+    """The outputs of ``model`` for the batch ``inputs`` (numpy [B, ...] each, the same batch on
+    every process) by a forward pass over every process's devices, each process feeding its rows
+    (the batch padded with zero rows to split over the devices); every process receives them all."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    rows, devices = len(inputs[0]), strategy.num_replicas_in_sync
+    padding = -rows % devices
+    inputs = [np.concatenate([x, np.zeros((padding, *x.shape[1:]), x.dtype)]) for x in inputs]
+    trainable = [v.value for v in model.trainable_variables]
+    other = [v.value for v in model.non_trainable_variables]
+    outputs = _forward()(model, trainable, other, strategy.distribute(inputs))
+    return jax.tree.map(lambda y: np.asarray(y)[:rows], multihost_utils.process_allgather(outputs, tiled=True))
+
+
+def join_processes(args):
+    """Joins the run of several JAX processes that ``args`` (``coordinator``, ``num_processes``,
+    ``process_id``; or JAX's variables) ask for (`gau_keras.training.processes.start_processes`,
+    once per process); returns (processes, this process's index). Under TensorFlow the flags are
+    an error: fine-tuning runs on one host there."""
+    import keras
+
+    asked = (args.coordinator, args.num_processes, args.process_id)
+    if keras.backend.backend() != "jax":
+        if asked != (None, None, None):
+            raise ValueError(
+                "--coordinator / --num-processes / --process-id start several JAX processes; under "
+                "KERAS_BACKEND=tensorflow fine-tuning runs on one host"
+            )
+        return 1, 0
+    from gau_keras.training import processes
+
+    count = processes.start_processes(*asked, timeout=args.coordinator_timeout)
+    if count == 1:
+        return 1, 0
+    import jax
+
+    return count, jax.process_index()
 
 
 def check_maxlen(args):
@@ -158,13 +225,16 @@ def check_predict_split(args):
     return True
 
 
-def write_test_predictions(task, model, args, path):
-    """Predicts ``predict_split`` and writes it in the CLUE format; the number written."""
+def write_test_predictions(task, model, args, path, strategy=None, write=True):
+    """Predicts ``predict_split`` and writes it in the CLUE format (unless ``write`` is off: a
+    process of several that is not process 0); the number predicted."""
     from gau_keras.data.clue import write_predictions
 
     test = load_split(args.task_name, args.predict_split, args.data_dir, args.max_test_examples)
     features = encode(task, test, training=False)
-    predictions = predict(task, model, test, features, args.batch_size, args.predict_split)
+    predictions = predict(task, model, test, features, args.batch_size, args.predict_split, strategy)
+    if not write:
+        return len(test)
     write_predictions(
         args.task_name,
         [(e.id, task.submission(e, p)) for e, p in zip(test, predictions)],
@@ -176,25 +246,46 @@ def write_test_predictions(task, model, args, path):
 
 
 def train_and_predict(options):
-    """The whole run of `Options` ``options``; returns the metrics record (also written to <task>_metrics.json)."""
-    lock = lock_out_dir(options.out_dir)
-    try:
-        return _train_and_predict(options)
-    finally:
-        lock.release()
+    """The whole run of `Options` ``options``; returns the metrics record (also written to
+    <task>_metrics.json). On several JAX processes (``options.coordinator`` ...) every process
+    runs it, feeding its own rows of each batch; process 0 alone locks and writes ``out_dir``."""
+    count, index = join_processes(options)
+    if count == 1:
+        lock = lock_out_dir(options.out_dir)
+        try:
+            return _train_and_predict(options)
+        finally:
+            lock.release()
+    from gau_keras.training import processes
+
+    # Every process saves the weights and the model (reading variables is a collective), process 0
+    # into out_dir, the others into a folder of their own, removed at the end.
+    with contextlib.ExitStack() as stack:
+        if index == 0:
+            stack.callback(lock_out_dir(options.out_dir).release)
+        scratch = None if index == 0 else stack.enter_context(tempfile.TemporaryDirectory(prefix="gau-keras-"))
+        stack.enter_context(processes.stop_with_the_run(lambda: "to run the fine-tuning again"))
+        return _train_and_predict(options, (count, index), scratch)
 
 
-def _train_and_predict(args):
+def _train_and_predict(args, shard=(1, 0), scratch=None):
+    """The run; with several processes, ``shard`` is (processes, this process's index) and a
+    process but 0 (``scratch``: its own folder) writes only its copies of the weights and model."""
     from gau_keras.training.finetune.callbacks import DevEvaluation
     from gau_keras.training.run_dir import write_json
 
-    paths, predicting = check_run(args)
+    chief = scratch is None
+    paths, predicting = check_run(args, write=chief)
+    if not chief:
+        paths = {**paths, **{key: output_paths(scratch, args.task_name)[key] for key in ("weights", "model")}}
+
     started = time.time()
     train = load_split(args.task_name, "train", args.data_dir, args.max_train_examples, seed=args.seed)
     dev = load_split(args.task_name, "dev", args.data_dir, args.max_eval_examples, seed=DEV_SUBSET_SEED)
     strategy = make_strategy(args.devices)
-    task, model, batches, train_features, dev_features = build_run(args, strategy, train, dev)
-    paths["weights"].parent.mkdir(parents=True, exist_ok=True)
+    task, model, batches, train_features, dev_features = build_run(args, strategy, train, dev, shard)
+    if chief:
+        paths["weights"].parent.mkdir(parents=True, exist_ok=True)
     record = {
         "task": args.task_name,
         "module": type(task).__module__,
@@ -205,28 +296,33 @@ def _train_and_predict(args):
         "train_left_out": dict(task.left_out),
         "dev_examples": len(dev),
         "replicas": strategy.num_replicas_in_sync,
+        "processes": shard[0],
         "xla": bool(model.jit_compile),
         "epochs": [],
         "best": None,
     }
-    evaluate = functools.partial(evaluate_dev, task, dev, dev_features, args.batch_size)
-    on_record = functools.partial(record_epochs, record, paths["metrics"], started)
-    fit(model, batches, args.epochs, DevEvaluation(evaluate, task.metric, str(paths["weights"]), on_record))
-    write_artefacts(task, model, args, paths, record, predicting)
+    evaluate = functools.partial(evaluate_dev, task, dev, dev_features, args.batch_size, strategy=strategy)
+    on_record = functools.partial(record_epochs, record, paths["metrics"], started, write=chief)
+    dev_eval = DevEvaluation(evaluate, task.metric, str(paths["weights"]), on_record)
+    with strategy.scope() if shard[0] > 1 else contextlib.nullcontext():  # Keras then feeds each process's rows
+        fit(model, batches, args.epochs, dev_eval)
+    write_artefacts(task, model, args, paths, record, predicting, strategy, write=chief)
     record.update(seconds=round(time.time() - started, 1), finished=True)
-    write_json(paths["metrics"], record)
+    if chief:
+        write_json(paths["metrics"], record)
     return record
 
 
-def check_run(args):
-    """Before any work: the outputs (`check_outputs`), ``predict_split``, the model folder
-    (recorded in the metrics file) and ``maxlen``; seeds Keras. Returns ``(paths, predicting)``."""
+def check_run(args, write=True):
+    """Before any work: the outputs (`check_outputs`; ``write`` off: without removing anything,
+    for a process that is not process 0), ``predict_split``, the model folder (recorded in the
+    metrics file) and ``maxlen``; seeds Keras. Returns ``(paths, predicting)``."""
     import keras
 
     from gau_keras.models.presets import default_model_dir
 
     paths = output_paths(args.out_dir, args.task_name)
-    check_outputs(paths, args.overwrite)
+    check_outputs(paths, args.overwrite, write=write)
     predicting = check_predict_split(args)
     args.model_dir = args.model_dir or default_model_dir()
     check_maxlen(args)
@@ -234,10 +330,11 @@ def check_run(args):
     return paths, predicting
 
 
-def build_run(args, strategy, train, dev):
+def build_run(args, strategy, train, dev, shard=(1, 0)):
     """Under ``strategy``'s scope: the task with its tokenizer, the features of ``train`` and
-    ``dev``, the compiled model (encoder and head), the shuffled train batches.
-    Returns ``(task, model, batches, train_features, dev_features)``."""
+    ``dev``, the compiled model (encoder and head), the shuffled train batches (this process's
+    rows of each: ``shard``, see `PaddedBatches`). Returns ``(task, model, batches,
+    train_features, dev_features)``."""
     task_cls = tasks.task_class(args.task_name)
     with strategy.scope():
         transformer, tokenizer = build_transformer(args, task_cls)
@@ -251,7 +348,8 @@ def build_run(args, strategy, train, dev):
                 f"input: " + ", ".join(f"{n} {reason}" for reason, n in sorted(left_out.items()))
             )
         model = task.build_model(transformer)
-        batches = PaddedBatches(train_features, args.batch_size, shuffle=True, seed=args.seed)
+        check_batches_split(len(train_features), args.batch_size, shard[0], strategy.num_replicas_in_sync)
+        batches = PaddedBatches(train_features, args.batch_size, shuffle=True, seed=args.seed, shard=shard)
         model.compile(
             optimizer=make_optimizer(args.lr, args.weight_decay, len(batches) * args.epochs),
             loss=task.loss(),
@@ -260,17 +358,33 @@ def build_run(args, strategy, train, dev):
     return task, model, batches, train_features, dev_features
 
 
-def evaluate_dev(task, dev, dev_features, batch_size, model):
+def check_batches_split(features, batch_size, processes, replicas):
+    """On several processes every train batch's rows must split evenly over all ``replicas``
+    devices (a ValueError naming the numbers otherwise): each process feeds its share."""
+    if processes == 1:
+        return
+    last = features % batch_size or batch_size
+    if batch_size % replicas or last % replicas:
+        raise ValueError(
+            f"--batch-size {batch_size}: on {processes} processes every batch's rows split evenly over the "
+            f"{replicas} devices, and {features} train features give batches of {batch_size} and {last}; "
+            f"choose --batch-size or --max-train-examples so that they split"
+        )
+
+
+def evaluate_dev(task, dev, dev_features, batch_size, model, strategy=None):
     """``task``'s dev scores of ``model`` (`DevEvaluation`'s ``evaluate``)."""
-    return task.score(dev, predict(task, model, dev, dev_features, batch_size, "dev"))
+    return task.score(dev, predict(task, model, dev, dev_features, batch_size, "dev", strategy))
 
 
-def record_epochs(record, path, started, callback):
-    """Writes the metrics ``record`` with the epochs so far to ``path`` (`DevEvaluation`'s ``on_record``)."""
+def record_epochs(record, path, started, callback, write=True):
+    """The metrics ``record`` with the epochs so far, written to ``path`` unless ``write`` is off
+    (`DevEvaluation`'s ``on_record``)."""
     from gau_keras.training.run_dir import write_json
 
     record.update(epochs=callback.history, best=callback.best, seconds=round(time.time() - started, 1))
-    write_json(path, record)
+    if write:
+        write_json(path, record)
 
 
 def fit(model, batches, epochs, dev_eval):
@@ -292,13 +406,15 @@ def fit(model, batches, epochs, dev_eval):
         dev_eval.on_epoch_end(-1)
 
 
-def write_artefacts(task, model, args, paths, record, predicting):
+def write_artefacts(task, model, args, paths, record, predicting, strategy=None, write=True):
     """The whole model (head, custom layers, optimizer: reloads after ``import gau_keras`` alone)
-    and, when ``predicting``, the test predictions; ``record`` names them."""
+    and, when ``predicting``, the test predictions; ``record`` names them. ``write`` off (a process
+    of several that is not process 0): the predictions are computed (every process takes part) but
+    not written."""
     from gau_keras.training.run_dir import save_atomically
 
     save_atomically(model.save, paths["model"])
     record["model"] = str(paths["model"])
-    written = write_test_predictions(task, model, args, paths["predictions"]) if predicting else 0
+    written = write_test_predictions(task, model, args, paths["predictions"], strategy, write) if predicting else 0
     if written:
         record.update(predictions=str(paths["predictions"]), predicted_examples=written)

@@ -22,14 +22,10 @@ A checkpoint is one orbax step folder ``checkpoints/<update>/`` holding
 iterator alone). Why orbax: docs/backends.md ("Pretraining on JAX").
 """
 
-import contextlib
 import errno
 import hashlib
 import json
 import os
-import socket
-import sys
-import time
 
 import jax
 import keras
@@ -39,8 +35,9 @@ from keras import ops
 
 from gau_keras.distribution import JaxDataParallel
 from gau_keras.errors import CheckpointError, ConfigError, DeviceError, first_line
-from gau_keras.training import run_dir
+from gau_keras.training import processes, run_dir
 from gau_keras.training.pretrain.trainer import tf_config_workers
+from gau_keras.training.processes import start_processes  # noqa: F401 - the backend's, as tf_backend's
 
 
 def orbax():
@@ -50,125 +47,14 @@ def orbax():
     return orbax.checkpoint.v1
 
 
-#: the environment variables of ``start_processes`` (JAX's own names)
-PROCESS_ENV = {
-    "coordinator": "JAX_COORDINATOR_ADDRESS",
-    "num_processes": "JAX_NUM_PROCESSES",
-    "process_id": "JAX_PROCESS_ID",
-}
-
-
-def _process_settings(coordinator, num_processes, process_id):
-    """The flags, else their environment variables, checked: (address, count, id)."""
-    given = {"coordinator": coordinator, "num_processes": num_processes, "process_id": process_id}
-    for key, name in PROCESS_ENV.items():
-        if given[key] is None and os.environ.get(name):
-            value = os.environ[name]
-            if key != "coordinator":
-                try:
-                    value = int(value)
-                except ValueError:
-                    raise DeviceError(f"{name}={value!r} is not an integer") from None
-            given[key] = value
-    missing = [f"--{k.replace('_', '-')} (or {PROCESS_ENV[k]})" for k, v in given.items() if v is None]
-    if len(missing) == len(given):
-        return None
-    if given["num_processes"] is not None and given["num_processes"] < 1:
-        raise DeviceError(f"--num-processes {given['num_processes']}: must be at least 1")
-    if given["num_processes"] == 1 and given["process_id"] in (None, 0):
-        return None
-    if missing:
-        raise DeviceError(f"a run of several processes needs {', '.join(missing)}")
-    if not 0 <= given["process_id"] < given["num_processes"]:
-        raise DeviceError(
-            f"--process-id {given['process_id']}: must be in 0..{given['num_processes'] - 1} "
-            f"(--num-processes {given['num_processes']})"
-        )
-    return given["coordinator"], given["num_processes"], given["process_id"]
-
-
-def start_processes(coordinator=None, num_processes=None, process_id=None, timeout=300, heartbeat_timeout=100):
-    """Joins a run of several processes (``jax.distributed.initialize``) when the
-    flags or JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID ask for
-    one; a process that cannot reach the coordinator within ``timeout`` seconds
-    stops with a one-line error naming it. Once joined, a process not heard
-    from for ``heartbeat_timeout`` seconds is lost: the others' collectives and
-    barriers fail (``stop_with_the_run``). Call before JAX's first computation.
-    Returns the number of processes."""
-    settings = _process_settings(coordinator, num_processes, process_id)
-    if settings is None:
-        return 1
-    address, count, index = settings
-    start = time.monotonic()
-    if index != 0:  # XLA's client aborts the process when the coordinator does not answer: ask first
-        _wait_for_coordinator(address, index, count, timeout)
-    # CPU devices of several processes reduce over gloo (TPU and GPU use their own links)
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    left = max(10, int(timeout - (time.monotonic() - start)))
-    try:
-        jax.distributed.initialize(
-            address,
-            count,
-            index,
-            initialization_timeout=left,
-            heartbeat_timeout_seconds=max(1, int(heartbeat_timeout)),
-            shutdown_timeout_seconds=max(10, int(timeout)),
-        )
-    except Exception as e:  # noqa: BLE001 - XLA's coordination service raises its own kinds
-        detail = first_line(e)
-        raise DeviceError(
-            f"--coordinator {address}: process {index} of {count} could not join the run within "
-            f"{timeout:g} s ({detail[:200]})"
-        ) from None
-    return count
-
-
-@contextlib.contextmanager
 def stop_with_the_run(output_dir):
-    """Around the training of a run of several processes: a failed computation
-    (a collective whose peer process stopped: gloo's connection closed, or
-    XLA's coordination service declaring it lost) ends this process at once
-    with a one-line error naming the checkpoint a restart of every process
-    resumes from. At once (``os._exit``): a normal exit would wait up to the
-    coordinator timeout for the lost process at JAX's shutdown barrier."""
-    try:
-        yield
-    except jax.errors.JaxRuntimeError as e:
-        if jax.process_count() == 1:
-            raise
-        detail = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
-        detail = detail.split(" This indicates")[0].split(" [type.googleapis")[0]  # XLA's advice and payload
+    """``processes.stop_with_the_run``, its error naming the checkpoint every process resumes from."""
+
+    def again():
         steps = run_dir.orbax_steps(os.path.join(output_dir, "checkpoints"))
-        resume = f"checkpoint {steps[-1]}" if steps else "update 0 (no checkpoint yet)"
-        print(
-            f"\nerror: process {jax.process_index()} of {jax.process_count()}: a computation with the other "
-            f"processes failed ({detail[:200]}): a process of the run stopped or cannot be reached; start "
-            f"every process again to resume from {resume}",
-            file=sys.stderr,
-            flush=True,
-        )
-        sys.stdout.flush()
-        os._exit(2)
+        return f"to resume from {f'checkpoint {steps[-1]}' if steps else 'update 0 (no checkpoint yet)'}"
 
-
-def _wait_for_coordinator(address, index, count, timeout):
-    """Returns once ``address`` (HOST:PORT) accepts a connection; a one-line
-    error naming it after ``timeout`` seconds."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise DeviceError(f"--coordinator {address}: expected HOST:PORT")
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection((host.strip("[]"), int(port)), timeout=2).close()
-            return
-        except OSError as e:
-            if time.monotonic() >= deadline:
-                raise DeviceError(
-                    f"--coordinator {address}: process {index} of {count} could not reach it within "
-                    f"{timeout:g} s ({e.strerror or e}); start process 0 there, or check the address"
-                ) from None
-            time.sleep(0.5)
+    return processes.stop_with_the_run(again)
 
 
 class Devices:
@@ -189,13 +75,10 @@ class Devices:
 
 def choose_devices(tpu=None, devices=None):
     """All of this host's JAX devices, or the first ``devices`` (``--devices N``);
-    every process's after ``start_processes``."""
+    every process's after ``start_processes``. ``tpu`` (``--tpu``): they must be TPU
+    cores (the precision then defaults to ``mixed_bfloat16``, as TensorFlow's TPU path)."""
     if tpu:
-        raise DeviceError(
-            f"--tpu {tpu}: naming a TPU is TensorFlow's TPUStrategy; under KERAS_BACKEND=jax "
-            f"run on the TPU VM itself, whose TPU cores are JAX's local devices (all are used, or "
-            f"--devices N)"
-        )
+        processes.check_tpu_name(tpu)
     workers = tf_config_workers()
     if workers > 1:
         raise DeviceError(
@@ -204,9 +87,15 @@ def choose_devices(tpu=None, devices=None):
             f"host's devices"
         )
     try:
-        return Devices(JaxDataParallel(devices))
+        chosen = Devices(JaxDataParallel(devices))
     except ValueError as e:
         raise DeviceError(str(e)) from None
+    if tpu and chosen.kind != "tpu":
+        raise DeviceError(
+            f"--tpu: JAX's devices here are {chosen.kind.upper()}s, not TPU cores; run on the hosts of a TPU VM "
+            f"slice, or drop --tpu"
+        )
+    return chosen
 
 
 def resolve_xla(explicit, configured, kind):

@@ -5,6 +5,7 @@
         --data 'gs://bucket/shards/shard-*.tfrecord' --output-dir gs://bucket/run1
     python pretrain/pretrain.py --config ... --export-only     # TF1 export of the latest checkpoint
     KERAS_BACKEND=jax python pretrain/pretrain.py --config ...  # on JAX: DataParallel, orbax checkpoints
+    KERAS_BACKEND=jax python pretrain/pretrain.py --config ... --tpu  # on every host of a TPU VM slice
 
 The run directory (``train.output_dir``) holds ``checkpoints/`` (tf.train
 checkpoints, or orbax ones under JAX, of model, optimizer, data iterator and
@@ -37,7 +38,16 @@ def parse_args(argv=None):
         "--max-minutes", type=flags.positive_float, help="stop (after saving) once this wall time is spent"
     )
     parser.add_argument("--init-checkpoint", help="override train.init_checkpoint (TF1 checkpoint to start from)")
-    parser.add_argument("--tpu", help="TPU name or address: use TPUStrategy and bfloat16 (TensorFlow)")
+    parser.add_argument(
+        "--tpu",
+        nargs="?",
+        const="local",
+        metavar="NAME",
+        help="train on TPUs, with mixed_bfloat16. TensorFlow: TPUStrategy on the TPU NAME or address (--tpu "
+        "alone: 'local', the TPU VM's own). JAX (KERAS_BACKEND=jax): give it alone on every host of a TPU VM "
+        "slice: jax.distributed.initialize() without arguments (the TPU VM names the coordinator, count and id; "
+        "no --coordinator flags), then DataParallel over every host's TPU cores",
+    )
     parser.add_argument(
         "--devices",
         type=flags.positive_int,
@@ -162,7 +172,12 @@ def train_stages(trainer, stages, args):
 
     start = time.time()
     trainer.start_processes(
-        args.coordinator, args.num_processes, args.process_id, args.coordinator_timeout, args.heartbeat_timeout
+        args.coordinator,
+        args.num_processes,
+        args.process_id,
+        args.coordinator_timeout,
+        args.heartbeat_timeout,
+        tpu=args.tpu,
     )
     devices = trainer.choose_devices(args.tpu, args.devices)  # first: MultiWorkerMirroredStrategy precedes any TF op
     for _, stage in stages:  # a stage's data error now, not hours into the run

@@ -56,12 +56,15 @@ def backend():
     return importlib.import_module(BACKENDS[name])
 
 
-def start_processes(coordinator=None, num_processes=None, process_id=None, timeout=300, heartbeat_timeout=100):
-    """Joins a run of several JAX processes (``jax_backend.start_processes``);
-    under TensorFlow its flags are an error (TF_CONFIG names the workers there).
+def start_processes(
+    coordinator=None, num_processes=None, process_id=None, timeout=300, heartbeat_timeout=100, tpu=None
+):
+    """Joins a run of several JAX processes (``jax_backend.start_processes``; with
+    ``tpu``, the hosts of a TPU slice); under TensorFlow its flags are an error
+    (TF_CONFIG names the workers there, ``tpu`` is TPUStrategy's: ``choose_devices``).
     Returns the number of processes."""
     if keras.backend.backend() == "jax":
-        return backend().start_processes(coordinator, num_processes, process_id, timeout, heartbeat_timeout)
+        return backend().start_processes(coordinator, num_processes, process_id, timeout, heartbeat_timeout, tpu)
     if (coordinator, num_processes, process_id) != (None, None, None):
         raise DeviceError(
             "--coordinator / --num-processes / --process-id start several JAX processes; under "

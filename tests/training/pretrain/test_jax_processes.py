@@ -251,22 +251,57 @@ def test_the_processes_rows_are_the_global_batch_each_record_once(tmp_path):
 
 def test_a_process_id_beyond_the_count_and_missing_settings_are_errors(monkeypatch, capsys):
     from gau_keras.errors import DeviceError
-    from gau_keras.training.pretrain import jax_backend, pretrain
+    from gau_keras.training import processes
+    from gau_keras.training.pretrain import pretrain
 
     with pytest.raises(SystemExit):
         pretrain.parse_args(["--config", "c.json", "--num-processes", "2", "--process-id", "2"])
     assert "--process-id 2: must be below --num-processes 2" in capsys.readouterr().err
-    for name in jax_backend.PROCESS_ENV.values():
+    assert pretrain.parse_args(["--config", "c.json", "--tpu"]).tpu == "local"  # the TPU VM's own (both backends)
+    for name in processes.PROCESS_ENV.values():
         monkeypatch.delenv(name, raising=False)
-    assert jax_backend._process_settings(None, None, None) is None
+    assert processes._process_settings(None, None, None) is None
     with pytest.raises(DeviceError, match=r"^a run of several processes needs --coordinator \(or JAX_COORDINATOR"):
-        jax_backend._process_settings(None, 2, 0)
+        processes._process_settings(None, 2, 0)
     monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "10.0.0.1:1234")
     monkeypatch.setenv("JAX_NUM_PROCESSES", "4")
     monkeypatch.setenv("JAX_PROCESS_ID", "4")
     with pytest.raises(DeviceError, match=r"^--process-id 4: must be in 0\.\.3 \(--num-processes 4\)$"):
-        jax_backend._process_settings(None, None, None)
-    assert jax_backend._process_settings(None, None, 3) == ("10.0.0.1:1234", 4, 3)
+        processes._process_settings(None, None, None)
+    assert processes._process_settings(None, None, 3) == ("10.0.0.1:1234", 4, 3)
+
+
+@pytest.mark.jax_only
+def test_tpu_on_jax_joins_the_slice_through_jax_distributed_without_arguments(tmp_path, monkeypatch):
+    import jax
+
+    from gau_keras.training import processes
+
+    calls = []
+    monkeypatch.setattr(jax.distributed, "initialize", lambda *args, **kwargs: calls.append((args, kwargs)))
+    monkeypatch.setattr(processes, "_joined", None)  # the run this process joined: none yet, none after
+    for name in processes.PROCESS_ENV.values():
+        monkeypatch.delenv(name, raising=False)
+    config = write_config(tmp_path, make_shards(tmp_path), "tpu")
+    # the TPU path: initialize() with no coordinator, count or id, then the devices must be TPU cores
+    assert _main(["--config", config, "--tpu"]) == (
+        "error: --tpu: JAX's devices here are CPUs, not TPU cores; run on the hosts of a TPU VM slice, or drop --tpu"
+    )
+    assert len(calls) == 1 and calls[0][0] == ()
+    assert not {"coordinator_address", "num_processes", "process_id"} & set(calls[0][1])
+    named = ["--coordinator", "10.0.0.1:1234", "--num-processes", "2", "--process-id", "0"]
+    assert _main(["--config", config, "--tpu", *named]) == (
+        "error: --tpu with --coordinator, --num-processes, --process-id: on a TPU slice jax.distributed.initialize() "
+        "takes the coordinator, process count and id from the TPU VM; drop --coordinator, --num-processes, "
+        "--process-id, or drop --tpu to name the processes"
+    )
+    monkeypatch.setenv("JAX_PROCESS_ID", "1")
+    assert _main(["--config", config, "--tpu"]).startswith("error: --tpu with JAX_PROCESS_ID: on a TPU slice")
+    assert _main(["--config", config, "--tpu", "my-tpu"]).startswith(
+        "error: --tpu my-tpu: naming a TPU is TensorFlow's TPUStrategy; under KERAS_BACKEND=jax run the command "
+        "on every host of the TPU slice with --tpu alone"
+    )
+    assert len(calls) == 1  # none of the refused runs joined anything
 
 
 #: one process of a run whose configs differ: start_processes, then check_same_config
