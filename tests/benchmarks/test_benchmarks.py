@@ -71,27 +71,13 @@ def test_quick_run_prints_a_table_of_ratios():
     assert "float32 matmul peak" in result.stdout
 
 
-def test_bad_options_are_rejected_by_name():
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--modes", "train,fly"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO_ROOT,
-    )
-    assert result.returncode != 0 and "--modes" in result.stderr
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--lengths", "128,x"], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT
-    )
-    assert result.returncode != 0 and "--lengths" in result.stderr
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--backends", "tensorflow,torch"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO_ROOT,
-    )
-    assert result.returncode != 0 and "--backends" in result.stderr
+@pytest.mark.parametrize(
+    "option, value", [("--modes", "train,fly"), ("--lengths", "128,x"), ("--backends", "tensorflow,torch")]
+)
+def test_bad_options_are_rejected_by_name(option, value):
+    command = [sys.executable, str(SCRIPT), option, value]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert result.returncode != 0 and option in result.stderr
 
 
 def test_gau_layer_flops_hand_count(bench):
