@@ -2,9 +2,12 @@
 the flags ``--coordinator`` / ``--num-processes`` / ``--process-id``, JAX's environment
 variables, or a TPU slice's own metadata with ``--tpu``), and a lost process stopping the others
 (``stop_with_the_run``). Shared by pretraining (``training.pretrain.jax_backend``) and
-fine-tuning (``training.finetune.training``); JAX is imported where it is used."""
+fine-tuning (``training.finetune.training``), and the check that every process trains the same
+run (``differing_processes``); JAX is imported where it is used."""
 
 import contextlib
+import hashlib
+import json
 import os
 import socket
 import sys
@@ -162,6 +165,22 @@ def join_tpu_slice(timeout, heartbeat_timeout):
             f"({first_line(e)[:200]}); run the command on every host of a TPU VM slice"
         ) from None
     return jax.process_count()
+
+
+def differing_processes(values):
+    """The indices of the processes whose ``values`` (what defines their run: anything
+    ``json.dumps`` writes, other objects by ``str``) differ from process 0's; [] on one process.
+    An all-gather of an 8-byte digest: every process of the run calls it at the same point."""
+    import jax
+
+    if jax.process_count() == 1:
+        return []
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    digest = hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).digest()[:8]
+    digests = np.asarray(multihost_utils.process_allgather(np.frombuffer(digest, np.uint32)))
+    return [i for i in range(len(digests)) if not np.array_equal(digests[i], digests[0])]
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ test predictions (`train_and_predict`). The callbacks and the run directory's wr
 
 import contextlib
 import functools
+import hashlib
 import sys
 import tempfile
 import time
@@ -123,6 +124,52 @@ def join_processes(args):
     import jax
 
     return count, jax.process_index()
+
+
+#: the options that may differ between the processes of one run: where each writes, how each
+#: joins, and the model folder's path (its files are compared instead: `run_identity`)
+PER_PROCESS_OPTIONS = (
+    "out_dir",
+    "overwrite",
+    "coordinator",
+    "num_processes",
+    "process_id",
+    "coordinator_timeout",
+    "model_dir",
+)
+
+
+def run_identity(options):
+    """What every process of a run must agree on: `Options.record` but `PER_PROCESS_OPTIONS`,
+    and the model by the SHA-256 of its config, vocabulary and checkpoint index (a folder that
+    cannot be read: its error, which `check_run` then reports)."""
+    from gau_keras.models.presets import default_model_dir, model_files
+
+    identity = {k: v for k, v in options.record().items() if k not in PER_PROCESS_OPTIONS}
+    try:
+        config, prefix, vocab = model_files(options.model_dir or default_model_dir())
+        identity["model_files"] = [_sha256(path) for path in (config, vocab, prefix + ".index")]
+    except (OSError, ValueError) as error:
+        identity["model_files"] = str(error)
+    return identity
+
+
+def _sha256(path):
+    with open(path, "rb") as f:  # small files: a config, a vocabulary, a checkpoint's index
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def check_same_run(options):
+    """Before any work on several processes: an error on every process naming the processes whose
+    `run_identity` differs from process 0's (``gau_keras.training.processes.differing_processes``)."""
+    from gau_keras.training import processes
+
+    differ = processes.differing_processes(run_identity(options))
+    if differ:
+        raise ValueError(
+            f"process(es) {differ} fine-tune another run than process 0 (the task, data, model files or "
+            f"options such as --lr or --epochs differ); start every process with the same flags and model"
+        )
 
 
 def check_maxlen(args):
@@ -261,10 +308,11 @@ def train_and_predict(options):
     # Every process saves the weights and the model (reading variables is a collective), process 0
     # into out_dir, the others into a folder of their own, removed at the end.
     with contextlib.ExitStack() as stack:
+        stack.enter_context(processes.stop_with_the_run(lambda: "to run the fine-tuning again"))
+        check_same_run(options)
         if index == 0:
             stack.callback(lock_out_dir(options.out_dir).release)
         scratch = None if index == 0 else stack.enter_context(tempfile.TemporaryDirectory(prefix="gau-keras-"))
-        stack.enter_context(processes.stop_with_the_run(lambda: "to run the fine-tuning again"))
         return _train_and_predict(options, (count, index), scratch)
 
 

@@ -23,8 +23,6 @@ iterator alone). Why orbax: docs/backends.md ("Pretraining on JAX").
 """
 
 import errno
-import hashlib
-import json
 import os
 
 import jax
@@ -159,14 +157,8 @@ def check_process_count(step):
 def check_same_config(config):
     """Every process of a run must train the same config: an error on all of
     them, before the first update, naming the processes that differ from process 0's."""
-    if jax.process_count() == 1:
-        return
-    from jax.experimental import multihost_utils
-
     kept = {k: v for k, v in config.items() if k not in ("config_path", "model_config_path")}
-    digest = hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).digest()[:8]
-    digests = np.asarray(multihost_utils.process_allgather(np.frombuffer(digest, np.uint32)))
-    differ = [i for i in range(len(digests)) if not np.array_equal(digests[i], digests[0])]
+    differ = processes.differing_processes(kept)
     if differ:
         raise ConfigError(
             f"{config['config_path']}: process(es) {differ} train another config than process 0 "

@@ -6,8 +6,9 @@ tnews as the head-kind runs do (tests/finetune_utils.py: a tiny random GAU-alpha
 runs the same on one process. Each process feeds its 2 rows of every batch, and the evaluations
 and predictions are computed by both; the 2-process run gives the 1-process run's losses (1e-5),
 dev metrics and predictions, and process 1 writes nothing (its ``--out-dir`` stays absent).
-Also: each process's rows of the padded batches, concatenated, are the batches; batches that do
-not split over the devices are an error.
+Also: two processes given other options (--lr) both stop before any work; each process's rows of
+the padded batches, concatenated, are the batches; batches that do not split over the devices are
+an error.
 """
 
 import json
@@ -42,23 +43,24 @@ def runs(tmp_path_factory, requires_jax):
     path = os.pathsep.join([str(REPO_ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=path)
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
-    address = f"127.0.0.1:{_free_port()}"
-    jobs = []
-    for i, out_dir in enumerate([root / "two", root / "two-1"]):
-        argv = FINETUNE + head_kind_argv("tnews", model_dir, out_dir) + SHAPES + ["--coordinator", address]
-        argv += ["--num-processes", "2", "--process-id", str(i), "--coordinator-timeout", "60"]
-        log = (root / f"process-{i}.log").open("w")
-        jobs.append((subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+    jobs = {}
+    for name, extra in [("process", [[], []]), ("mismatch", [["--lr", "1e-3"], ["--lr", "2e-3"]])]:
+        address = f"127.0.0.1:{_free_port()}"
+        for i, out_dir in enumerate([root / name, root / f"{name}-1"]):
+            argv = FINETUNE + head_kind_argv("tnews", model_dir, out_dir) + SHAPES + ["--coordinator", address]
+            argv += ["--num-processes", "2", "--process-id", str(i), "--coordinator-timeout", "60", *extra[i]]
+            log = (root / f"{name}-{i}.log").open("w")
+            jobs[f"{name}-{i}"] = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            log.close()
     one = runner.run("tnews", head_kind_argv("tnews", model_dir, root / "one") + SHAPES)  # meanwhile, here
-    done = []
-    for i, (process, log) in enumerate(jobs):
+    done = {}
+    for name, process in jobs.items():
         try:
             process.wait(300)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        log.close()
-        done.append((process.returncode, (root / f"process-{i}.log").read_text()))
+        done[name] = (process.returncode, (root / f"{name}.log").read_text())
     return root, one, done
 
 
@@ -70,9 +72,9 @@ def _metrics(root, name):
 def test_two_processes_give_the_one_process_run_and_only_process_0_writes(runs):
     root, one, done = runs
     assert one == 0
-    for status, output in done:
-        assert status == 0, output[-3000:]
-    alone, together = _metrics(root, "one"), _metrics(root, "two")
+    for name in ("process-0", "process-1"):
+        assert done[name][0] == 0, done[name][1][-3000:]
+    alone, together = _metrics(root, "one"), _metrics(root, "process")
     assert (alone["processes"], together["processes"]) == (1, 2) and together["replicas"] == 2
     assert len(together["epochs"]) == len(alone["epochs"]) == 2
     for ours, theirs in zip(together["epochs"], alone["epochs"]):
@@ -80,10 +82,23 @@ def test_two_processes_give_the_one_process_run_and_only_process_0_writes(runs):
         assert ours["accuracy"] == theirs["accuracy"]
     assert together["best"]["epoch"] == alone["best"]["epoch"]
     assert together["train_examples"] == alone["train_examples"] == 8 and together["dev_examples"] == 4
-    predictions = [(root / name / "tnews_predict.json").read_text() for name in ("one", "two")]
+    predictions = [(root / name / "tnews_predict.json").read_text() for name in ("one", "process")]
     assert predictions[0] == predictions[1] and predictions[0].count("\n") >= 1
-    assert (root / "two" / "tnews_best.keras").is_file()
-    assert not (root / "two-1").exists()  # process 1 wrote nothing
+    assert (root / "process" / "tnews_best.keras").is_file()
+    assert not (root / "process-1").exists()  # process 1 wrote nothing
+
+
+@pytest.mark.jax_only
+def test_processes_given_other_options_both_stop_before_any_work(runs):
+    root, _, done = runs
+    for name in ("mismatch-0", "mismatch-1"):
+        status, output = done[name]
+        errors = [line for line in output.splitlines() if line.startswith("error: ")]
+        assert status == 2 and errors == [
+            "error: process(es) [1] fine-tune another run than process 0 (the task, data, model files or options "
+            "such as --lr or --epochs differ); start every process with the same flags and model"
+        ], output[-3000:]
+    assert not (root / "mismatch").exists() and not (root / "mismatch-1").exists()
 
 
 def test_the_processes_rows_of_each_padded_batch_are_the_batch():

@@ -5,8 +5,9 @@ gloo collectives) train the tiny GAU-alpha config of tests/pretrain_utils.py;
 process 1 is killed once checkpoint 2 is written, which stops process 0 with
 a one-line error; started again with 2 CPU devices each, both resume from
 the last checkpoint and give the losses of one process on one device (run
-here, in the test process). Each process reads its own rows of every global batch (counted here
-on the pipeline). Also: a checkpoint of two processes refused by one, an
+here, in the test process); so does a 2-update run of a tiny SRU++ on 2
+processes. Each process reads its own rows of every global batch (counted
+here on the pipeline). Also: a checkpoint of two processes refused by one, an
 unreachable coordinator, a process id beyond the count, processes given
 other configs.
 """
@@ -132,13 +133,26 @@ def runs(tmp_path_factory, requires_jax):
     killer.join()
     shutil.copytree(root / "two", root / "other_count")  # the checkpoints of two processes
     resumed = _two_processes(root, two, "resumed", devices=2)  # and resharded onto 2 devices each
+    srupp = _two_processes(root, _srupp_config(root, shards, "srupp_two"), "srupp")
     done["other_count"] = _main(["--config", two, "--output-dir", str(root / "other_count"), "--devices", "1"])
     unreachable = ["--config", one, "--coordinator", f"127.0.0.1:{_free_port()}", "--num-processes", "2"]
     unreachable += ["--process-id", "1", "--coordinator-timeout", "2", "--output-dir", str(root / "nowhere")]
     done["unreachable"] = _main(unreachable)
-    done.update(_finish({**resumed, **mismatch}))
+    done["srupp_one"] = _main(["--config", _srupp_config(root, shards, "srupp_one"), "--devices", "1"])
+    done.update(_finish({**resumed, **mismatch, **srupp}))
     print(f"pretraining on 2 processes and its checks took {time.time() - start:.0f} s")
     return root, done
+
+
+def _srupp_config(root, shards, name):
+    """A run config of a 1-layer SRU++ (test_pretrain's encoders, with dropout) for 2 updates, one checkpoint."""
+    path = write_config(root, shards, name, save_every=2)
+    config = json.loads(open(path).read())
+    kept = ("vocab_size", "hidden_size", "hidden_dropout_prob", "attention_probs_dropout_prob")
+    base = {k: config["model_config"][k] for k in kept}
+    config["model"], config["model_config"] = "srupp", {**base, "num_hidden_layers": 1, "proj_size": 8}
+    open(path, "w").write(json.dumps(config))
+    return path
 
 
 def _log(root, name):
@@ -186,6 +200,17 @@ def test_the_processes_started_again_on_two_devices_each_resume_and_give_the_one
     iterators = sorted(os.listdir(root / "two" / "checkpoints" / str(STEPS) / "data_iterator"))
     assert {"iterator-0-of-2.index", "iterator-1-of-2.index"} <= set(iterators)
     assert (root / "two" / "export" / "bert_model.ckpt.index").exists()
+
+
+@pytest.mark.jax_only
+def test_srupp_on_two_processes_gives_the_one_process_losses(runs):
+    root, done = runs
+    assert done["srupp_one"] == 0
+    for name in ("srupp-0", "srupp-1"):
+        assert done[name][0] == 0, f"{name}: {done[name][1][-3000:]}"
+    one, two = losses(root, "srupp_one"), losses(root, "srupp_two")
+    assert len(one) == len(two) == 2 and all(np.isfinite(one))
+    np.testing.assert_allclose(two, one, atol=1e-5, rtol=0)
 
 
 @pytest.mark.jax_only
