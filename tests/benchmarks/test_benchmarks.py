@@ -56,16 +56,13 @@ def test_quick_run_prints_a_table_of_ratios():
     assert [row["GAU-α time / TF's"] for row in rows[::2]] == ["1", "1"]  # TensorFlow's rows: their own ratio
     for row in rows:
         assert float(row["GAU-α time / TF's"]) > 0 and float(row["RoFormerV2 time / TF's"]) > 0, row
-        for column in (
-            "GAU-α ms",
-            "RoFormerV2 ms",
-            "time GAU/RoF",
-            "FLOPs GAU/RoF",
-            "GAU-α MiB",
-            "RoFormerV2 MiB",
-            "mem GAU/RoF",
-        ):
+        for column in ("GAU-α ms", "RoFormerV2 ms", "time GAU/RoF", "FLOPs GAU/RoF"):
             assert float(row[column]) > 0, (column, row)
+        if row["backend"] == "tensorflow":  # the allocator's statistics: every step allocates
+            for column in ("GAU-α MiB", "RoFormerV2 MiB", "mem GAU/RoF"):
+                assert float(row[column]) > 0, (column, row)
+        else:  # JAX: the worker's peak RSS, which a tiny step may leave where it was
+            assert float(row["GAU-α MiB"]) >= 0 and float(row["RoFormerV2 MiB"]) >= 0, row
         for column in ("GAU-α MFU", "RoFormerV2 MFU"):
             assert row[column].endswith("%") and float(row[column][:-1]) > 0, (column, row)
     assert "float32 matmul peak" in result.stdout
