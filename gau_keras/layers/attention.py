@@ -507,7 +507,7 @@ class MultiHeadAttention(_AttentionBase):
         in a key/value cache's layouts (``_cache_layout``)."""
         mixed, a = self._mix(qw, kw, vw, key_mask, bias, position, p_bias, training, cached)
         o = self.o_dense(mixed)
-        return [o, a] if self.return_attention_scores and a is not None else o
+        return [o, a] if self.return_attention_scores else o  # fused attention (a None) never returns them
 
     def _mix(self, qw, kw, vw, key_mask, bias, position, p_bias, training, cached):
         """``_attention`` before ``o_dense``: (the heads' outputs [B, Lq, heads * head_size],

@@ -180,12 +180,17 @@ def test_a_killed_process_stops_the_other_with_a_one_line_error(runs):
     assert folder.startswith(str(root / "two" / "checkpoints")) and 2 <= update < STEPS
 
 
+def _finished(done, *names):
+    """Each named process exited 0 (else its output's tail)."""
+    for name in names:
+        assert done[name][0] == 0, f"{name}: {done[name][1][-3000:]}"
+
+
 @pytest.mark.jax_only
 def test_the_processes_started_again_on_two_devices_each_resume_and_give_the_one_process_losses(runs):
     root, done = runs
     assert done["one"] == 0
-    for name in ("resumed-0", "resumed-1"):
-        assert done[name][0] == 0, f"{name}: {done[name][1][-3000:]}"
+    _finished(done, *("resumed-0", "resumed-1"))
     folder, update = _resumed_from(done)
     assert f"resumed from {folder}: update {update}" in done["resumed-0"][1]
     one, two = losses(root, "one"), losses(root, "two")
@@ -206,8 +211,7 @@ def test_the_processes_started_again_on_two_devices_each_resume_and_give_the_one
 def test_srupp_on_two_processes_gives_the_one_process_losses(runs):
     root, done = runs
     assert done["srupp_one"] == 0
-    for name in ("srupp-0", "srupp-1"):
-        assert done[name][0] == 0, f"{name}: {done[name][1][-3000:]}"
+    _finished(done, *("srupp-0", "srupp-1"))
     one, two = losses(root, "srupp_one"), losses(root, "srupp_two")
     assert len(one) == len(two) == 2 and all(np.isfinite(one))
     np.testing.assert_allclose(two, one, atol=1e-5, rtol=0)
